@@ -1,0 +1,61 @@
+"""Command line: ``lfmserve [llama-server flags]`` resolves the model, then serves it over HTTP.
+
+The only caller of ``logging.basicConfig``. A missing model file, an unknown flag or a failed load
+exits non-zero with one clear line on stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import uvicorn
+
+from .errors import LfmError
+from .hub import resolve_hf_model
+from .loader import load_serving
+from .server import create_app
+from .settings import DEFAULT_HF_REPO, Settings
+
+logger = logging.getLogger("lfmserve")
+
+
+def resolve_model_path(settings: Settings) -> str:
+    """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model)."""
+    if settings.model:
+        if not Path(settings.model).is_file():
+            raise LfmError(f"model file not found: {settings.model}")
+        return settings.model
+    return resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = Settings.from_argv(argv)
+    logging.basicConfig(level=logging.DEBUG if settings.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        path = resolve_model_path(settings)
+        settings.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
+    except (LfmError, OSError) as exc:
+        print(f"lfmserve: error: {exc}", file=sys.stderr)
+        return 1
+    exit_code = 0
+
+    def stop_on_load_error(_: BaseException) -> None:
+        nonlocal exit_code
+        exit_code = 1
+        server.should_exit = True
+
+    app = create_app(settings, lambda: load_serving(settings, path), on_load_error=stop_on_load_error)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info" if settings.verbose else "warning",
+                            access_log=settings.verbose, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    logger.info("listening on http://%s:%d (model %s)", settings.host, settings.port, path)
+    server.run()
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The single exception tree of lfmserve, and its llama-server-shaped JSON body.
+
+```
+LfmError                        500 server_error
+|- InvalidRequest(param=)       400 invalid_request_error
+|  |- ContextLengthExceeded     400 exceed_context_size_error (+ n_prompt_tokens, n_ctx)
+|  '- TemplateError             400 invalid_request_error
+|- AuthenticationFailed         401 authentication_error
+|- NotFound                     404 not_found_error
+|- NotSupported                 501 not_supported_error
+|- Unavailable                  503 unavailable_error (model loading, queue full)
+|- RequestCancelled             the client has gone; nothing is sent
+'- EngineError                  500 server_error (llama_decode return codes, load failures)
+```
+
+Each class carries its HTTP status and error type, so the server needs one handler and the
+client can turn a body back into the same class (:func:`error_from_body`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LfmError(Exception):
+    """Base of every error lfmserve raises on purpose."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def extra_fields(self) -> dict[str, Any]:
+        """Fields added beside code/message/type (llama-server adds numbers to some errors)."""
+        return {}
+
+    def to_body(self) -> dict[str, Any]:
+        """``{"error": {"code", "message", "type", ...}}`` as llama-server writes it."""
+        error: dict[str, Any] = {"code": self.status_code, "message": self.message, "type": self.error_type}
+        if self.param is not None:
+            error["param"] = self.param
+        error.update(self.extra_fields())
+        return {"error": error}
+
+
+class InvalidRequest(LfmError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    error_type = "exceed_context_size_error"
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
+            "try increasing it"
+        )
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+    def extra_fields(self) -> dict[str, Any]:
+        return {"n_prompt_tokens": self.n_prompt_tokens, "n_ctx": self.n_ctx}
+
+
+class TemplateError(InvalidRequest):
+    """The chat template raised or could not be rendered for these messages."""
+
+
+class AuthenticationFailed(LfmError):
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class NotFound(LfmError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class NotSupported(LfmError):
+    status_code = 501
+    error_type = "not_supported_error"
+
+
+class Unavailable(LfmError):
+    status_code = 503
+    error_type = "unavailable_error"
+
+
+class RequestCancelled(LfmError):
+    """The request was cancelled (client gone, engine closing); there is nobody to answer."""
+
+
+class EngineError(LfmError):
+    """llama.cpp failed: a load, a decode or an allocation."""
+
+
+_BY_TYPE: dict[str, type[LfmError]] = {
+    cls.error_type: cls
+    for cls in (LfmError, InvalidRequest, ContextLengthExceeded, AuthenticationFailed, NotFound, NotSupported, Unavailable)
+}
+
+
+def error_from_body(body: Any) -> LfmError:
+    """Turn an error body (ours or llama-server's) back into the matching exception."""
+    error = body.get("error", {}) if isinstance(body, dict) else {}
+    if not isinstance(error, dict):
+        error = {"message": str(error)}
+    cls = _BY_TYPE.get(str(error.get("type")), LfmError)
+    if cls is ContextLengthExceeded:
+        return ContextLengthExceeded(int(error.get("n_prompt_tokens", 0)), int(error.get("n_ctx", 0)))
+    return cls(str(error.get("message", "unknown error")), param=error.get("param"))

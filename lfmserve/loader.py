@@ -1,0 +1,65 @@
+"""Turns :class:`Settings` and a GGUF path into a ready :class:`Serving`: model, engine, template, defaults.
+
+Shared by the server (which runs it in a background thread while ``/health`` answers 503) and by
+tests. The startup log names the model, its context and where each sampling default came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .chat_template import CHATML_TEMPLATE, ChatTemplate
+from .engine import Engine, EngineConfig
+from .native import NativeModel, build_info
+from .sampling import ResolvedDefaults, model_identity, resolve_defaults
+from .serving import Serving
+from .settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def model_name(settings: Settings, path: str) -> str:
+    """The id clients see: ``--alias``, else the file name (llama-server's rule)."""
+    return settings.alias or Path(path).name
+
+
+def sampling_defaults(settings: Settings, model: NativeModel) -> ResolvedDefaults:
+    info = model.info
+    identity = model_identity(info.name, info.basename, info.size_label, model.meta("general.finetune"),
+                              Path(info.path).stem)
+    return resolve_defaults(cli=settings.cli_sampling(), gguf_sampling=info.gguf_sampling, identity=identity)
+
+
+def chat_template(settings: Settings, model: NativeModel) -> ChatTemplate:
+    """``--chat-template-file`` > the GGUF's template > ChatML (llama-server's fallback)."""
+    if settings.chat_template_file:
+        source = Path(settings.chat_template_file).read_text(encoding="utf-8")
+    else:
+        source = model.info.chat_template or CHATML_TEMPLATE
+    return ChatTemplate(source, bos_token=model.info.bos_token, eos_token=model.info.eos_token)
+
+
+def engine_config(settings: Settings) -> EngineConfig:
+    return EngineConfig(n_ctx=settings.ctx_size, n_slots=settings.parallel, n_batch=settings.batch_size,
+                        n_ubatch=settings.ubatch_size, n_threads=settings.threads,
+                        n_threads_batch=settings.threads_batch)
+
+
+def load_serving(settings: Settings, path: str) -> Serving:
+    """Load the model and start its engine (seconds to minutes for a large model)."""
+    model = NativeModel(path, n_gpu_layers=settings.n_gpu_layers)
+    template = chat_template(settings, model)
+    engine = Engine(model, engine_config(settings))
+    defaults = sampling_defaults(settings, model)
+    info = model.info
+    logger.info("loaded %s: %s, %s params, %.1f MiB, n_ctx_train %d; context %d over %d slots (%d per slot), "
+                "%d threads", path, info.architecture, f"{info.n_params:,}", info.size_bytes / 2**20,
+                info.n_ctx_train, engine.n_ctx, engine.n_slots, engine.n_ctx_slot, settings.threads)
+    if defaults.family:
+        logger.info("LFM family: %s", defaults.family)
+    for name, value in defaults.params.to_json().items():
+        if name in defaults.sources:
+            logger.info("sampling default %s = %s (%s)", name, value, defaults.sources[name])
+    return Serving(model, engine, template, model_name=model_name(settings, path), defaults=defaults,
+                   default_max_tokens=settings.n_predict, fingerprint=build_info())

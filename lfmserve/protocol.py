@@ -1,0 +1,187 @@
+"""Request bodies of the HTTP API (OpenAI's fields plus llama-server's extras), validated by pydantic.
+
+This is the only pydantic in the package. Bodies are parsed from the raw bytes in JSON mode with
+strict types, so ``"temperature": "hot"`` or ``"stream": 1`` is a 400, not a silent coercion; unknown
+fields are ignored, as llama-server and the OpenAI API do. Wire names are converted to internal
+names once, here (``max_completion_tokens`` / ``max_tokens`` / ``n_predict`` -> ``max_tokens``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import InvalidRequest
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+TokenCount = Annotated[int, Field(ge=-1)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class MediaPart(_Body):
+    type: Literal["image_url", "input_audio", "image"]
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class ToolFunction(_Body):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class Tool(_Body):
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class ChatMessage(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart | MediaPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _content_required(self) -> ChatMessage:
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"'{self.role}' messages need 'content'")
+        return self
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class SamplingFields(_Body):
+    """The sampling and generation fields shared by every generation route."""
+
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    top_p: Probability | None = None
+    min_p: Probability | None = None
+    typical_p: Probability | None = None
+    repeat_penalty: float | None = Field(default=None, ge=0.0)
+    repeat_last_n: int | None = Field(default=None, ge=-1)
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    seed: int | None = None
+    logit_bias: dict[str, float | bool] | list[list[int | float | bool | str]] | None = None
+    ignore_eos: bool = False
+    stop: str | list[str] | None = None
+    n_predict: TokenCount | None = None
+    max_tokens: TokenCount | None = None
+    cache_prompt: bool = True
+    id_slot: int = Field(default=-1, ge=-1)
+    timings_per_token: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(default=1, ge=1, le=1)
+    model: str | None = None
+
+    @field_validator("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", mode="after")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens if self.max_tokens is not None else self.n_predict
+
+    def sampling_overrides(self) -> dict[str, Any]:
+        """Fields the request set, under :class:`~lfmserve.sampling.SamplingParams` names."""
+        names = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+                 "presence_penalty", "frequency_penalty", "seed")
+        out = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        out["ignore_eos"] = self.ignore_eos
+        return out
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: TokenCount | None = None
+    tools: list[Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+
+    def requested_max_tokens(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return super().requested_max_tokens()
+
+
+Prompt = str | list[int] | list[str | int]
+
+
+class CompletionRequest(SamplingFields):
+    """``POST /completion`` (native) and ``POST /v1/completions`` (OpenAI) bodies."""
+
+    prompt: Prompt | list[Prompt]
+    echo: bool = False
+
+
+class TokenizeRequest(_Body):
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Body):
+    tokens: list[int]
+
+
+class ApplyTemplateRequest(_Body):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
+
+
+def parse_body(model: type[BodyT], raw: bytes) -> BodyT:
+    """Validate a raw JSON body; the first problem becomes an :class:`InvalidRequest` naming the field."""
+    try:
+        return model.model_validate_json(raw or b"")
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        location = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "json_invalid":
+            raise InvalidRequest(f"Invalid JSON body: {error['msg']}") from None
+        if error["type"] == "missing":
+            raise InvalidRequest(f"Missing required field '{location}'", param=location) from None
+        if not location:
+            raise InvalidRequest(f"Invalid request body: {error['msg']}") from None
+        shown = error.get("input")
+        raise InvalidRequest(
+            f"Invalid value for '{location}': {error['msg']} (got {_short(shown)})", param=location
+        ) from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,354 @@
+"""From validated request bodies to engine requests, and from engine outputs to llama-server's JSON.
+
+No HTTP and no llama calls here: :class:`Serving` renders the chat template, tokenizes, resolves
+sampling defaults, submits to the engine and shapes what comes back. A non-streaming response is
+the collected stream, so both modes share one path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Sequence
+
+from .chat_template import ChatTemplate
+from .engine import Engine
+from .errors import InvalidRequest
+from .native import NativeModel
+from .protocol import (
+    ApplyTemplateRequest,
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    MediaPart,
+    Prompt,
+    SamplingFields,
+)
+from .records import EngineOutput, EngineRequest
+from .sampling import ResolvedDefaults
+from .stream import AsyncStream
+
+
+def completion_id(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(24).replace("-", "a").replace("_", "b")[:32]
+
+
+@dataclass(slots=True)
+class Collected:
+    """A whole generation: the joined text and the last output (finish reason, counts, timings)."""
+
+    text: str
+    tokens: list[int]
+    last: EngineOutput
+
+
+async def collect(outputs: AsyncIterator[EngineOutput]) -> Collected:
+    parts: list[str] = []
+    tokens: list[int] = []
+    last: EngineOutput | None = None
+    async for out in outputs:
+        parts.append(out.text)
+        tokens.extend(out.token_ids)
+        last = out
+    assert last is not None and last.finished
+    return Collected("".join(parts), tokens, last)
+
+
+def usage(out: EngineOutput) -> dict[str, Any]:
+    return {
+        "completion_tokens": out.n_decoded,
+        "prompt_tokens": out.n_prompt_tokens,
+        "total_tokens": out.n_decoded + out.n_prompt_tokens,
+        "prompt_tokens_details": {"cached_tokens": out.n_cached_tokens},
+    }
+
+
+class Serving:
+    """The model's serving logic, shared by every route."""
+
+    def __init__(self, model: NativeModel, engine: Engine, template: ChatTemplate, *, model_name: str,
+                 defaults: ResolvedDefaults, default_max_tokens: int, fingerprint: str) -> None:
+        self.model = model
+        self.engine = engine
+        self.template = template
+        self.model_name = model_name
+        self.defaults = defaults
+        self.default_max_tokens = default_max_tokens
+        self.fingerprint = fingerprint
+
+    # -- prompts ---------------------------------------------------------------------------------
+    def render_chat(self, body: ChatCompletionRequest | ApplyTemplateRequest) -> str:
+        messages = [self._template_message(m) for m in body.messages]
+        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        return self.template.render(messages, tools=tools, add_generation_prompt=body.add_generation_prompt,
+                                    extra=body.chat_template_kwargs)
+
+    def _template_message(self, message: ChatMessage) -> dict[str, Any]:
+        content = message.content
+        if isinstance(content, list):
+            if any(isinstance(part, MediaPart) for part in content):
+                raise InvalidRequest("image and audio input are not supported: this model has no multimodal "
+                                     "projector", param="messages")
+            content = self.template.normalize_content([part.model_dump() for part in content])
+        out: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
+                               "content": content if content is not None else ""}
+        for key in ("name", "tool_call_id", "reasoning_content"):
+            if getattr(message, key) is not None:
+                out[key] = getattr(message, key)
+        if message.tool_calls is not None:
+            out["tool_calls"] = [_tool_call_for_template(call) for call in message.tool_calls]
+        return out
+
+    def tokenize_chat_prompt(self, text: str) -> list[int]:
+        """Tokenize a rendered chat; the template's own BOS is not doubled by the tokenizer's."""
+        bos = self.model.info.bos_token
+        return self.model.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+    def tokenize_prompt(self, prompt: Prompt) -> list[int]:
+        """A /completion prompt: text, token ids, or a mix of both (llama-server's tokenize_mixed)."""
+        if isinstance(prompt, str):
+            return self.model.tokenize(prompt, add_special=True, parse_special=True)
+        tokens: list[int] = []
+        for i, piece in enumerate(prompt):
+            if isinstance(piece, int):
+                tokens.append(piece)
+            else:
+                tokens += self.model.tokenize(piece, add_special=i == 0, parse_special=True)
+        return tokens
+
+    def engine_request(self, body: SamplingFields, prompt_tokens: Sequence[int]) -> EngineRequest:
+        max_tokens = body.requested_max_tokens()
+        sampling = self.defaults.params.updated(body.sampling_overrides())
+        sampling = sampling.updated({"logit_bias": self._logit_bias(body)})
+        return EngineRequest(
+            prompt_tokens=tuple(prompt_tokens),
+            sampling=sampling,
+            max_tokens=self.default_max_tokens if max_tokens is None else max_tokens,
+            stop=body.stop_strings,
+            cache_prompt=body.cache_prompt,
+            id_slot=body.id_slot,
+        )
+
+    def _logit_bias(self, body: SamplingFields) -> tuple[tuple[int, float], ...]:
+        """OpenAI's ``{"id": bias}`` or llama-server's ``[[id or text, bias or false], ...]``."""
+        raw = body.logit_bias
+        if not raw:
+            return ()
+        pairs = list(raw.items()) if isinstance(raw, dict) else [tuple(p) for p in raw]
+        out: list[tuple[int, float]] = []
+        for pair in pairs:
+            if len(pair) != 2:
+                raise InvalidRequest("logit_bias entries must be [token, bias] pairs", param="logit_bias")
+            key, bias = pair
+            value = float("-inf") if bias is False else float(bias)
+            if isinstance(key, str) and not key.lstrip("-").isdigit():
+                ids = self.model.tokenize(key, add_special=False, parse_special=False)
+            else:
+                ids = [int(key)]
+            for token in ids:
+                if not self.model.is_valid_token(token):
+                    raise InvalidRequest(f"logit_bias token id {token} is out of range (vocabulary has "
+                                         f"{self.model.n_vocab} tokens)", param="logit_bias")
+                out.append((token, value))
+        return tuple(out)
+
+    # -- running ---------------------------------------------------------------------------------
+    def start(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Submit now (so invalid requests raise before any response starts) and follow the outputs.
+
+        Leaving the iteration early (the client has gone) cancels the request in the engine.
+        """
+        stream = AsyncStream()
+        request_id = self.engine.submit(request, stream)
+        return self._follow(stream, request_id)
+
+    async def _follow(self, stream: AsyncStream, request_id: int) -> AsyncIterator[EngineOutput]:
+        finished = False
+        try:
+            async for out in stream:
+                finished = out.finished
+                yield out
+        finally:
+            if not finished:
+                self.engine.cancel(request_id)
+
+    # -- /v1/chat/completions --------------------------------------------------------------------
+    def prepare_chat(self, body: ChatCompletionRequest) -> EngineRequest:
+        return self.engine_request(body, self.tokenize_chat_prompt(self.render_chat(body)))
+
+    def _envelope(self, cid: str, obj: str, created: int) -> dict[str, Any]:
+        return {"created": created, "id": cid, "model": self.model_name, "system_fingerprint": self.fingerprint,
+                "object": obj}
+
+    async def chat_completion(self, body: ChatCompletionRequest) -> dict[str, Any]:
+        done = await collect(self.start(self.prepare_chat(body)))
+        out = done.last
+        return {
+            "choices": [{"finish_reason": out.finish_reason, "index": 0,
+                         "message": {"role": "assistant", "content": done.text}}],
+            **self._envelope(completion_id("chatcmpl-"), "chat.completion", int(time.time())),
+            "usage": usage(out),
+            "timings": out.timings.to_json(),
+        }
+
+    def chat_completion_chunks(self, body: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
+        """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last."""
+        return self._chat_chunks(body, self.start(self.prepare_chat(body)))
+
+    async def _chat_chunks(self, body: ChatCompletionRequest,
+                           outputs: AsyncIterator[EngineOutput]) -> AsyncIterator[dict[str, Any]]:
+        cid, created = completion_id("chatcmpl-"), int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {"choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+                    **self._envelope(cid, "chat.completion.chunk", created)}
+
+        first = True
+        async for out in outputs:
+            pending: list[dict[str, Any]] = []
+            if first:
+                pending.append(chunk({"role": "assistant", "content": None}))
+                first = False
+            if out.text:
+                pending.append(chunk({"content": out.text}))
+            if out.finished:
+                pending.append(chunk({}, out.finish_reason))
+                if body.stream_options is not None and body.stream_options.include_usage:
+                    pending.append({"choices": [], **self._envelope(cid, "chat.completion.chunk", created),
+                                    "usage": usage(out)})
+                pending[-1]["timings"] = out.timings.to_json()
+            elif body.timings_per_token and pending:
+                pending[-1]["timings"] = out.timings.to_json()
+            for item in pending:
+                yield item
+
+    # -- /completion (native) and /v1/completions ------------------------------------------------
+    def prepare_completion(self, body: CompletionRequest) -> list[EngineRequest]:
+        prompts = body.prompt if _is_prompt_list(body.prompt) else [body.prompt]
+        requests = [self.engine_request(body, self.tokenize_prompt(p)) for p in prompts]  # type: ignore[arg-type]
+        if body.stream and len(requests) > 1:
+            raise InvalidRequest("streaming is supported for a single prompt only", param="prompt")
+        return requests
+
+    async def run_completions(self, body: CompletionRequest) -> list[tuple[EngineRequest, Collected]]:
+        """Every prompt of a non-streaming completion, run concurrently in the engine's slots."""
+        requests = self.prepare_completion(body)
+        runs = [self.start(r) for r in requests]
+        done = await asyncio.gather(*(collect(run) for run in runs))
+        return list(zip(requests, done))
+
+    def native_result(self, body: CompletionRequest, request: EngineRequest, done: Collected | None,
+                      out: EngineOutput, *, index: int = 0) -> dict[str, Any]:
+        """llama-server's final /completion object (``content`` is empty after a stream)."""
+        return {
+            "index": index,
+            "content": done.text if done else "",
+            "tokens": [],
+            "id_slot": out.id_slot,
+            "stop": True,
+            "model": self.model_name,
+            "tokens_predicted": out.n_decoded,
+            "tokens_evaluated": out.n_prompt_tokens,
+            "generation_settings": {**request.sampling.to_json(), "n_predict": request.max_tokens,
+                                    "stop": list(request.stop), "stream": body.stream,
+                                    "cache_prompt": request.cache_prompt},
+            "prompt": self.model.detokenize(request.prompt_tokens, special=True),
+            "has_new_line": "\n" in done.text if done else False,
+            "truncated": False,
+            "stop_type": out.stop_type,
+            "stopping_word": out.stopping_word,
+            "tokens_cached": out.n_prompt_tokens + max(out.n_decoded - 1, 0),
+            "timings": out.timings.to_json(),
+        }
+
+    def native_chunks(self, body: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
+        request = self.prepare_completion(body)[0]
+        return self._native_chunks(body, request, self.start(request))
+
+    async def _native_chunks(self, body: CompletionRequest, request: EngineRequest,
+                             outputs: AsyncIterator[EngineOutput]) -> AsyncIterator[dict[str, Any]]:
+        async for out in outputs:
+            if out.finished:
+                if out.text:
+                    yield self._native_partial(out, body)
+                yield self.native_result(body, request, None, out)
+            else:
+                yield self._native_partial(out, body)
+
+    def _native_partial(self, out: EngineOutput, body: CompletionRequest) -> dict[str, Any]:
+        chunk: dict[str, Any] = {"index": 0, "content": out.text, "tokens": [], "stop": False, "id_slot": out.id_slot,
+                                 "tokens_predicted": out.n_decoded, "tokens_evaluated": out.n_prompt_tokens}
+        if body.timings_per_token:
+            chunk["timings"] = out.timings.to_json()
+        return chunk
+
+    def openai_completion(self, done: Collected, *, index: int = 0) -> dict[str, Any]:
+        return {"text": done.text, "index": index, "logprobs": None, "finish_reason": done.last.finish_reason}
+
+    def openai_completion_body(self, choices: list[dict[str, Any]], outs: list[EngineOutput]) -> dict[str, Any]:
+        total = {"completion_tokens": sum(o.n_decoded for o in outs), "prompt_tokens": sum(o.n_prompt_tokens for o in outs)}
+        return {
+            "choices": choices,
+            **self._envelope(completion_id("cmpl-"), "text_completion", int(time.time())),
+            "usage": {**total, "total_tokens": total["completion_tokens"] + total["prompt_tokens"],
+                      "prompt_tokens_details": {"cached_tokens": sum(o.n_cached_tokens for o in outs)}},
+            "timings": outs[-1].timings.to_json(),
+        }
+
+    def openai_completion_chunks(self, body: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
+        return self._openai_chunks(body, self.start(self.prepare_completion(body)[0]))
+
+    async def _openai_chunks(self, body: CompletionRequest,
+                             outputs: AsyncIterator[EngineOutput]) -> AsyncIterator[dict[str, Any]]:
+        cid, created = completion_id("cmpl-"), int(time.time())
+        async for out in outputs:
+            item = {"choices": [{"text": out.text, "index": 0, "logprobs": None, "finish_reason": out.finish_reason}],
+                    **self._envelope(cid, "text_completion", created)}
+            if out.finished:
+                item["usage"] = usage(out)
+            if out.finished or body.timings_per_token:
+                item["timings"] = out.timings.to_json()
+            yield item
+
+    # -- /tokenize, /detokenize ------------------------------------------------------------------
+    def tokenize(self, content: str, *, add_special: bool, parse_special: bool, with_pieces: bool) -> dict[str, Any]:
+        tokens = self.model.tokenize(content, add_special=add_special, parse_special=parse_special)
+        if not with_pieces:
+            return {"tokens": tokens}
+        pieces: list[dict[str, Any]] = []
+        for token in tokens:
+            raw = self.model.token_to_piece(token, special=True)
+            try:
+                piece: Any = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                piece = list(raw)
+            pieces.append({"id": token, "piece": piece})
+        return {"tokens": pieces}
+
+    def detokenize(self, tokens: list[int]) -> dict[str, Any]:
+        bad = [t for t in tokens if not self.model.is_valid_token(t)]
+        if bad:
+            raise InvalidRequest(f"Invalid token id {bad[0]} (vocabulary has {self.model.n_vocab} tokens)",
+                                 param="tokens")
+        return {"content": self.model.detokenize(tokens, special=True)}
+
+
+def _is_prompt_list(prompt: Any) -> bool:
+    """True for a list of prompts (``["a", "b"]`` or ``[[1, 2], [3]]``), false for one mixed prompt."""
+    return isinstance(prompt, list) and len(prompt) > 0 and all(isinstance(p, list) for p in prompt) or (
+        isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt))
+
+
+def _tool_call_for_template(call: dict[str, Any]) -> dict[str, Any]:
+    """Templates read ``function.arguments`` as a mapping; OpenAI sends it as a JSON string."""
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"tool call arguments are not valid JSON: {exc}", param="messages") from exc
+    return {**call, "function": function}
