@@ -1,0 +1,103 @@
+"""Shared fixtures: tiny GGUF models written by lfmserve.testing, and real servers on loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from lfmserve.loader import load_serving
+from lfmserve.server import create_app
+from lfmserve.serving import Serving
+from lfmserve.settings import Settings
+from lfmserve.testing import TinyLfm2, gemma3_270m_path, write_lfm2_gguf
+
+FIXTURE_TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(models_dir: Path) -> Path:
+    return write_lfm2_gguf(models_dir / "tiny-lfm2.gguf", TinyLfm2(seed=1))
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    return gemma3_270m_path()
+
+
+class ServerThread:
+    """uvicorn serving an app on 127.0.0.1, an OS-chosen port, in a background thread."""
+
+    def __init__(self, app: object) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))  # type: ignore[arg-type]
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    @property
+    def url(self) -> str:
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while httpx.get(self.url + "/health").status_code != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("model did not load")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def serve(settings: Settings, load: Callable[[], Serving] | None = None) -> ServerThread:
+    assert settings.model is not None
+    path = settings.model
+    app = create_app(settings, load or (lambda: load_serving(settings, path)))
+    return ServerThread(app).start()
+
+
+@pytest.fixture(scope="module")
+def server_factory() -> Iterator[Callable[..., ServerThread]]:
+    """Start servers for the module; each is stopped at the module's end."""
+    started: list[ServerThread] = []
+
+    def start(settings: Settings) -> ServerThread:
+        server = serve(settings)
+        server.wait_ready()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def tiny_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
+    return server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=4, threads=2))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,43 @@
+import pytest
+
+from lfmserve.settings import Settings
+
+
+def test_llama_server_flags_and_short_forms() -> None:
+    s = Settings.from_argv(["-m", "m.gguf", "-c", "4096", "-n", "64", "-t", "3", "-b", "512", "-ub", "128", "-np", "2",
+                            "-ngl", "99", "--host", "0.0.0.0", "--port", "9000", "-a", "lfm", "--no-jinja",
+                            "--temp", "0.1", "--top-k", "50", "--top-p", "0.9", "--min-p", "0.1",
+                            "--repeat-penalty", "1.05", "--repeat-last-n", "32", "-s", "42", "--api-key", "a,b",
+                            "--api-key", "c"])
+    assert (s.model, s.ctx_size, s.n_predict, s.threads, s.batch_size, s.ubatch_size, s.parallel, s.n_gpu_layers) == (
+        "m.gguf", 4096, 64, 3, 512, 128, 2, 99)
+    assert (s.host, s.port, s.alias, s.jinja) == ("0.0.0.0", 9000, "lfm", False)
+    assert s.cli_sampling() == {"temperature": 0.1, "top_k": 50, "top_p": 0.9, "min_p": 0.1, "repeat_penalty": 1.05,
+                                "repeat_last_n": 32, "seed": 42}
+    assert s.api_keys == ("a", "b", "c")
+
+
+def test_hf_flags() -> None:
+    s = Settings.from_argv(["-hf", "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q8_0", "--hf-file", "x.gguf", "--jinja"])
+    assert (s.hf_repo, s.hf_file, s.jinja, s.model) == ("LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q8_0", "x.gguf", True, None)
+
+
+def test_api_key_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    keys = tmp_path / "keys"
+    keys.write_text("k1\n\n k2 \n")
+    assert Settings.from_argv(["--api-key-file", str(keys), "--api-key", "k0"]).api_keys == ("k0", "k1", "k2")
+
+
+def test_environment_defaults_are_overridden_by_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LFMSERVE_PORT", "9100")
+    monkeypatch.setenv("LFMSERVE_CTX_SIZE", "1024")
+    s = Settings.from_argv(["--port", "9200"])
+    assert (s.port, s.ctx_size) == (9200, 1024)
+
+
+def test_unknown_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        Settings.from_argv(["--no-such-flag"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unrecognized arguments: --no-such-flag" in err
