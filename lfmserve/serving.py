@@ -214,13 +214,14 @@ class Serving:
                 first = False
             if out.text:
                 pending.append(chunk({"content": out.text}))
+            if body.timings_per_token:
+                for item in pending:
+                    item["timings"] = out.timings.to_json()
             if out.finished:
                 pending.append(chunk({}, out.finish_reason))
                 if body.stream_options is not None and body.stream_options.include_usage:
                     pending.append({"choices": [], **self._envelope(cid, "chat.completion.chunk", created),
                                     "usage": usage(out)})
-                pending[-1]["timings"] = out.timings.to_json()
-            elif body.timings_per_token and pending:
                 pending[-1]["timings"] = out.timings.to_json()
             for item in pending:
                 yield item
