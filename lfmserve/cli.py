@@ -35,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_argv(argv)
     logging.basicConfig(level=logging.DEBUG if settings.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         path = resolve_model_path(settings)
         settings.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018

@@ -14,12 +14,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 from typing import Iterable
+from urllib.parse import urlsplit
 
 import huggingface_hub
+from huggingface_hub import constants
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-from .errors import NotFound
+from .errors import LfmError, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -51,17 +54,46 @@ def pick_gguf(files: Iterable[str], quant: str) -> list[str]:
 
 
 def resolve_hf_model(spec: str, hf_file: str | None = None) -> str:
-    """Local path of the model file (the first part of a split GGUF), downloading what is missing."""
+    """Local path of the model file (the first part of a split GGUF), downloading what is missing.
+
+    When the hub's host does not answer and the file is cached, the cache is used at once instead of
+    waiting through huggingface_hub's retries.
+    """
     repo, quant = split_spec(spec)
+    if not _hub_reachable():
+        try:
+            paths = _from_cache(repo, quant, hf_file)
+            logger.warning("the hub at %s cannot be reached; using the cached %s", constants.ENDPOINT, paths[0])
+            return paths[0]
+        except NotFound:
+            pass  # not cached: try the hub anyway (a proxy may reach it)
     try:
         files = [hf_file] if hf_file else pick_gguf(huggingface_hub.list_repo_files(repo), quant)
         paths = [huggingface_hub.hf_hub_download(repo, f) for f in files]
-    except (HfHubHTTPError, OSError) as exc:
-        if isinstance(exc, HfHubHTTPError) and exc.response is not None and exc.response.status_code in (401, 403, 404):
+    except LfmError:
+        raise
+    except HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code in (401, 403, 404):
             raise NotFound(f"Hugging Face repo or file not found: {repo} ({exc.response.status_code})") from exc
+        logger.warning("the hub failed (%s); looking in the local cache", exc)
+        paths = _from_cache(repo, quant, hf_file)
+    except Exception as exc:  # offline mode, DNS, refused connections: whatever the HTTP stack raises
         logger.warning("cannot reach the hub (%s); looking in the local cache", exc)
         paths = _from_cache(repo, quant, hf_file)
     return paths[0]
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the hub's host accepts a TCP connection (False in offline mode)."""
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
 
 
 def _from_cache(repo: str, quant: str, hf_file: str | None) -> list[str]:

@@ -1,0 +1,71 @@
+"""The in-process API: per turn, only the new suffix is prefilled and the cache equals the render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import lfmserve
+from lfmserve.testing import EOS_ID
+
+
+@pytest.fixture(scope="module")
+def model(tiny_gguf: Path) -> Iterator[lfmserve.Model]:
+    with lfmserve.Model(tiny_gguf, n_ctx=2048, n_threads=2) as m:
+        yield m
+
+
+def test_each_turn_prefills_only_its_suffix_and_the_cache_equals_the_render(model: lfmserve.Model) -> None:
+    chat = model.chat(system="You are a helpful assistant.")
+    n_before = 0
+    for question in ["My name is Ada.", "What is my name?", "Tell me a story about a cat."]:
+        history_tokens = chat.rendered_tokens() if chat.messages[-1:] and chat.messages[-1]["role"] == "assistant" else []
+        reply = chat.send(question, temperature=0, max_tokens=10)
+        turn = chat.last_turn
+        assert turn is not None and turn.n_generated == 10 and isinstance(reply, str)
+        # the suffix: this turn's prompt minus the previous turn's closed render, which the cache held
+        assert turn.n_cached_tokens == len(history_tokens) == n_before
+        assert turn.n_prefilled == turn.n_prompt_tokens - n_before
+        assert chat.cached_tokens() == chat.rendered_tokens()
+        assert chat.messages[-1] == {"role": "assistant", "content": reply}
+        n_before = len(chat.cached_tokens())
+
+
+def test_a_clean_reply_closes_the_turn_with_just_the_end_of_turn_tokens(model: lfmserve.Model) -> None:
+    # Biasing towards plain merged tokens makes the reply re-tokenize to exactly what was generated.
+    words = model.tokenize(" the", parse_special=False) + model.tokenize(" ocean", parse_special=False)
+    chat = model.chat()
+    chat.send("Hi", temperature=0, max_tokens=6, logit_bias=tuple((t, 50.0) for t in words))
+    turn = chat.last_turn
+    assert turn is not None and turn.finish_reason == "length"
+    # Stopped by max_tokens, the last sampled token was never decoded: it, <|im_end|> and "\n" close the turn.
+    assert turn.n_closing_tokens == 1 + len(model.tokenize("<|im_end|>\n")) == 3
+    assert chat.cached_tokens() == chat.rendered_tokens()
+
+
+def test_stream_yields_the_same_text_as_send(model: lfmserve.Model) -> None:
+    a, b = model.chat(), model.chat()
+    assert "".join(a.stream("Hello", temperature=0, max_tokens=12)) == b.send("Hello", temperature=0, max_tokens=12)
+
+
+def test_end_of_generation_stops_the_turn(model: lfmserve.Model) -> None:
+    chat = model.chat()
+    assert chat.send("Hi", temperature=0, logit_bias=((EOS_ID, 100.0),)) == ""
+    assert chat.last_turn is not None and chat.last_turn.finish_reason == "stop"
+    assert chat.cached_tokens() == chat.rendered_tokens()
+
+
+def test_reset_forgets_without_reloading(model: lfmserve.Model) -> None:
+    chat = model.chat(system="Be brief.")
+    first = chat.send("Hi", temperature=0, max_tokens=5)
+    chat.reset()
+    assert chat.cached_tokens() == [] and chat.messages == [{"role": "system", "content": "Be brief."}]
+    assert chat.send("Hi", temperature=0, max_tokens=5) == first
+    assert chat.last_turn is not None and chat.last_turn.n_cached_tokens == 0
+
+
+def test_unknown_options_are_refused(model: lfmserve.Model) -> None:
+    with pytest.raises(TypeError, match="unknown sampling options: warmth"):
+        model.chat().send("Hi", warmth=3)
