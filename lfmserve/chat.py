@@ -17,10 +17,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Iterator
+from typing import Any
 
 from .engine import Engine
 from .loader import chat_template, engine_config, sampling_defaults
@@ -48,11 +49,25 @@ class TurnStats:
 class Model:
     """A GGUF loaded in this process, with its own engine thread (one slot per concurrent chat)."""
 
-    def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_parallel: int = 1, n_threads: int | None = None,
-                 chat_template_file: str | None = None, **sampling_defaults_: Any) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_parallel: int = 1,
+        n_threads: int | None = None,
+        chat_template_file: str | None = None,
+        **sampling_defaults_: Any,
+    ) -> None:
         overrides = {"threads": n_threads} if n_threads else {}
-        self.settings = Settings(model=str(path), ctx_size=n_ctx, parallel=n_parallel,
-                                 chat_template_file=chat_template_file, **overrides, **_cli_sampling(sampling_defaults_))
+        self.settings = Settings(
+            model=str(path),
+            ctx_size=n_ctx,
+            parallel=n_parallel,
+            chat_template_file=chat_template_file,
+            **overrides,
+            **_cli_sampling(sampling_defaults_),
+        )
         self._native = NativeModel(path, n_gpu_layers=self.settings.n_gpu_layers)
         self.template = chat_template(self.settings, self._native)
         self.defaults = sampling_defaults(self.settings, self._native).params
@@ -78,8 +93,9 @@ class Model:
     def __enter__(self) -> Model:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def _chat_tokens(self, text: str) -> list[int]:
@@ -125,9 +141,14 @@ class Chat:
         assert last is not None
         self.messages.append({"role": "assistant", "content": "".join(parts)})
         n_closing = self._close_turn()
-        self.last_turn = TurnStats(n_prompt_tokens=len(prompt), n_cached_tokens=last.n_cached_tokens,
-                                   n_prefilled=last.timings.prompt_n, n_generated=last.n_decoded,
-                                   n_closing_tokens=n_closing, finish_reason=last.finish_reason)
+        self.last_turn = TurnStats(
+            n_prompt_tokens=len(prompt),
+            n_cached_tokens=last.n_cached_tokens,
+            n_prefilled=last.timings.prompt_n,
+            n_generated=last.n_decoded,
+            n_closing_tokens=n_closing,
+            finish_reason=last.finish_reason,
+        )
 
     def cached_tokens(self) -> list[int]:
         """The tokens the slot's cache holds now."""
@@ -147,9 +168,13 @@ class Chat:
         unknown = set(options) - _SAMPLING_NAMES
         if unknown:
             raise TypeError(f"unknown sampling options: {', '.join(sorted(unknown))}")
-        return EngineRequest(prompt_tokens=tuple(prompt), sampling=self.model.defaults.updated(options),
-                             max_tokens=max_tokens, stop=(stop,) if isinstance(stop, str) else tuple(stop),
-                             id_slot=self.slot)
+        return EngineRequest(
+            prompt_tokens=tuple(prompt),
+            sampling=self.model.defaults.updated(options),
+            max_tokens=max_tokens,
+            stop=(stop,) if isinstance(stop, str) else tuple(stop),
+            id_slot=self.slot,
+        )
 
     def _close_turn(self) -> int:
         """Bring the cache to the render of the history (the end-of-turn tokens, and any re-tokenization)."""
@@ -162,8 +187,16 @@ class Chat:
 
 def _cli_sampling(values: dict[str, Any]) -> dict[str, Any]:
     """``Model(temperature=0.2)`` -> the Settings field that holds that default."""
-    names = {"temperature": "temp", "temp": "temp", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-             "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n", "seed": "seed"}
+    names = {
+        "temperature": "temp",
+        "temp": "temp",
+        "top_k": "top_k",
+        "top_p": "top_p",
+        "min_p": "min_p",
+        "repeat_penalty": "repeat_penalty",
+        "repeat_last_n": "repeat_last_n",
+        "seed": "seed",
+    }
     unknown = set(values) - set(names)
     if unknown:
         raise TypeError(f"unknown Model options: {', '.join(sorted(unknown))}")

@@ -15,9 +15,10 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping, NoReturn, Sequence
+from typing import Any, NoReturn
 
 import jinja2
 from jinja2 import nodes
@@ -39,8 +40,13 @@ class _GenerationTag(Extension):
         return nodes.Scope(body, lineno=lineno)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     # transformers' tojson: no key sorting, no HTML escaping (jinja2's built-in does both).
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -55,7 +61,9 @@ def _strftime_now(fmt: str) -> str:
 
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationTag],
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=["jinja2.ext.loopcontrols", _GenerationTag],
         undefined=jinja2.Undefined,
     )
     env.filters["tojson"] = _tojson
@@ -96,8 +104,14 @@ class ChatTemplate:
             raise TemplateError(f"Chat template syntax error (line {exc.lineno}): {exc.message}") from exc
         self.caps = self._probe_caps()
 
-    def render(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Any] | None = None,
-               add_generation_prompt: bool = True, extra: Mapping[str, Any] | None = None) -> str:
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        add_generation_prompt: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str:
         """Render the conversation; template errors and sandbox refusals raise :class:`TemplateError`."""
         variables: dict[str, Any] = {
             "bos_token": self.bos_token,
@@ -133,16 +147,19 @@ class ChatTemplate:
         typed = self._try([{"role": "user", "content": [{"type": "text", "text": _MARK}]}])
         string = self._try([{"role": "user", "content": _MARK}])
         system = self._try([{"role": "system", "content": _MARK}, user])
-        tool = {"type": "function", "function": {"name": _MARK, "description": "d",
-                                                 "parameters": {"type": "object", "properties": {}}}}
+        tool = {
+            "type": "function",
+            "function": {"name": _MARK, "description": "d", "parameters": {"type": "object", "properties": {}}},
+        }
         tools = self._try([user], [tool])
 
         def call(name: str) -> dict[str, Any]:
             return {"id": "call_1", "type": "function", "function": {"name": name, "arguments": {"a": 1}}}
 
         calls = self._try([user, {"role": "assistant", "content": "", "tool_calls": [call(_MARK), call(_MARK + "2")]}])
-        reasoning = self._try([user, {"role": "assistant", "content": "ok", "reasoning_content": _MARK,
-                                      "thinking": _MARK}, user])
+        reasoning = self._try(
+            [user, {"role": "assistant", "content": "ok", "reasoning_content": _MARK, "thinking": _MARK}, user]
+        )
         return TemplateCaps(
             supports_string_content=_MARK in string,
             supports_typed_content=_MARK in typed and '"type"' not in typed,

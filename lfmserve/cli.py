@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import uvicorn
 
@@ -33,8 +33,11 @@ def resolve_model_path(settings: Settings) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_argv(argv)
-    logging.basicConfig(level=logging.DEBUG if settings.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if settings.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
@@ -51,8 +54,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.should_exit = True
 
     app = create_app(settings, lambda: load_serving(settings, path), on_load_error=stop_on_load_error)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info" if settings.verbose else "warning",
-                            access_log=settings.verbose, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info" if settings.verbose else "warning",
+        access_log=settings.verbose,
+        timeout_graceful_shutdown=5,
+    )
     server = uvicorn.Server(config)
     logger.info("listening on http://%s:%d (model %s)", settings.host, settings.port, path)
     server.run()

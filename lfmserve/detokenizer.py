@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import codecs
-from typing import Callable
+from collections.abc import Callable
 
 
 class StreamingDetokenizer:

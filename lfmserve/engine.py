@@ -21,8 +21,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 from .detokenizer import StreamingDetokenizer
 from .errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled
@@ -76,8 +76,13 @@ class _Job:
     def output(self, text: str, tokens: tuple[int, ...], **finish: str) -> EngineOutput:
         assert self.slot is not None
         return EngineOutput(
-            text=text, token_ids=tokens, id_slot=self.slot.id, n_prompt_tokens=len(self.prompt),
-            n_cached_tokens=self.n_cached, n_decoded=self.n_decoded, timings=replace(self.timings),
+            text=text,
+            token_ids=tokens,
+            id_slot=self.slot.id,
+            n_prompt_tokens=len(self.prompt),
+            n_cached_tokens=self.n_cached,
+            n_decoded=self.n_decoded,
+            timings=replace(self.timings),
             **finish,  # type: ignore[arg-type]
         )
 
@@ -89,8 +94,12 @@ class Engine:
         self.model = model
         self.config = config
         self._ctx = NativeContext(
-            model, n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_ubatch,
-            n_seq_max=config.n_slots, n_threads=config.n_threads,
+            model,
+            n_ctx=config.n_ctx,
+            n_batch=config.n_batch,
+            n_ubatch=config.n_ubatch,
+            n_seq_max=config.n_slots,
+            n_threads=config.n_threads,
             n_threads_batch=config.n_threads_batch or config.n_threads,
         )
         self.n_ctx = self._ctx.n_ctx
@@ -157,11 +166,13 @@ class Engine:
             raise ContextLengthExceeded(n, self.n_ctx_slot)
         bad = next((t for t in request.prompt_tokens if not self.model.is_valid_token(t)), None)
         if bad is not None:
-            raise InvalidRequest(f"Invalid token id {bad} in the prompt (vocabulary has {self.model.n_vocab})",
-                                 param="prompt")
+            raise InvalidRequest(
+                f"Invalid token id {bad} in the prompt (vocabulary has {self.model.n_vocab})", param="prompt"
+            )
         if request.id_slot >= len(self._slots):
-            raise InvalidRequest(f"id_slot {request.id_slot} does not exist (there are {len(self._slots)} slots)",
-                                 param="id_slot")
+            raise InvalidRequest(
+                f"id_slot {request.id_slot} does not exist (there are {len(self._slots)} slots)", param="id_slot"
+            )
 
     # -- engine thread -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -219,8 +230,13 @@ class Engine:
 
     def _start(self, job: _Job, slot: Slot) -> None:
         request = job.request
-        plan = plan_reuse(slot, job.prompt, cache_prompt=request.cache_prompt,
-                          needs_logits=request.max_tokens != 0, can_truncate=self._can_truncate)
+        plan = plan_reuse(
+            slot,
+            job.prompt,
+            cache_prompt=request.cache_prompt,
+            needs_logits=request.max_tokens != 0,
+            can_truncate=self._can_truncate,
+        )
         if plan.clear:
             self._reset_slot(slot)
         elif plan.restore:
@@ -230,7 +246,7 @@ class Engine:
             if not self._ctx.seq_rm(slot.id, plan.keep, -1):
                 self._reset_slot(slot)
             else:
-                del slot.tokens[plan.keep:]
+                del slot.tokens[plan.keep :]
         slot.busy = True
         job.slot = slot
         job.n_cached = len(slot.tokens)
@@ -301,7 +317,9 @@ class Engine:
             end -= 1  # the state before the last prompt token is the checkpoint a repeat can restore
         n = min(end - done, self._ctx.batch.free)
         last = done + n == len(job.prompt)
-        index = self._ctx.batch.add(job.prompt[done:done + n], done, job.slot.id, last and job.request.max_tokens != 0)
+        index = self._ctx.batch.add(
+            job.prompt[done : done + n], done, job.slot.id, last and job.request.max_tokens != 0
+        )
         if last and job.request.max_tokens != 0:
             job.batch_index = index
         return n
@@ -310,7 +328,7 @@ class Engine:
         assert job.slot is not None
         slot = job.slot
         done = len(slot.tokens)
-        slot.tokens.extend(job.prompt[done:done + n])
+        slot.tokens.extend(job.prompt[done : done + n])
         if not self._can_truncate and len(slot.tokens) == len(job.prompt) - 1:
             slot.checkpoint = Checkpoint(len(slot.tokens), self._ctx.get_state(slot.id, partial=True))
         if len(slot.tokens) == len(job.prompt):
@@ -341,13 +359,28 @@ class Engine:
             job.pending_token = token
             job.sink.put(job.output(text, (token,)))
 
-    def _finish(self, job: _Job, text: str, tokens: tuple[int, ...], reason: FinishReason, stop_type: StopType,
-                stopping_word: str = "") -> None:
+    def _finish(
+        self,
+        job: _Job,
+        text: str,
+        tokens: tuple[int, ...],
+        reason: FinishReason,
+        stop_type: StopType,
+        stopping_word: str = "",
+    ) -> None:
         job.sink.put(job.output(text, tokens, finish_reason=reason, stop_type=stop_type, stopping_word=stopping_word))
         t = job.timings
-        logger.info("request %d done: slot %d, prompt %d (cached %d), completion %d, ttft %.0f ms, %.1f tok/s (%s)",
-                    job.id, job.slot.id if job.slot else -1, len(job.prompt), job.n_cached, job.n_decoded,
-                    t.prompt_ms, t.to_json()["predicted_per_second"], stop_type)
+        logger.info(
+            "request %d done: slot %d, prompt %d (cached %d), completion %d, ttft %.0f ms, %.1f tok/s (%s)",
+            job.id,
+            job.slot.id if job.slot else -1,
+            len(job.prompt),
+            job.n_cached,
+            job.n_decoded,
+            t.prompt_ms,
+            t.to_json()["predicted_per_second"],
+            stop_type,
+        )
         self._release(job)
 
     def _finish_with_error(self, job: _Job, error: BaseException) -> None:

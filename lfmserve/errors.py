@@ -56,8 +56,7 @@ class ContextLengthExceeded(InvalidRequest):
 
     def __init__(self, n_prompt_tokens: int, n_ctx: int) -> None:
         super().__init__(
-            f"request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), "
-            "try increasing it"
+            f"request ({n_prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
         )
         self.n_prompt_tokens = n_prompt_tokens
         self.n_ctx = n_ctx
@@ -100,7 +99,15 @@ class EngineError(LfmError):
 
 _BY_TYPE: dict[str, type[LfmError]] = {
     cls.error_type: cls
-    for cls in (LfmError, InvalidRequest, ContextLengthExceeded, AuthenticationFailed, NotFound, NotSupported, Unavailable)
+    for cls in (
+        LfmError,
+        InvalidRequest,
+        ContextLengthExceeded,
+        AuthenticationFailed,
+        NotFound,
+        NotSupported,
+        Unavailable,
+    )
 }
 
 

@@ -15,7 +15,7 @@ import logging
 import os
 import re
 import socket
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import huggingface_hub
@@ -101,8 +101,9 @@ def _from_cache(repo: str, quant: str, hf_file: str | None) -> list[str]:
         snapshot = huggingface_hub.snapshot_download(repo, local_files_only=True)
     except LocalEntryNotFoundError as exc:
         raise NotFound(f"{repo} is not in the local cache and the hub cannot be reached") from exc
-    cached = [os.path.relpath(os.path.join(root, name), snapshot)
-              for root, _, names in os.walk(snapshot) for name in names]
+    cached = [
+        os.path.relpath(os.path.join(root, name), snapshot) for root, _, names in os.walk(snapshot) for name in names
+    ]
     files = [hf_file] if hf_file else pick_gguf(cached, quant)
     paths = [os.path.join(snapshot, f) for f in files]
     if not all(os.path.exists(p) for p in paths):

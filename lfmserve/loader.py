@@ -26,8 +26,9 @@ def model_name(settings: Settings, path: str) -> str:
 
 def sampling_defaults(settings: Settings, model: NativeModel) -> ResolvedDefaults:
     info = model.info
-    identity = model_identity(info.name, info.basename, info.size_label, model.meta("general.finetune"),
-                              Path(info.path).stem)
+    identity = model_identity(
+        info.name, info.basename, info.size_label, model.meta("general.finetune"), Path(info.path).stem
+    )
     return resolve_defaults(cli=settings.cli_sampling(), gguf_sampling=info.gguf_sampling, identity=identity)
 
 
@@ -41,9 +42,14 @@ def chat_template(settings: Settings, model: NativeModel) -> ChatTemplate:
 
 
 def engine_config(settings: Settings) -> EngineConfig:
-    return EngineConfig(n_ctx=settings.ctx_size, n_slots=settings.parallel, n_batch=settings.batch_size,
-                        n_ubatch=settings.ubatch_size, n_threads=settings.threads,
-                        n_threads_batch=settings.threads_batch)
+    return EngineConfig(
+        n_ctx=settings.ctx_size,
+        n_slots=settings.parallel,
+        n_batch=settings.batch_size,
+        n_ubatch=settings.ubatch_size,
+        n_threads=settings.threads,
+        n_threads_batch=settings.threads_batch,
+    )
 
 
 def load_serving(settings: Settings, path: str) -> Serving:
@@ -53,13 +59,29 @@ def load_serving(settings: Settings, path: str) -> Serving:
     engine = Engine(model, engine_config(settings))
     defaults = sampling_defaults(settings, model)
     info = model.info
-    logger.info("loaded %s: %s, %s params, %.1f MiB, n_ctx_train %d; context %d over %d slots (%d per slot), "
-                "%d threads", path, info.architecture, f"{info.n_params:,}", info.size_bytes / 2**20,
-                info.n_ctx_train, engine.n_ctx, engine.n_slots, engine.n_ctx_slot, settings.threads)
+    logger.info(
+        "loaded %s: %s, %s params, %.1f MiB, n_ctx_train %d; context %d over %d slots (%d per slot), %d threads",
+        path,
+        info.architecture,
+        f"{info.n_params:,}",
+        info.size_bytes / 2**20,
+        info.n_ctx_train,
+        engine.n_ctx,
+        engine.n_slots,
+        engine.n_ctx_slot,
+        settings.threads,
+    )
     if defaults.family:
         logger.info("LFM family: %s", defaults.family)
     for name, value in defaults.params.to_json().items():
         if name in defaults.sources:
             logger.info("sampling default %s = %s (%s)", name, value, defaults.sources[name])
-    return Serving(model, engine, template, model_name=model_name(settings, path), defaults=defaults,
-                   default_max_tokens=settings.n_predict, fingerprint=build_info())
+    return Serving(
+        model,
+        engine,
+        template,
+        model_name=model_name(settings, path),
+        defaults=defaults,
+        default_max_tokens=settings.n_predict,
+        fingerprint=build_info(),
+    )

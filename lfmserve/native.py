@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import llama_cpp.llama_cpp as llama
 import numpy as np
 import numpy.typing as npt
 
 from .errors import EngineError
+from .penalties import LogitAdjuster
 from .sampling import GGUF_SAMPLING_KEYS, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,10 @@ class NativeModel:
         self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
         self.bos_id = llama.llama_vocab_bos(self._vocab)
         self.eos_id = llama.llama_vocab_eos(self._vocab)
-        self._piece_buffer = ctypes.create_string_buffer(256)
+        # Looked up per generated token: answered from Python, so the engine thread does not give up the
+        # GIL (and wait to get it back) for these calls.
+        self._eog = frozenset(t for t in range(self.n_vocab) if llama.llama_vocab_is_eog(self._vocab, t))
+        self._pieces: dict[tuple[int, bool], bytes] = {}
         self.info = self._read_info()
 
     @property
@@ -176,7 +180,14 @@ class NativeModel:
         return list(buf[:n])
 
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
-        buf = self._piece_buffer
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = self._read_piece(token, special)
+        return piece
+
+    def _read_piece(self, token: int, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
         n = llama.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
@@ -200,7 +211,11 @@ class NativeModel:
             capacity = -n
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama.llama_vocab_is_eog(self._vocab, token))
+        return token in self._eog
+
+    @property
+    def eog_tokens(self) -> frozenset[int]:
+        return self._eog
 
     def is_valid_token(self, token: int) -> bool:
         return 0 <= token < self.n_vocab
@@ -301,7 +316,9 @@ class NativeContext:
         self.batch.struct.n_tokens = self.batch.n_tokens
         rc = llama.llama_decode(self._ctx, self.batch.struct)
         if rc != 0:
-            reason = {1: "no KV slot for the batch (context full)", 2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
+            reason = {1: "no KV slot for the batch (context full)", 2: "aborted", -1: "invalid batch"}.get(
+                rc, "fatal error"
+            )
             raise EngineError(f"llama_decode failed: {reason} (code {rc})")
 
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
@@ -340,50 +357,55 @@ class NativeContext:
 
 
 class Sampler:
-    """One request's llama.cpp sampler chain, built in llama-server's order.
+    """One request's sampling, with llama-server's chain and order.
 
-    logit bias -> penalties -> top-k -> typical -> top-p -> min-p -> temperature -> dist(seed).
-    A temperature <= 0 keeps only the most likely token (greedy), as in llama-server.
+    logit bias -> penalties -> top-k -> typical -> top-p -> min-p -> temperature -> dist(seed). Bias and
+    penalties are applied to the logits by :class:`~lfmserve.penalties.LogitAdjuster` (only the window's
+    tokens change); the rest is a llama.cpp sampler chain. At temperature <= 0 the chain's answer is the
+    most likely token (top-k, top-p and min-p always keep it), so greedy sampling is an argmax.
     """
 
     def __init__(self, model: NativeModel, params: SamplingParams, history: Sequence[int], n_ctx: int) -> None:
-        self._chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
-        add: Callable[[Any], None] = lambda s: llama.llama_sampler_chain_add(self._chain, s)  # noqa: E731
-        biases = list(params.logit_bias)
-        if params.ignore_eos:
-            biases += [(t, -math.inf) for t in range(model.n_vocab) if model.is_eog(t)]
-        if biases:
-            arr = (llama.llama_logit_bias * len(biases))(*[llama.llama_logit_bias(t, b) for t, b in biases])
-            add(llama.llama_sampler_init_logit_bias(model.n_vocab, len(biases), arr))
-        window = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n  # -1 = the whole context
-        penalised = (params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0
-                     or params.presence_penalty != 0.0) and window != 0
-        if penalised:
-            add(llama.llama_sampler_init_penalties(model.n_vocab, window, params.repeat_penalty,
-                                                   params.frequency_penalty, params.presence_penalty))
-        if params.top_k > 0:
-            add(llama.llama_sampler_init_top_k(params.top_k))
-        if params.typical_p < 1.0:
-            add(llama.llama_sampler_init_typical(params.typical_p, 1))
-        if params.top_p < 1.0:
-            add(llama.llama_sampler_init_top_p(params.top_p, 1))
-        if params.min_p > 0.0:
-            add(llama.llama_sampler_init_min_p(params.min_p, 1))
-        add(llama.llama_sampler_init_temp_ext(params.temperature, 0.0, 1.0))
-        seed = llama.LLAMA_DEFAULT_SEED if params.seed < 0 else params.seed & 0xFFFFFFFF
-        add(llama.llama_sampler_init_dist(seed))
-        if penalised:
-            self.accept_all(history[-window:])  # the penalty window sees the prompt too, as in llama-server
-
-    def accept_all(self, tokens: Iterable[int]) -> None:
-        for token in tokens:
-            llama.llama_sampler_accept(self._chain, token)
+        self._n_vocab = model.n_vocab
+        self._adjuster = LogitAdjuster(params, n_ctx=n_ctx, eog_tokens=model.eog_tokens)
+        self._chain = None
+        if not (params.is_greedy and params.typical_p >= 1.0):  # typical-p may drop the most likely token
+            self._chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
+            for sampler in _stochastic_samplers(params):
+                llama.llama_sampler_chain_add(self._chain, sampler)
+        if self._adjuster.penalised:
+            for token in history[-self._adjuster.window :]:  # the window sees the prompt too, as in llama-server
+                self._adjuster.accept(token)
 
     def sample(self, ctx: NativeContext, batch_index: int) -> int:
-        """Sample (and accept) the next token from the logits at ``batch_index``."""
-        return int(llama.llama_sampler_sample(self._chain, ctx.handle, batch_index))
+        """The next token from the logits at ``batch_index`` (which it adjusts in place)."""
+        if self._adjuster.active or self._chain is None:
+            logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx.handle, batch_index), shape=(self._n_vocab,))
+            self._adjuster.apply(logits)
+        if self._chain is None:
+            token = int(np.argmax(logits))
+        else:
+            token = int(llama.llama_sampler_sample(self._chain, ctx.handle, batch_index))
+        self._adjuster.accept(token)
+        return token
 
     def close(self) -> None:
         if self._chain:
             llama.llama_sampler_free(self._chain)
             self._chain = None
+
+
+def _stochastic_samplers(params: SamplingParams) -> list[Any]:
+    samplers = []
+    if params.top_k > 0:
+        samplers.append(llama.llama_sampler_init_top_k(params.top_k))
+    if params.typical_p < 1.0:
+        samplers.append(llama.llama_sampler_init_typical(params.typical_p, 1))
+    if params.top_p < 1.0:
+        samplers.append(llama.llama_sampler_init_top_p(params.top_p, 1))
+    if params.min_p > 0.0:
+        samplers.append(llama.llama_sampler_init_min_p(params.min_p, 1))
+    samplers.append(llama.llama_sampler_init_temp_ext(params.temperature, 0.0, 1.0))
+    seed = llama.LLAMA_DEFAULT_SEED if params.seed < 0 else params.seed & 0xFFFFFFFF
+    samplers.append(llama.llama_sampler_init_dist(seed))
+    return samplers

@@ -109,8 +109,18 @@ class SamplingFields(_Body):
 
     def sampling_overrides(self) -> dict[str, Any]:
         """Fields the request set, under :class:`~lfmserve.sampling.SamplingParams` names."""
-        names = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
-                 "presence_penalty", "frequency_penalty", "seed")
+        names = (
+            "temperature",
+            "top_k",
+            "top_p",
+            "min_p",
+            "typical_p",
+            "repeat_penalty",
+            "repeat_last_n",
+            "presence_penalty",
+            "frequency_penalty",
+            "seed",
+        )
         out = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         out["ignore_eos"] = self.ignore_eos
         return out

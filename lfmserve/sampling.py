@@ -12,8 +12,9 @@ which reproduces the model cards' generation settings.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 #: llama-server's defaults (common/common.h), used for models outside the family table.
 LLAMA_SERVER_DEFAULTS: dict[str, Any] = {
@@ -112,9 +113,7 @@ def match_family(identity: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def resolve_defaults(
-    *, cli: Mapping[str, Any], gguf_sampling: Mapping[str, Any], identity: str
-) -> ResolvedDefaults:
+def resolve_defaults(*, cli: Mapping[str, Any], gguf_sampling: Mapping[str, Any], identity: str) -> ResolvedDefaults:
     """Layer the defaults: CLI > GGUF ``general.sampling.*`` > LFM family table > llama-server."""
     values = dict(LLAMA_SERVER_DEFAULTS)
     sources = {name: "llama-server default" for name in values}

@@ -6,8 +6,8 @@ applies the plans (``engine.py``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -70,8 +70,9 @@ class ReusePlan:
     clear: bool = False
 
 
-def plan_reuse(slot: Slot, prompt: Sequence[int], *, cache_prompt: bool, needs_logits: bool,
-               can_truncate: bool) -> ReusePlan:
+def plan_reuse(
+    slot: Slot, prompt: Sequence[int], *, cache_prompt: bool, needs_logits: bool, can_truncate: bool
+) -> ReusePlan:
     """Longest reusable prefix of ``slot.tokens`` for ``prompt``.
 
     At least one prompt token is always left to decode when the request needs logits. A memory that

@@ -14,9 +14,10 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -53,8 +54,9 @@ class AppState:
     load_error: BaseException | None = None
 
 
-def create_app(settings: Settings, load: Callable[[], Serving],
-               on_load_error: Callable[[BaseException], None] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, load: Callable[[], Serving], on_load_error: Callable[[BaseException], None] | None = None
+) -> FastAPI:
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server)."""
     state = AppState(settings, tuple(k.encode() for k in settings.api_keys))
 
@@ -75,8 +77,7 @@ def create_app(settings: Settings, load: Callable[[], Serving],
     return app
 
 
-async def _load(state: AppState, load: Callable[[], Serving],
-                on_error: Callable[[BaseException], None] | None) -> None:
+async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable[[BaseException], None] | None) -> None:
     t0 = time.perf_counter()
     try:
         state.serving = await asyncio.to_thread(load)
@@ -144,7 +145,9 @@ def _install_error_handlers(app: FastAPI) -> None:
             return _error_response(NotFound(f"File Not Found: {request.url.path}"))
         error = LfmError(str(exc.detail))
         body = error.to_body()
-        body["error"].update(code=exc.status_code, type="invalid_request_error" if exc.status_code < 500 else "server_error")
+        body["error"].update(
+            code=exc.status_code, type="invalid_request_error" if exc.status_code < 500 else "server_error"
+        )
         return JSONResponse(body, status_code=exc.status_code)
 
     @app.exception_handler(Exception)
@@ -185,8 +188,9 @@ def _sse(chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool) -> Streami
         if done_marker:
             yield b"data: [DONE]\n\n"
 
-    return StreamingResponse(frames(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 def _install_routes(app: FastAPI) -> None:
@@ -209,13 +213,28 @@ def _install_routes(app: FastAPI) -> None:
             "created": int(time.time()),
             "owned_by": "llamacpp",
             "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
-            "meta": {"vocab_type": info.vocab_type, "n_vocab": info.n_vocab, "n_ctx": engine.n_ctx_slot,
-                     "n_ctx_train": info.n_ctx_train, "n_embd": info.n_embd, "n_params": info.n_params,
-                     "size": info.size_bytes},
+            "meta": {
+                "vocab_type": info.vocab_type,
+                "n_vocab": info.n_vocab,
+                "n_ctx": engine.n_ctx_slot,
+                "n_ctx_train": info.n_ctx_train,
+                "n_embd": info.n_embd,
+                "n_params": info.n_params,
+                "size": info.size_bytes,
+            },
         }
-        return {"object": "list", "data": [entry],
-                "models": [{"name": serving.model_name, "model": serving.model_name, "type": "model",
-                            "capabilities": ["completion"]}]}
+        return {
+            "object": "list",
+            "data": [entry],
+            "models": [
+                {
+                    "name": serving.model_name,
+                    "model": serving.model_name,
+                    "type": "model",
+                    "capabilities": ["completion"],
+                }
+            ],
+        }
 
     @app.get("/props")
     async def props(request: Request) -> dict[str, Any]:
@@ -224,8 +243,11 @@ def _install_routes(app: FastAPI) -> None:
         return {
             "default_generation_settings": {
                 "n_ctx": serving.engine.n_ctx_slot,
-                "params": {**serving.defaults.params.to_json(), "n_predict": serving.default_max_tokens,
-                           "max_tokens": serving.default_max_tokens},
+                "params": {
+                    **serving.defaults.params.to_json(),
+                    "n_predict": serving.default_max_tokens,
+                    "max_tokens": serving.default_max_tokens,
+                },
             },
             "sampling_sources": serving.defaults.sources,
             "lfm_family": serving.defaults.family,
@@ -274,8 +296,9 @@ def _install_routes(app: FastAPI) -> None:
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
         body = parse_body(TokenizeRequest, await request.body())
-        return _serving(request).tokenize(body.content, add_special=body.add_special,
-                                          parse_special=body.parse_special, with_pieces=body.with_pieces)
+        return _serving(request).tokenize(
+            body.content, add_special=body.add_special, parse_special=body.parse_special, with_pieces=body.with_pieces
+        )
 
     @app.post("/detokenize")
     async def detokenize(request: Request) -> dict[str, Any]:

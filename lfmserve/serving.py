@@ -11,8 +11,9 @@ import asyncio
 import json
 import secrets
 import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 from .chat_template import ChatTemplate
 from .engine import Engine
@@ -29,7 +30,7 @@ from .protocol import (
 )
 from .records import EngineOutput, EngineRequest
 from .sampling import ResolvedDefaults
-from .stream import AsyncStream
+from .stream import AsyncStream, CollectingStream
 
 
 def completion_id(prefix: str) -> str:
@@ -45,18 +46,6 @@ class Collected:
     last: EngineOutput
 
 
-async def collect(outputs: AsyncIterator[EngineOutput]) -> Collected:
-    parts: list[str] = []
-    tokens: list[int] = []
-    last: EngineOutput | None = None
-    async for out in outputs:
-        parts.append(out.text)
-        tokens.extend(out.token_ids)
-        last = out
-    assert last is not None and last.finished
-    return Collected("".join(parts), tokens, last)
-
-
 def usage(out: EngineOutput) -> dict[str, Any]:
     return {
         "completion_tokens": out.n_decoded,
@@ -69,8 +58,17 @@ def usage(out: EngineOutput) -> dict[str, Any]:
 class Serving:
     """The model's serving logic, shared by every route."""
 
-    def __init__(self, model: NativeModel, engine: Engine, template: ChatTemplate, *, model_name: str,
-                 defaults: ResolvedDefaults, default_max_tokens: int, fingerprint: str) -> None:
+    def __init__(
+        self,
+        model: NativeModel,
+        engine: Engine,
+        template: ChatTemplate,
+        *,
+        model_name: str,
+        defaults: ResolvedDefaults,
+        default_max_tokens: int,
+        fingerprint: str,
+    ) -> None:
         self.model = model
         self.engine = engine
         self.template = template
@@ -83,18 +81,22 @@ class Serving:
     def render_chat(self, body: ChatCompletionRequest | ApplyTemplateRequest) -> str:
         messages = [self._template_message(m) for m in body.messages]
         tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-        return self.template.render(messages, tools=tools, add_generation_prompt=body.add_generation_prompt,
-                                    extra=body.chat_template_kwargs)
+        return self.template.render(
+            messages, tools=tools, add_generation_prompt=body.add_generation_prompt, extra=body.chat_template_kwargs
+        )
 
     def _template_message(self, message: ChatMessage) -> dict[str, Any]:
         content = message.content
         if isinstance(content, list):
             if any(isinstance(part, MediaPart) for part in content):
-                raise InvalidRequest("image and audio input are not supported: this model has no multimodal "
-                                     "projector", param="messages")
+                raise InvalidRequest(
+                    "image and audio input are not supported: this model has no multimodal projector", param="messages"
+                )
             content = self.template.normalize_content([part.model_dump() for part in content])
-        out: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role,
-                               "content": content if content is not None else ""}
+        out: dict[str, Any] = {
+            "role": "system" if message.role == "developer" else message.role,
+            "content": content if content is not None else "",
+        }
         for key in ("name", "tool_call_id", "reasoning_content"):
             if getattr(message, key) is not None:
                 out[key] = getattr(message, key)
@@ -150,12 +152,25 @@ class Serving:
                 ids = [int(key)]
             for token in ids:
                 if not self.model.is_valid_token(token):
-                    raise InvalidRequest(f"logit_bias token id {token} is out of range (vocabulary has "
-                                         f"{self.model.n_vocab} tokens)", param="logit_bias")
+                    raise InvalidRequest(
+                        f"logit_bias token id {token} is out of range (vocabulary has {self.model.n_vocab} tokens)",
+                        param="logit_bias",
+                    )
                 out.append((token, value))
         return tuple(out)
 
     # -- running ---------------------------------------------------------------------------------
+    async def run(self, request: EngineRequest) -> Collected:
+        """Generate to the end and return the whole text (the client waits for it all)."""
+        stream = CollectingStream()
+        request_id = self.engine.submit(request, stream)
+        try:
+            last = await stream.last()
+        except asyncio.CancelledError:
+            self.engine.cancel(request_id)
+            raise
+        return Collected("".join(stream.texts), stream.tokens, last)
+
     def start(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Submit now (so invalid requests raise before any response starts) and follow the outputs.
 
@@ -180,15 +195,21 @@ class Serving:
         return self.engine_request(body, self.tokenize_chat_prompt(self.render_chat(body)))
 
     def _envelope(self, cid: str, obj: str, created: int) -> dict[str, Any]:
-        return {"created": created, "id": cid, "model": self.model_name, "system_fingerprint": self.fingerprint,
-                "object": obj}
+        return {
+            "created": created,
+            "id": cid,
+            "model": self.model_name,
+            "system_fingerprint": self.fingerprint,
+            "object": obj,
+        }
 
     async def chat_completion(self, body: ChatCompletionRequest) -> dict[str, Any]:
-        done = await collect(self.start(self.prepare_chat(body)))
+        done = await self.run(self.prepare_chat(body))
         out = done.last
         return {
-            "choices": [{"finish_reason": out.finish_reason, "index": 0,
-                         "message": {"role": "assistant", "content": done.text}}],
+            "choices": [
+                {"finish_reason": out.finish_reason, "index": 0, "message": {"role": "assistant", "content": done.text}}
+            ],
             **self._envelope(completion_id("chatcmpl-"), "chat.completion", int(time.time())),
             "usage": usage(out),
             "timings": out.timings.to_json(),
@@ -198,13 +219,16 @@ class Serving:
         """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last."""
         return self._chat_chunks(body, self.start(self.prepare_chat(body)))
 
-    async def _chat_chunks(self, body: ChatCompletionRequest,
-                           outputs: AsyncIterator[EngineOutput]) -> AsyncIterator[dict[str, Any]]:
+    async def _chat_chunks(
+        self, body: ChatCompletionRequest, outputs: AsyncIterator[EngineOutput]
+    ) -> AsyncIterator[dict[str, Any]]:
         cid, created = completion_id("chatcmpl-"), int(time.time())
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {"choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
-                    **self._envelope(cid, "chat.completion.chunk", created)}
+            return {
+                "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+                **self._envelope(cid, "chat.completion.chunk", created),
+            }
 
         first = True
         async for out in outputs:
@@ -220,8 +244,9 @@ class Serving:
             if out.finished:
                 pending.append(chunk({}, out.finish_reason))
                 if body.stream_options is not None and body.stream_options.include_usage:
-                    pending.append({"choices": [], **self._envelope(cid, "chat.completion.chunk", created),
-                                    "usage": usage(out)})
+                    pending.append(
+                        {"choices": [], **self._envelope(cid, "chat.completion.chunk", created), "usage": usage(out)}
+                    )
                 pending[-1]["timings"] = out.timings.to_json()
             for item in pending:
                 yield item
@@ -237,12 +262,18 @@ class Serving:
     async def run_completions(self, body: CompletionRequest) -> list[tuple[EngineRequest, Collected]]:
         """Every prompt of a non-streaming completion, run concurrently in the engine's slots."""
         requests = self.prepare_completion(body)
-        runs = [self.start(r) for r in requests]
-        done = await asyncio.gather(*(collect(run) for run in runs))
-        return list(zip(requests, done))
+        done = await asyncio.gather(*(self.run(r) for r in requests))
+        return list(zip(requests, done, strict=True))
 
-    def native_result(self, body: CompletionRequest, request: EngineRequest, done: Collected | None,
-                      out: EngineOutput, *, index: int = 0) -> dict[str, Any]:
+    def native_result(
+        self,
+        body: CompletionRequest,
+        request: EngineRequest,
+        done: Collected | None,
+        out: EngineOutput,
+        *,
+        index: int = 0,
+    ) -> dict[str, Any]:
         """llama-server's final /completion object (``content`` is empty after a stream)."""
         return {
             "index": index,
@@ -253,9 +284,13 @@ class Serving:
             "model": self.model_name,
             "tokens_predicted": out.n_decoded,
             "tokens_evaluated": out.n_prompt_tokens,
-            "generation_settings": {**request.sampling.to_json(), "n_predict": request.max_tokens,
-                                    "stop": list(request.stop), "stream": body.stream,
-                                    "cache_prompt": request.cache_prompt},
+            "generation_settings": {
+                **request.sampling.to_json(),
+                "n_predict": request.max_tokens,
+                "stop": list(request.stop),
+                "stream": body.stream,
+                "cache_prompt": request.cache_prompt,
+            },
             "prompt": self.model.detokenize(request.prompt_tokens, special=True),
             "has_new_line": "\n" in done.text if done else False,
             "truncated": False,
@@ -269,8 +304,9 @@ class Serving:
         request = self.prepare_completion(body)[0]
         return self._native_chunks(body, request, self.start(request))
 
-    async def _native_chunks(self, body: CompletionRequest, request: EngineRequest,
-                             outputs: AsyncIterator[EngineOutput]) -> AsyncIterator[dict[str, Any]]:
+    async def _native_chunks(
+        self, body: CompletionRequest, request: EngineRequest, outputs: AsyncIterator[EngineOutput]
+    ) -> AsyncIterator[dict[str, Any]]:
         async for out in outputs:
             if out.finished:
                 if out.text:
@@ -280,8 +316,15 @@ class Serving:
                 yield self._native_partial(out, body)
 
     def _native_partial(self, out: EngineOutput, body: CompletionRequest) -> dict[str, Any]:
-        chunk: dict[str, Any] = {"index": 0, "content": out.text, "tokens": [], "stop": False, "id_slot": out.id_slot,
-                                 "tokens_predicted": out.n_decoded, "tokens_evaluated": out.n_prompt_tokens}
+        chunk: dict[str, Any] = {
+            "index": 0,
+            "content": out.text,
+            "tokens": list(out.token_ids),
+            "stop": False,
+            "id_slot": out.id_slot,
+            "tokens_predicted": out.n_decoded,
+            "tokens_evaluated": out.n_prompt_tokens,
+        }
         if body.timings_per_token:
             chunk["timings"] = out.timings.to_json()
         return chunk
@@ -290,24 +333,33 @@ class Serving:
         return {"text": done.text, "index": index, "logprobs": None, "finish_reason": done.last.finish_reason}
 
     def openai_completion_body(self, choices: list[dict[str, Any]], outs: list[EngineOutput]) -> dict[str, Any]:
-        total = {"completion_tokens": sum(o.n_decoded for o in outs), "prompt_tokens": sum(o.n_prompt_tokens for o in outs)}
+        total = {
+            "completion_tokens": sum(o.n_decoded for o in outs),
+            "prompt_tokens": sum(o.n_prompt_tokens for o in outs),
+        }
         return {
             "choices": choices,
             **self._envelope(completion_id("cmpl-"), "text_completion", int(time.time())),
-            "usage": {**total, "total_tokens": total["completion_tokens"] + total["prompt_tokens"],
-                      "prompt_tokens_details": {"cached_tokens": sum(o.n_cached_tokens for o in outs)}},
+            "usage": {
+                **total,
+                "total_tokens": total["completion_tokens"] + total["prompt_tokens"],
+                "prompt_tokens_details": {"cached_tokens": sum(o.n_cached_tokens for o in outs)},
+            },
             "timings": outs[-1].timings.to_json(),
         }
 
     def openai_completion_chunks(self, body: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
         return self._openai_chunks(body, self.start(self.prepare_completion(body)[0]))
 
-    async def _openai_chunks(self, body: CompletionRequest,
-                             outputs: AsyncIterator[EngineOutput]) -> AsyncIterator[dict[str, Any]]:
+    async def _openai_chunks(
+        self, body: CompletionRequest, outputs: AsyncIterator[EngineOutput]
+    ) -> AsyncIterator[dict[str, Any]]:
         cid, created = completion_id("cmpl-"), int(time.time())
         async for out in outputs:
-            item = {"choices": [{"text": out.text, "index": 0, "logprobs": None, "finish_reason": out.finish_reason}],
-                    **self._envelope(cid, "text_completion", created)}
+            item = {
+                "choices": [{"text": out.text, "index": 0, "logprobs": None, "finish_reason": out.finish_reason}],
+                **self._envelope(cid, "text_completion", created),
+            }
             if out.finished:
                 item["usage"] = usage(out)
             if out.finished or body.timings_per_token:
@@ -332,15 +384,20 @@ class Serving:
     def detokenize(self, tokens: list[int]) -> dict[str, Any]:
         bad = [t for t in tokens if not self.model.is_valid_token(t)]
         if bad:
-            raise InvalidRequest(f"Invalid token id {bad[0]} (vocabulary has {self.model.n_vocab} tokens)",
-                                 param="tokens")
+            raise InvalidRequest(
+                f"Invalid token id {bad[0]} (vocabulary has {self.model.n_vocab} tokens)", param="tokens"
+            )
         return {"content": self.model.detokenize(tokens, special=True)}
 
 
 def _is_prompt_list(prompt: Any) -> bool:
     """True for a list of prompts (``["a", "b"]`` or ``[[1, 2], [3]]``), false for one mixed prompt."""
-    return isinstance(prompt, list) and len(prompt) > 0 and all(isinstance(p, list) for p in prompt) or (
-        isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt))
+    return (
+        isinstance(prompt, list)
+        and len(prompt) > 0
+        and all(isinstance(p, list) for p in prompt)
+        or (isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt))
+    )
 
 
 def _tool_call_for_template(call: dict[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,9 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
 DEFAULT_HF_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M"
 
@@ -35,7 +36,10 @@ def physical_cores() -> int:
         for name in os.listdir(base):
             topo = os.path.join(base, name, "topology")
             if name.startswith("cpu") and name[3:].isdigit() and os.path.isdir(topo):
-                with open(os.path.join(topo, "physical_package_id")) as pkg, open(os.path.join(topo, "core_id")) as core:
+                with (
+                    open(os.path.join(topo, "physical_package_id")) as pkg,
+                    open(os.path.join(topo, "core_id")) as core,
+                ):
                     cores.add((pkg.read().strip(), core.read().strip()))
     except OSError:
         cores.clear()
@@ -50,41 +54,87 @@ class Settings:
     model: str | None = field(default=None, metadata=_flag("-m", "--model", help="path to a GGUF model file"))
     hf_repo: str | None = field(
         default=None,
-        metadata=_flag("-hf", "-hfr", "--hf-repo", help="Hugging Face repo[:quant] to download the GGUF from "
-                       f"(default quant Q4_K_M; used when -m is absent, default {DEFAULT_HF_REPO})"),
+        metadata=_flag(
+            "-hf",
+            "-hfr",
+            "--hf-repo",
+            help="Hugging Face repo[:quant] to download the GGUF from "
+            f"(default quant Q4_K_M; used when -m is absent, default {DEFAULT_HF_REPO})",
+        ),
     )
-    hf_file: str | None = field(default=None, metadata=_flag("-hff", "--hf-file", help="file in the -hf repo (overrides the quant)"))
-    alias: str | None = field(default=None, metadata=_flag("-a", "--alias", help="model name shown by /v1/models (default: file name)"))
+    hf_file: str | None = field(
+        default=None, metadata=_flag("-hff", "--hf-file", help="file in the -hf repo (overrides the quant)")
+    )
+    alias: str | None = field(
+        default=None, metadata=_flag("-a", "--alias", help="model name shown by /v1/models (default: file name)")
+    )
     jinja: bool = field(
         default=True,
-        metadata=_flag("--jinja", help="render the GGUF's Jinja chat template (default; --no-jinja uses llama.cpp's built-in formats)",
-                       action=argparse.BooleanOptionalAction),
+        metadata=_flag(
+            "--jinja",
+            help="render the GGUF's Jinja chat template (default; --no-jinja uses llama.cpp's built-in formats)",
+            action=argparse.BooleanOptionalAction,
+        ),
     )
     chat_template_file: str | None = field(
         default=None, metadata=_flag("--chat-template-file", help="Jinja chat template file overriding the GGUF's")
     )
     # -- context and batching ---------------------------------------------------------------------
-    ctx_size: int = field(default=0, metadata=_flag("-c", "--ctx-size", help="context size in tokens (0 = the model's)", type=int))
-    n_predict: int = field(default=-1, metadata=_flag("-n", "--n-predict", "--predict", help="default max tokens to generate (-1 = until the end)", type=int))
-    threads: int = field(default_factory=physical_cores, metadata=_flag("-t", "--threads", help="threads for generation (default: physical cores)", type=int))
-    threads_batch: int | None = field(default=None, metadata=_flag("-tb", "--threads-batch", help="threads for prompt processing (default: --threads)", type=int))
+    ctx_size: int = field(
+        default=0, metadata=_flag("-c", "--ctx-size", help="context size in tokens (0 = the model's)", type=int)
+    )
+    n_predict: int = field(
+        default=-1,
+        metadata=_flag(
+            "-n", "--n-predict", "--predict", help="default max tokens to generate (-1 = until the end)", type=int
+        ),
+    )
+    threads: int = field(
+        default_factory=physical_cores,
+        metadata=_flag("-t", "--threads", help="threads for generation (default: physical cores)", type=int),
+    )
+    threads_batch: int | None = field(
+        default=None,
+        metadata=_flag("-tb", "--threads-batch", help="threads for prompt processing (default: --threads)", type=int),
+    )
     batch_size: int = field(default=2048, metadata=_flag("-b", "--batch-size", help="logical batch size", type=int))
     ubatch_size: int = field(default=512, metadata=_flag("-ub", "--ubatch-size", help="physical batch size", type=int))
-    parallel: int = field(default=4, metadata=_flag("-np", "--parallel", help="number of slots (concurrent sequences)", type=int))
-    n_gpu_layers: int = field(default=-1, metadata=_flag("-ngl", "--gpu-layers", "--n-gpu-layers", help="layers to offload to a GPU, passed to llama.cpp", type=int))
+    parallel: int = field(
+        default=4, metadata=_flag("-np", "--parallel", help="number of slots (concurrent sequences)", type=int)
+    )
+    n_gpu_layers: int = field(
+        default=-1,
+        metadata=_flag(
+            "-ngl", "--gpu-layers", "--n-gpu-layers", help="layers to offload to a GPU, passed to llama.cpp", type=int
+        ),
+    )
     # -- server -----------------------------------------------------------------------------------
     host: str = field(default="127.0.0.1", metadata=_flag("--host", help="address to listen on"))
     port: int = field(default=8080, metadata=_flag("--port", help="port to listen on", type=int))
-    api_key: tuple[str, ...] = field(default=(), metadata=_flag("--api-key", help="API key clients must send (repeatable, or comma-separated)", action="append"))
-    api_key_file: str | None = field(default=None, metadata=_flag("--api-key-file", help="file with one API key per line"))
-    verbose: bool = field(default=False, metadata=_flag("-v", "--verbose", help="log per-step detail and llama.cpp's own log", action="store_true"))
+    api_key: tuple[str, ...] = field(
+        default=(),
+        metadata=_flag("--api-key", help="API key clients must send (repeatable, or comma-separated)", action="append"),
+    )
+    api_key_file: str | None = field(
+        default=None, metadata=_flag("--api-key-file", help="file with one API key per line")
+    )
+    verbose: bool = field(
+        default=False,
+        metadata=_flag("-v", "--verbose", help="log per-step detail and llama.cpp's own log", action="store_true"),
+    )
     # -- sampling defaults (None = not set here: the GGUF, the LFM family table or llama-server decides)
-    temp: float | None = field(default=None, metadata=_flag("--temp", "--temperature", help="default temperature", type=float))
+    temp: float | None = field(
+        default=None, metadata=_flag("--temp", "--temperature", help="default temperature", type=float)
+    )
     top_k: int | None = field(default=None, metadata=_flag("--top-k", help="default top-k (0 = off)", type=int))
     top_p: float | None = field(default=None, metadata=_flag("--top-p", help="default top-p (1.0 = off)", type=float))
     min_p: float | None = field(default=None, metadata=_flag("--min-p", help="default min-p (0.0 = off)", type=float))
-    repeat_penalty: float | None = field(default=None, metadata=_flag("--repeat-penalty", help="default repeat penalty (1.0 = off)", type=float))
-    repeat_last_n: int | None = field(default=None, metadata=_flag("--repeat-last-n", help="default penalty window (-1 = context)", type=int))
+    repeat_penalty: float | None = field(
+        default=None, metadata=_flag("--repeat-penalty", help="default repeat penalty (1.0 = off)", type=float)
+    )
+    repeat_last_n: int | None = field(
+        default=None, metadata=_flag("--repeat-last-n", help="default penalty window (-1 = context)", type=int)
+    )
     seed: int | None = field(default=None, metadata=_flag("-s", "--seed", help="default seed (-1 = random)", type=int))
 
     @property
@@ -98,15 +148,25 @@ class Settings:
 
     def cli_sampling(self) -> dict[str, float | int]:
         """Sampling defaults given on the command line, under the request's field names."""
-        names = {"temp": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-                 "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n", "seed": "seed"}
+        names = {
+            "temp": "temperature",
+            "top_k": "top_k",
+            "top_p": "top_p",
+            "min_p": "min_p",
+            "repeat_penalty": "repeat_penalty",
+            "repeat_last_n": "repeat_last_n",
+            "seed": "seed",
+        }
         return {wire: getattr(self, attr) for attr, wire in names.items() if getattr(self, attr) is not None}
 
     @classmethod
     def from_argv(cls, argv: Sequence[str] | None = None) -> Settings:
         """Parse llama-server style arguments; an unknown flag exits with status 2 and one line."""
-        parser = _OneLineErrorParser(prog="lfmserve", allow_abbrev=False,
-                                     description="Serve LFM (and other GGUF) models with llama-server's HTTP API.")
+        parser = _OneLineErrorParser(
+            prog="lfmserve",
+            allow_abbrev=False,
+            description="Serve LFM (and other GGUF) models with llama-server's HTTP API.",
+        )
         env_defaults = _environment_defaults()
         for f in dataclasses.fields(cls):
             meta = f.metadata

@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class StopMatcher:

@@ -1,15 +1,18 @@
 """Per-request output channels from the engine thread to a consumer.
 
 The engine thread calls ``put`` and never waits. :class:`AsyncStream` hands each item to an
-asyncio loop with ``call_soon_threadsafe``; :class:`SyncStream` hands it to a blocking iterator
-(the in-process API). Errors travel through the same channel and are raised by the consumer.
+asyncio loop with one ``call_soon_threadsafe`` (a deque and a future, lighter than an
+``asyncio.Queue``: this runs once per generated token); :class:`SyncStream` hands it to a blocking
+iterator (the in-process API). Errors travel through the same channel and are raised by the consumer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import queue
-from typing import AsyncIterator, Iterator, Protocol
+from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
 
 from .records import EngineOutput
 
@@ -23,19 +26,62 @@ class AsyncStream:
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop or asyncio.get_running_loop()
-        self._queue: asyncio.Queue[EngineOutput | BaseException] = asyncio.Queue()
+        self._items: collections.deque[EngineOutput | BaseException] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
 
     def put(self, item: EngineOutput | BaseException) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        self._items.append(item)  # deque.append is atomic; the wake-up runs on the loop
+        self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def __aiter__(self) -> AsyncIterator[EngineOutput]:
+        items = self._items
         while True:
-            item = await self._queue.get()
+            while not items:
+                self._waiter = self._loop.create_future()
+                await self._waiter
+            item = items.popleft()
             if isinstance(item, BaseException):
                 raise item
             yield item
             if item.finished:
                 return
+
+
+class CollectingStream:
+    """For a non-streaming answer: gathers text and tokens on the engine thread and wakes the
+    consumer once, at the end, instead of once per token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._done: asyncio.Future[EngineOutput] = self._loop.create_future()
+        self.texts: list[str] = []
+        self.tokens: list[int] = []
+
+    def put(self, item: EngineOutput | BaseException) -> None:
+        if isinstance(item, BaseException):
+            self._loop.call_soon_threadsafe(self._resolve, item)
+            return
+        self.texts.append(item.text)
+        self.tokens.extend(item.token_ids)
+        if item.finished:
+            self._loop.call_soon_threadsafe(self._resolve, item)
+
+    def _resolve(self, item: EngineOutput | BaseException) -> None:
+        if self._done.done():
+            return
+        if isinstance(item, BaseException):
+            self._done.set_exception(item)
+        else:
+            self._done.set_result(item)
+
+    async def last(self) -> EngineOutput:
+        """The finished output, once generation has ended (raises a delivered error)."""
+        return await self._done
 
 
 class SyncStream:

@@ -147,14 +147,13 @@ def _learn_merges(n_merges: int) -> list[tuple[str, str]]:
     """Byte-level BPE training on the fixed corpus: the most frequent pair wins, ties by order."""
     alphabet = _byte_alphabet()
     words = collections.Counter(
-        tuple(alphabet[b] for b in (" " + w if i else w).encode())
-        for i, w in enumerate(_MERGE_CORPUS.split(" "))
+        tuple(alphabet[b] for b in (" " + w if i else w).encode()) for i, w in enumerate(_MERGE_CORPUS.split(" "))
     )
     merges: list[tuple[str, str]] = []
     for _ in range(n_merges):
         pairs: collections.Counter[tuple[str, str]] = collections.Counter()
         for word, count in words.items():
-            for pair in zip(word, word[1:]):
+            for pair in zip(word, word[1:], strict=False):
                 pairs[pair] += count
         if not pairs:
             break
@@ -248,12 +247,14 @@ def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> Non
     rng = np.random.default_rng(spec.seed)
     scale = spec.weight_scale
 
-    def add(name: str, *shape: int, ones: bool = False) -> None:
-        # Norm weights stay F32 (llama.cpp expects it); matrices take the spec's dtype.
+    def add(name: str, *shape: int, ones: bool = False, f32: bool = False) -> None:
+        # Norms and the short-convolution kernel stay F32 (llama.cpp's ssm_conv needs it), as in real LFM2
+        # GGUFs; the matrices take the spec's dtype.
         if ones:
             writer.add_tensor(name, np.ones(shape, dtype=np.float32))
         else:
-            writer.add_tensor(name, (rng.standard_normal(shape, dtype=np.float32) * scale).astype(spec.dtype))
+            data = rng.standard_normal(shape, dtype=np.float32) * scale
+            writer.add_tensor(name, data if f32 else data.astype(spec.dtype))
 
     d, ff, head_dim = spec.n_embd, spec.n_ff, spec.n_embd // spec.n_head
     add("token_embd.weight", n_vocab, d)
@@ -281,7 +282,7 @@ def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> Non
             add(f"{p}.attn_q_norm.weight", head_dim, ones=True)
             add(f"{p}.attn_k_norm.weight", head_dim, ones=True)
         else:
-            add(f"{p}.shortconv.conv.weight", d, 3)
+            add(f"{p}.shortconv.conv.weight", d, 3, f32=True)
             add(f"{p}.shortconv.in_proj.weight", 3 * d, d)
             add(f"{p}.shortconv.out_proj.weight", d, d)
 

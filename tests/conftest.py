@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import httpx
 import pytest
@@ -101,3 +103,44 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(url)
+
+
+class Running:
+    """An `lfmserve`-style command serving on a free loopback port, as a real process."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [*argv, "--port", str(self.port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+
+    def stop(self) -> str:
+        self.process.terminate()
+        _, err = self.process.communicate(timeout=30)
+        return err.decode()
+
+
+@pytest.fixture
+def running() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for r in started:
+        if r.process.poll() is None:
+            r.stop()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -21,7 +21,9 @@ def test_each_turn_prefills_only_its_suffix_and_the_cache_equals_the_render(mode
     chat = model.chat(system="You are a helpful assistant.")
     n_before = 0
     for question in ["My name is Ada.", "What is my name?", "Tell me a story about a cat."]:
-        history_tokens = chat.rendered_tokens() if chat.messages[-1:] and chat.messages[-1]["role"] == "assistant" else []
+        history_tokens = (
+            chat.rendered_tokens() if chat.messages[-1:] and chat.messages[-1]["role"] == "assistant" else []
+        )
         reply = chat.send(question, temperature=0, max_tokens=10)
         turn = chat.last_turn
         assert turn is not None and turn.n_generated == 10 and isinstance(reply, str)

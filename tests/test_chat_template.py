@@ -13,11 +13,20 @@ from lfmserve.errors import TemplateError
 from .conftest import FIXTURE_TEMPLATES
 
 BOS, EOS = "<|startoftext|>", "<|im_end|>"
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                          "required": ["city"]}}}]
-TOOL_JSON = ('{"type": "function", "function": {"name": "get_weather", "description": "Get the weather", '
-             '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}')
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+TOOL_JSON = (
+    '{"type": "function", "function": {"name": "get_weather", "description": "Get the weather", '
+    '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}'
+)
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},
@@ -33,7 +42,8 @@ def load(name: str) -> ChatTemplate:
 def test_lfm2_tools_template_puts_tools_in_a_tool_list() -> None:
     prompt = load("lfm2-tools.jinja").render(CONVERSATION, tools=TOOLS)
     assert prompt == (
-        "<|startoftext|><|im_start|>system\nBe brief.\nList of tools: <|tool_list_start|>[" + TOOL_JSON
+        "<|startoftext|><|im_start|>system\nBe brief.\nList of tools: <|tool_list_start|>["
+        + TOOL_JSON
         + "]<|tool_list_end|><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
         "<|im_start|>assistant\n<think>look it up</think>It is sunny.<|im_end|>\n"
         "<|im_start|>user\nThanks <3 & bye<|im_end|>\n<|im_start|>assistant\n"
@@ -41,8 +51,11 @@ def test_lfm2_tools_template_puts_tools_in_a_tool_list() -> None:
 
 
 def test_lfm2_tools_template_wraps_tool_results() -> None:
-    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "calling"},
-                {"role": "tool", "content": '{"temp": 22}'}]
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "calling"},
+        {"role": "tool", "content": '{"temp": 22}'},
+    ]
     prompt = load("lfm2-tools.jinja").render(messages, add_generation_prompt=False)
     assert prompt == (
         "<|startoftext|><|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\ncalling<|im_end|>\n"
@@ -68,16 +81,24 @@ def test_lfm25_8b_template_renders_date_tools_thinking_and_past_calls() -> None:
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "Weather in "}, {"type": "text", "text": "Paris?"}]},
-        {"role": "assistant", "content": "", "thinking": "need the tool",
-         "tool_calls": [{"type": "function", "function": {"name": "get_weather",
-                                                          "arguments": {"city": "Paris", "days": 3}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "thinking": "need the tool",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}}
+            ],
+        },
         {"role": "tool", "content": "sunny"},
     ]
     prompt = template.render(messages, tools=TOOLS)
     today = datetime.now().strftime("%Y-%m-%d")
     assert prompt == (
-        "<|startoftext|><|im_start|>system\nBe brief.\n\nToday's date: " + today + "\n\nList of tools: ["
-        + TOOL_JSON + "]<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+        "<|startoftext|><|im_start|>system\nBe brief.\n\nToday's date: "
+        + today
+        + "\n\nList of tools: ["
+        + TOOL_JSON
+        + "]<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
         "<|im_start|>assistant\n<think>need the tool</think>"
         "<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|><|im_end|>\n"
         "<|im_start|>tool\nsunny<|im_end|>\n<|im_start|>assistant\n"
@@ -110,8 +131,10 @@ def test_tojson_keeps_key_order_and_does_not_escape_html() -> None:
 
 
 def test_generation_tag_loop_controls_and_kwargs() -> None:
-    source = ("{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}"
-              "{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}{{ flavour }}")
+    source = (
+        "{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}"
+        "{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}{{ flavour }}"
+    )
     template = ChatTemplate(source, bos_token="", eos_token="")
     messages = [{"role": "user", "content": str(i)} for i in range(5)]
     assert template.render(messages, extra={"flavour": "!"}) == "[0][1]!"
@@ -125,8 +148,10 @@ def test_raise_exception_becomes_a_template_error_with_its_message() -> None:
 
 def test_the_sandbox_refuses_python_internals_and_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    source = ("{{ ''.__class__.__mro__[1].__subclasses__() }}"
-              "{{ cycler.__init__.__globals__.os.system('touch " + str(marker) + "') }}")
+    source = (
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+        "{{ cycler.__init__.__globals__.os.system('touch " + str(marker) + "') }}"
+    )
     template = ChatTemplate(source, bos_token="", eos_token="")
     with pytest.raises(TemplateError, match="unsafe"):
         template.render([{"role": "user", "content": "x"}])

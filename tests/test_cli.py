@@ -2,61 +2,41 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
 
-from .conftest import free_port
+from .conftest import Running, free_port, wait_healthy
 
 LFMSERVE = shutil.which("lfmserve")
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(url)
-
-
-class Running:
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen([*argv, "--port", str(self.port)], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
-
-    def stop(self) -> str:
-        self.process.terminate()
-        _, err = self.process.communicate(timeout=30)
-        return err.decode()
-
-
-@pytest.fixture
-def running() -> Iterator[list[Running]]:
-    started: list[Running] = []
-    yield started
-    for r in started:
-        if r.process.poll() is None:
-            r.stop()
-
-
 def test_serves_a_local_model_with_llama_server_flags(running: list[Running], tiny_gguf: Path) -> None:
     assert LFMSERVE is not None
-    server = Running([LFMSERVE, "-m", str(tiny_gguf), "-c", "1024", "-np", "2", "-t", "2", "-a", "my-lfm",
-                      "--jinja", "--temp", "0", "-n", "5"])
+    server = Running(
+        [
+            LFMSERVE,
+            "-m",
+            str(tiny_gguf),
+            "-c",
+            "1024",
+            "-np",
+            "2",
+            "-t",
+            "2",
+            "-a",
+            "my-lfm",
+            "--jinja",
+            "--temp",
+            "0",
+            "-n",
+            "5",
+        ]
+    )
     running.append(server)
     wait_healthy(server.url, server.process)
     models = httpx.get(server.url + "/v1/models").json()
@@ -64,8 +44,9 @@ def test_serves_a_local_model_with_llama_server_flags(running: list[Running], ti
     props = httpx.get(server.url + "/props").json()
     assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 1024
     assert props["default_generation_settings"]["params"]["temperature"] == 0.0
-    chat = httpx.post(server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]},
-                      timeout=30).json()
+    chat = httpx.post(
+        server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]}, timeout=30
+    ).json()
     assert chat["model"] == "my-lfm" and chat["usage"]["completion_tokens"] == 5  # -n is the default max_tokens
     log = server.stop()
     assert "temperature = 0.0 (command line)" in log and "LFM family: LFM2 text" in log
@@ -73,8 +54,10 @@ def test_serves_a_local_model_with_llama_server_flags(running: list[Running], ti
 
 def test_python_dash_m_is_the_same_cli(running: list[Running], tiny_gguf: Path) -> None:
     assert LFMSERVE is not None
-    helps = [subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=60).stdout
-             for argv in ([LFMSERVE], [sys.executable, "-m", "lfmserve"])]
+    helps = [
+        subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=60).stdout
+        for argv in ([LFMSERVE], [sys.executable, "-m", "lfmserve"])
+    ]
     assert helps[0] == helps[1] and "--hf-repo" in helps[0] and "--ctx-size" in helps[0]
     server = Running([sys.executable, "-m", "lfmserve", "-m", str(tiny_gguf), "-c", "512", "-np", "1"])
     running.append(server)
@@ -82,11 +65,14 @@ def test_python_dash_m_is_the_same_cli(running: list[Running], tiny_gguf: Path) 
     assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == tiny_gguf.name
 
 
-@pytest.mark.parametrize(("argv", "code", "message"), [
-    (["--no-such-flag"], 2, "lfmserve: error: unrecognized arguments: --no-such-flag (see --help)"),
-    (["-m", "/nonexistent/model.gguf"], 1, "lfmserve: error: model file not found: /nonexistent/model.gguf"),
-    (["-c", "many"], 2, "lfmserve: error: argument -c/--ctx-size: invalid int value: 'many' (see --help)"),
-])
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--no-such-flag"], 2, "lfmserve: error: unrecognized arguments: --no-such-flag (see --help)"),
+        (["-m", "/nonexistent/model.gguf"], 1, "lfmserve: error: model file not found: /nonexistent/model.gguf"),
+        (["-c", "many"], 2, "lfmserve: error: argument -c/--ctx-size: invalid int value: 'many' (see --help)"),
+    ],
+)
 def test_bad_command_lines_exit_non_zero_with_one_line(argv: list[str], code: int, message: str) -> None:
     assert LFMSERVE is not None
     result = subprocess.run([LFMSERVE, *argv], capture_output=True, text=True, timeout=60)
@@ -98,7 +84,8 @@ def test_a_file_that_is_not_a_model_fails_the_load_and_exits(tmp_path: Path) -> 
     assert LFMSERVE is not None
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf at all")
-    result = subprocess.run([LFMSERVE, "-m", str(junk), "--port", str(free_port())], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [LFMSERVE, "-m", str(junk), "--port", str(free_port())], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 1
     assert "model failed to load: failed to load model from" in result.stderr

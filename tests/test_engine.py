@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -34,8 +34,13 @@ def engine(model: NativeModel) -> Iterator[Engine]:
 
 
 def prompt(model: NativeModel, text: str) -> tuple[int, ...]:
-    return tuple(model.tokenize(f"<|startoftext|><|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n",
-                                add_special=False, parse_special=True))
+    return tuple(
+        model.tokenize(
+            f"<|startoftext|><|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n",
+            add_special=False,
+            parse_special=True,
+        )
+    )
 
 
 def run(engine: Engine, request: EngineRequest) -> list[EngineOutput]:
@@ -51,8 +56,9 @@ def tokens_of(outputs: list[EngineOutput]) -> list[int]:
 def test_greedy_is_deterministic_with_and_without_the_cache(engine: Engine, model: NativeModel) -> None:
     request = EngineRequest(prompt_tokens=prompt(model, "What is machine learning?"), sampling=GREEDY, max_tokens=24)
     first, second = run(engine, request), run(engine, request)
-    uncached = run(engine, EngineRequest(prompt_tokens=request.prompt_tokens, sampling=GREEDY, max_tokens=24,
-                                         cache_prompt=False))
+    uncached = run(
+        engine, EngineRequest(prompt_tokens=request.prompt_tokens, sampling=GREEDY, max_tokens=24, cache_prompt=False)
+    )
     assert len(tokens_of(first)) == 24
     assert tokens_of(first) == tokens_of(second) == tokens_of(uncached)
     assert second[-1].n_cached_tokens == len(request.prompt_tokens) - 1  # restored from the checkpoint
@@ -62,11 +68,13 @@ def test_greedy_is_deterministic_with_and_without_the_cache(engine: Engine, mode
 
 def test_batched_requests_give_the_same_tokens_as_alone(engine: Engine, model: NativeModel) -> None:
     texts = ["Hello there", "Tell me a story about a cat and a dog", "Weather in Paris?", "My name is Ada. " * 5]
-    requests = [EngineRequest(prompt_tokens=prompt(model, t), sampling=GREEDY, max_tokens=16 + 3 * i, cache_prompt=False)
-                for i, t in enumerate(texts)]
+    requests = [
+        EngineRequest(prompt_tokens=prompt(model, t), sampling=GREEDY, max_tokens=16 + 3 * i, cache_prompt=False)
+        for i, t in enumerate(texts)
+    ]
     alone = [tokens_of(run(engine, r)) for r in requests]
     streams = [SyncStream() for _ in requests]
-    for r, s in zip(requests, streams):
+    for r, s in zip(requests, streams, strict=True):
         engine.submit(r, s)
     together = [tokens_of(list(s)) for s in streams]
     assert together == alone
@@ -125,8 +133,12 @@ def test_invalid_requests_are_refused_at_submit(engine: Engine) -> None:
 
 def test_cancel_frees_the_slot_and_the_engine_keeps_serving(engine: Engine, model: NativeModel) -> None:
     stream = SyncStream()
-    request_id = engine.submit(EngineRequest(prompt_tokens=prompt(model, "Go on"), sampling=GREEDY.updated(
-        {"ignore_eos": True}), max_tokens=100000), stream)
+    request_id = engine.submit(
+        EngineRequest(
+            prompt_tokens=prompt(model, "Go on"), sampling=GREEDY.updated({"ignore_eos": True}), max_tokens=100000
+        ),
+        stream,
+    )
     received = []
     with pytest.raises(RequestCancelled):
         for out in stream:

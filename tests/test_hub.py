@@ -16,8 +16,8 @@ from lfmserve.errors import NotFound
 from lfmserve.hub import pick_gguf, split_spec
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
 
-from .conftest import ServerThread
-from .test_cli import LFMSERVE, Running, running, wait_healthy  # noqa: F401 (fixture)
+from .conftest import Running, ServerThread, wait_healthy
+from .test_cli import LFMSERVE
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -28,23 +28,33 @@ def fake_hub(repo: str, files: dict[str, bytes]) -> Starlette:
     async def tree(request: Request) -> Response:
         if f"{request.path_params['owner']}/{request.path_params['name']}" != repo:
             return JSONResponse({"error": "Repository not found"}, status_code=404)
-        return JSONResponse([{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                             for name, data in files.items()])
+        return JSONResponse(
+            [
+                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                for name, data in files.items()
+            ]
+        )
 
     async def resolve(request: Request) -> Response:
         name = request.path_params["filename"]
         if f"{request.path_params['owner']}/{request.path_params['name']}" != repo or name not in files:
             return JSONResponse({"error": "Entry not found"}, status_code=404)
         data = files[name]
-        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
-                   "Content-Length": str(len(data))}
-        return Response(b"" if request.method == "HEAD" else data, headers=headers,
-                        media_type="application/octet-stream")
+        headers = {
+            "X-Repo-Commit": COMMIT,
+            "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+            "Content-Length": str(len(data)),
+        }
+        return Response(
+            b"" if request.method == "HEAD" else data, headers=headers, media_type="application/octet-stream"
+        )
 
-    return Starlette(routes=[
-        Route("/api/models/{owner}/{name}/tree/{revision}", tree),
-        Route("/{owner}/{name}/resolve/{revision}/{filename:path}", resolve, methods=["GET", "HEAD"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/api/models/{owner}/{name}/tree/{revision}", tree),
+            Route("/{owner}/{name}/resolve/{revision}/{filename:path}", resolve, methods=["GET", "HEAD"]),
+        ]
+    )
 
 
 def test_split_spec_and_quant_choice() -> None:
@@ -52,8 +62,15 @@ def test_split_spec_and_quant_choice() -> None:
     assert split_spec("org/repo:q8_0") == ("org/repo", "Q8_0")
     with pytest.raises(NotFound):
         split_spec("no-owner")
-    files = ["README.md", "m-Q4_K_M.gguf", "m-Q4_K_S.gguf", "m-Q8_0.gguf", "mmproj-m-Q4_K_M.gguf",
-             "big/m-Q6_K-00002-of-00002.gguf", "big/m-Q6_K-00001-of-00002.gguf"]
+    files = [
+        "README.md",
+        "m-Q4_K_M.gguf",
+        "m-Q4_K_S.gguf",
+        "m-Q8_0.gguf",
+        "mmproj-m-Q4_K_M.gguf",
+        "big/m-Q6_K-00002-of-00002.gguf",
+        "big/m-Q6_K-00001-of-00002.gguf",
+    ]
     assert pick_gguf(files, "Q4_K_M") == ["m-Q4_K_M.gguf"]
     assert pick_gguf(files, "q8_0") == ["m-Q8_0.gguf"]
     assert pick_gguf(files, "Q6_K") == ["big/m-Q6_K-00001-of-00002.gguf", "big/m-Q6_K-00002-of-00002.gguf"]
@@ -66,12 +83,20 @@ def test_hf_downloads_the_quant_then_serves_from_the_cache_offline(tmp_path: Pat
     q4 = write_lfm2_gguf(tmp_path / "q4.gguf", TinyLfm2(seed=11)).read_bytes()
     q8 = write_lfm2_gguf(tmp_path / "q8.gguf", TinyLfm2(seed=12)).read_bytes()
     repo = "LiquidAI/LFM2.5-Tiny-GGUF"
-    files = {"README.md": b"# tiny", "LFM2.5-Tiny-Q4_K_M.gguf": q4, "LFM2.5-Tiny-Q8_0.gguf": q8,
-             "mmproj-LFM2.5-Tiny-Q4_K_M.gguf": b"junk"}
+    files = {
+        "README.md": b"# tiny",
+        "LFM2.5-Tiny-Q4_K_M.gguf": q4,
+        "LFM2.5-Tiny-Q8_0.gguf": q8,
+        "mmproj-LFM2.5-Tiny-Q4_K_M.gguf": b"junk",
+    }
     hub = ServerThread(fake_hub(repo, files)).start()
     # TQDM_POSITION=-1 shows huggingface_hub's progress bar on a pipe as it does on a terminal.
-    env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
-           "TQDM_POSITION": "-1"}
+    env = {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TQDM_POSITION": "-1",
+    }
     try:
         online = Running([LFMSERVE, "-hf", repo, "-c", "512", "-np", "1"], env)
         running.append(online)

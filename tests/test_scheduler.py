@@ -31,15 +31,21 @@ def test_an_extension_keeps_everything() -> None:
 def test_the_last_prompt_token_is_always_decoded_when_logits_are_needed() -> None:
     slot = Slot(0, [1, 2, 3], checkpoint=Checkpoint(2, b"s"))
     assert plan_reuse(slot, [1, 2, 3], cache_prompt=True, needs_logits=True, can_truncate=True) == ReusePlan(2)
-    assert plan_reuse(slot, [1, 2, 3], cache_prompt=True, needs_logits=True, can_truncate=False) == ReusePlan(2, restore=True)
+    assert plan_reuse(slot, [1, 2, 3], cache_prompt=True, needs_logits=True, can_truncate=False) == ReusePlan(
+        2, restore=True
+    )
     assert plan_reuse(slot, [1, 2, 3], cache_prompt=True, needs_logits=False, can_truncate=False) == ReusePlan(3)
 
 
 def test_a_divergence_without_a_usable_checkpoint_starts_over() -> None:
     slot = Slot(0, [1, 2, 3, 4], checkpoint=Checkpoint(3, b"s"))
-    assert plan_reuse(slot, [1, 2, 9], cache_prompt=True, needs_logits=True, can_truncate=False) == ReusePlan(0, clear=True)
+    assert plan_reuse(slot, [1, 2, 9], cache_prompt=True, needs_logits=True, can_truncate=False) == ReusePlan(
+        0, clear=True
+    )
     assert plan_reuse(slot, [1, 2, 9], cache_prompt=True, needs_logits=True, can_truncate=True) == ReusePlan(2)
 
 
 def test_cache_prompt_false_clears() -> None:
-    assert plan_reuse(Slot(0, [1]), [1, 2], cache_prompt=False, needs_logits=True, can_truncate=True) == ReusePlan(0, clear=True)
+    assert plan_reuse(Slot(0, [1]), [1, 2], cache_prompt=False, needs_logits=True, can_truncate=True) == ReusePlan(
+        0, clear=True
+    )

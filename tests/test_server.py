@@ -7,8 +7,9 @@ import json
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import openai
@@ -22,13 +23,27 @@ from lfmserve.testing import TinyLfm2, write_lfm2_gguf
 from .conftest import FIXTURE_TEMPLATES, ServerThread, serve
 
 SEED_CHAT = {
-    "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                 {"role": "user", "content": "What is machine learning?"}],
-    "temperature": 0.1, "top_k": 50, "repeat_penalty": 1.05, "max_tokens": 512,
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is machine learning?"},
+    ],
+    "temperature": 0.1,
+    "top_k": 50,
+    "repeat_penalty": 1.05,
+    "max_tokens": 512,
 }
 GREEDY = {"temperature": 0, "max_tokens": 16}
-TIMINGS_KEYS = {"cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n",
-                "predicted_ms", "predicted_per_token_ms", "predicted_per_second"}
+TIMINGS_KEYS = {
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+}
 
 
 def post(server: ServerThread, path: str, body: Any, **kwargs: Any) -> httpx.Response:
@@ -94,22 +109,35 @@ def test_timings_per_token_puts_timings_on_every_chunk(tiny_server: ServerThread
 def test_openai_client_sync_stream_and_extra_body(tiny_server: ServerThread) -> None:
     client = openai.OpenAI(base_url=tiny_server.url + "/v1", api_key="not-needed")
     response = client.chat.completions.create(
-        model="lfm2.5-1.2b-instruct", messages=SEED_CHAT["messages"], temperature=0, max_tokens=12,
-        extra_body={"top_k": 50, "repeat_penalty": 1.05})
+        model="lfm2.5-1.2b-instruct",
+        messages=SEED_CHAT["messages"],
+        temperature=0,
+        max_tokens=12,
+        extra_body={"top_k": 50, "repeat_penalty": 1.05},
+    )
     text = response.choices[0].message.content
     assert response.usage is not None and response.usage.completion_tokens == 12
     assert response.choices[0].finish_reason == "length"
     stream = client.chat.completions.create(
-        model="anything", messages=SEED_CHAT["messages"], temperature=0, max_tokens=12, stream=True,
-        extra_body={"top_k": 50, "repeat_penalty": 1.05})
+        model="anything",
+        messages=SEED_CHAT["messages"],
+        temperature=0,
+        max_tokens=12,
+        stream=True,
+        extra_body={"top_k": 50, "repeat_penalty": 1.05},
+    )
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == text
 
 
 def test_openai_client_async(tiny_server: ServerThread) -> None:
     async def main() -> list[str]:
         client = openai.AsyncOpenAI(base_url=tiny_server.url + "/v1", api_key="x")
-        calls = [client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"Hi {i}"}],
-                                                temperature=0, max_tokens=6) for i in range(3)]
+        calls = [
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"Hi {i}"}], temperature=0, max_tokens=6
+            )
+            for i in range(3)
+        ]
         results = await asyncio.gather(*calls)
         await client.close()
         return [r.choices[0].message.content or "" for r in results]
@@ -134,12 +162,21 @@ while (true) { const {value, done} = await reader.read(); if (done) break;
     const delta = JSON.parse(line.slice(6)).choices[0].delta.content; if (delta) out += delta; } }
 process.stdout.write(JSON.stringify(out));
 """
-    js = subprocess.run([node, "--input-type=module", "-e", script, tiny_server.url], capture_output=True,
-                        text=True, timeout=60)
+    js = subprocess.run(
+        [node, "--input-type=module", "-e", script, tiny_server.url], capture_output=True, text=True, timeout=60
+    )
     assert js.returncode == 0, js.stderr
-    body = {"messages": [{"role": "user", "content": "Write a haiku about the ocean."}], "temperature": 0,
-            "top_k": 50, "repeat_penalty": 1.05, "max_tokens": 10}
-    assert json.loads(js.stdout) == post(tiny_server, "/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
+    body = {
+        "messages": [{"role": "user", "content": "Write a haiku about the ocean."}],
+        "temperature": 0,
+        "top_k": 50,
+        "repeat_penalty": 1.05,
+        "max_tokens": 10,
+    }
+    assert (
+        json.loads(js.stdout)
+        == post(tiny_server, "/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
+    )
 
 
 def test_models_and_props(tiny_server: ServerThread) -> None:
@@ -161,19 +198,28 @@ def test_models_and_props(tiny_server: ServerThread) -> None:
 @pytest.fixture(scope="module")
 def named_models(models_dir: Path) -> dict[str, Path]:
     return {
-        "instruct": write_lfm2_gguf(models_dir / "instruct.gguf", TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct",
-                                                                           basename="LFM2.5", size_label="1.2B")),
-        "keys": write_lfm2_gguf(models_dir / "keys.gguf", TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct",
-                                                                   sampling={"temp": 0.7, "top_k": 11})),
+        "instruct": write_lfm2_gguf(
+            models_dir / "instruct.gguf",
+            TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct", basename="LFM2.5", size_label="1.2B"),
+        ),
+        "keys": write_lfm2_gguf(
+            models_dir / "keys.gguf", TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct", sampling={"temp": 0.7, "top_k": 11})
+        ),
     }
 
 
 def test_props_show_lfm_family_defaults_and_gguf_keys_override_them(
-        server_factory: Callable[..., ServerThread], named_models: dict[str, Path]) -> None:
+    server_factory: Callable[..., ServerThread], named_models: dict[str, Path]
+) -> None:
     instruct = server_factory(Settings(model=str(named_models["instruct"]), ctx_size=512, parallel=1))
     params = httpx.get(instruct.url + "/props").json()["default_generation_settings"]["params"]
     assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"], params["repeat_penalty"]) == (
-        0.1, 50, 1.0, 0.0, 1.05)
+        0.1,
+        50,
+        1.0,
+        0.0,
+        1.05,
+    )
     keys = server_factory(Settings(model=str(named_models["keys"]), ctx_size=512, parallel=1, min_p=0.2))
     props = httpx.get(keys.url + "/props").json()
     params = props["default_generation_settings"]["params"]
@@ -204,15 +250,20 @@ def test_openai_completions(tiny_server: ServerThread) -> None:
     native = post(tiny_server, "/completion", {"prompt": "Once upon a time", "n_predict": 8, "temperature": 0}).json()
     assert completion.object == "text_completion" and completion.choices[0].text == native["content"]
     assert completion.usage is not None and completion.usage.completion_tokens == 8
-    events = sse_events(tiny_server, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 8,
-                                                         "temperature": 0, "stream": True})
+    events = sse_events(
+        tiny_server,
+        "/v1/completions",
+        {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": True},
+    )
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == native["content"]
 
 
 def test_tokenize_detokenize_apply_template(tiny_server: ServerThread) -> None:
     tokens = post(tiny_server, "/tokenize", {"content": "<|im_start|>Hi"}).json()["tokens"]
-    assert tokens[0] == 6 and post(tiny_server, "/detokenize", {"tokens": tokens}).json() == {"content": "<|im_start|>Hi"}
+    assert tokens[0] == 6 and post(tiny_server, "/detokenize", {"tokens": tokens}).json() == {
+        "content": "<|im_start|>Hi"
+    }
     assert post(tiny_server, "/tokenize", {"content": "Hi", "add_special": True}).json()["tokens"][0] == 1
     literal = post(tiny_server, "/tokenize", {"content": "<|im_start|>", "parse_special": False}).json()["tokens"]
     assert 6 not in literal and len(literal) > 1
@@ -225,8 +276,9 @@ def test_tokenize_detokenize_apply_template(tiny_server: ServerThread) -> None:
 def test_bos_is_not_doubled_and_text_parts_are_accepted(tiny_server: ServerThread) -> None:
     body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], **GREEDY}
     data = post(tiny_server, "/v1/chat/completions", body).json()
-    expected = post(tiny_server, "/tokenize", {"content": "<|startoftext|><|im_start|>user\nHi<|im_end|>\n"
-                                                          "<|im_start|>assistant\n"}).json()["tokens"]
+    expected = post(
+        tiny_server, "/tokenize", {"content": "<|startoftext|><|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"}
+    ).json()["tokens"]
     assert expected[:2] == [1, 6] and data["usage"]["prompt_tokens"] == len(expected)
 
 
@@ -246,8 +298,18 @@ INVALID_REQUESTS: list[tuple[str, str, Any, str]] = [
     ("body not an object", "/v1/chat/completions", b"[1, 2]", "invalid_request_error"),
     ("missing messages", "/v1/chat/completions", {"temperature": 0.1}, "invalid_request_error"),
     ("empty messages", "/v1/chat/completions", {"messages": []}, "invalid_request_error"),
-    ("unknown role", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "invalid_request_error"),
-    ("content wrong type", "/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "invalid_request_error"),
+    (
+        "unknown role",
+        "/v1/chat/completions",
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        "invalid_request_error",
+    ),
+    (
+        "content wrong type",
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": 5}]},
+        "invalid_request_error",
+    ),
     ("user without content", "/v1/chat/completions", {"messages": [{"role": "user"}]}, "invalid_request_error"),
     ("temperature a string", "/v1/chat/completions", {**SEED_CHAT, "temperature": "hot"}, "invalid_request_error"),
     ("negative temperature", "/v1/chat/completions", {**SEED_CHAT, "temperature": -1}, "invalid_request_error"),
@@ -258,17 +320,49 @@ INVALID_REQUESTS: list[tuple[str, str, Any, str]] = [
     ("stream not a bool", "/v1/chat/completions", {**SEED_CHAT, "stream": "yes"}, "invalid_request_error"),
     ("stop wrong type", "/v1/chat/completions", {**SEED_CHAT, "stop": 7}, "invalid_request_error"),
     ("n above 1", "/v1/chat/completions", {**SEED_CHAT, "n": 2}, "invalid_request_error"),
-    ("presence penalty out of range", "/v1/chat/completions", {**SEED_CHAT, "presence_penalty": 3}, "invalid_request_error"),
-    ("logit bias token out of vocab", "/v1/chat/completions", {**SEED_CHAT, "logit_bias": {"99999": 1}}, "invalid_request_error"),
+    (
+        "presence penalty out of range",
+        "/v1/chat/completions",
+        {**SEED_CHAT, "presence_penalty": 3},
+        "invalid_request_error",
+    ),
+    (
+        "logit bias token out of vocab",
+        "/v1/chat/completions",
+        {**SEED_CHAT, "logit_bias": {"99999": 1}},
+        "invalid_request_error",
+    ),
     ("id_slot beyond the slots", "/v1/chat/completions", {**SEED_CHAT, "id_slot": 17}, "invalid_request_error"),
-    ("image without a projector", "/v1/chat/completions", {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}, "invalid_request_error"),
-    ("bad tool call arguments", "/v1/chat/completions", {"messages": [
-        {"role": "user", "content": "x"},
-        {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]},
-        "invalid_request_error"),
-    ("prompt too long", "/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 3000}]},
-     "exceed_context_size_error"),
+    (
+        "image without a projector",
+        "/v1/chat/completions",
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+            ]
+        },
+        "invalid_request_error",
+    ),
+    (
+        "bad tool call arguments",
+        "/v1/chat/completions",
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}],
+                },
+            ]
+        },
+        "invalid_request_error",
+    ),
+    (
+        "prompt too long",
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "word " * 3000}]},
+        "exceed_context_size_error",
+    ),
     ("completion without prompt", "/completion", {"n_predict": 3}, "invalid_request_error"),
     ("completion prompt token out of vocab", "/completion", {"prompt": [1, 70000]}, "invalid_request_error"),
     ("tokenize content not a string", "/tokenize", {"content": 12}, "invalid_request_error"),
@@ -277,9 +371,14 @@ INVALID_REQUESTS: list[tuple[str, str, Any, str]] = [
 
 
 @pytest.mark.parametrize(("name", "path", "body", "error_type"), INVALID_REQUESTS, ids=[r[0] for r in INVALID_REQUESTS])
-def test_invalid_input_gets_a_4xx_with_the_error_shape(tiny_server: ServerThread, name: str, path: str, body: Any,
-                                                       error_type: str) -> None:
-    kwargs = {"content": body, "headers": {"Content-Type": "application/json"}} if isinstance(body, bytes) else {"json": body}
+def test_invalid_input_gets_a_4xx_with_the_error_shape(
+    tiny_server: ServerThread, name: str, path: str, body: Any, error_type: str
+) -> None:
+    kwargs = (
+        {"content": body, "headers": {"Content-Type": "application/json"}}
+        if isinstance(body, bytes)
+        else {"json": body}
+    )
     response = httpx.post(tiny_server.url + path, timeout=60, **kwargs)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
@@ -293,11 +392,14 @@ def test_every_invalid_request_kind_is_listed() -> None:
     assert len(INVALID_REQUESTS) >= 15
 
 
-def test_a_failing_template_answers_400_with_its_message(server_factory: Callable[..., ServerThread],
-                                                         tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_failing_template_answers_400_with_its_message(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     template = tmp_path_factory.mktemp("tpl") / "strict.jinja"
-    template.write_text("{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start "
-                        "with a user message') }}{% endif %}{{ messages[0]['content'] }}")
+    template.write_text(
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start "
+        "with a user message') }}{% endif %}{{ messages[0]['content'] }}"
+    )
     server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, chat_template_file=str(template)))
     response = post(server, "/v1/chat/completions", {"messages": [{"role": "assistant", "content": "x"}]})
     assert response.status_code == 400
@@ -368,10 +470,18 @@ def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:
 
 
 def test_fixture_template_via_chat_template_file(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1,
-                                     chat_template_file=str(FIXTURE_TEMPLATES / "lfm2.5-instruct.jinja")))
+    server = server_factory(
+        Settings(
+            model=str(tiny_gguf),
+            ctx_size=512,
+            parallel=1,
+            chat_template_file=str(FIXTURE_TEMPLATES / "lfm2.5-instruct.jinja"),
+        )
+    )
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     prompt = post(server, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}], "tools": tools}).json()
-    assert prompt["prompt"] == ('<|startoftext|><|im_start|>system\nList of tools: [{"type": "function", "function": '
-                                '{"name": "f", "parameters": {"type": "object"}}}]<|im_end|>\n<|im_start|>user\nHi'
-                                '<|im_end|>\n<|im_start|>assistant\n')
+    assert prompt["prompt"] == (
+        '<|startoftext|><|im_start|>system\nList of tools: [{"type": "function", "function": '
+        '{"name": "f", "parameters": {"type": "object"}}}]<|im_end|>\n<|im_start|>user\nHi'
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )

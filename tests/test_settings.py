@@ -4,16 +4,71 @@ from lfmserve.settings import Settings
 
 
 def test_llama_server_flags_and_short_forms() -> None:
-    s = Settings.from_argv(["-m", "m.gguf", "-c", "4096", "-n", "64", "-t", "3", "-b", "512", "-ub", "128", "-np", "2",
-                            "-ngl", "99", "--host", "0.0.0.0", "--port", "9000", "-a", "lfm", "--no-jinja",
-                            "--temp", "0.1", "--top-k", "50", "--top-p", "0.9", "--min-p", "0.1",
-                            "--repeat-penalty", "1.05", "--repeat-last-n", "32", "-s", "42", "--api-key", "a,b",
-                            "--api-key", "c"])
+    s = Settings.from_argv(
+        [
+            "-m",
+            "m.gguf",
+            "-c",
+            "4096",
+            "-n",
+            "64",
+            "-t",
+            "3",
+            "-b",
+            "512",
+            "-ub",
+            "128",
+            "-np",
+            "2",
+            "-ngl",
+            "99",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "9000",
+            "-a",
+            "lfm",
+            "--no-jinja",
+            "--temp",
+            "0.1",
+            "--top-k",
+            "50",
+            "--top-p",
+            "0.9",
+            "--min-p",
+            "0.1",
+            "--repeat-penalty",
+            "1.05",
+            "--repeat-last-n",
+            "32",
+            "-s",
+            "42",
+            "--api-key",
+            "a,b",
+            "--api-key",
+            "c",
+        ]
+    )
     assert (s.model, s.ctx_size, s.n_predict, s.threads, s.batch_size, s.ubatch_size, s.parallel, s.n_gpu_layers) == (
-        "m.gguf", 4096, 64, 3, 512, 128, 2, 99)
+        "m.gguf",
+        4096,
+        64,
+        3,
+        512,
+        128,
+        2,
+        99,
+    )
     assert (s.host, s.port, s.alias, s.jinja) == ("0.0.0.0", 9000, "lfm", False)
-    assert s.cli_sampling() == {"temperature": 0.1, "top_k": 50, "top_p": 0.9, "min_p": 0.1, "repeat_penalty": 1.05,
-                                "repeat_last_n": 32, "seed": 42}
+    assert s.cli_sampling() == {
+        "temperature": 0.1,
+        "top_k": 50,
+        "top_p": 0.9,
+        "min_p": 0.1,
+        "repeat_penalty": 1.05,
+        "repeat_last_n": 32,
+        "seed": 42,
+    }
     assert s.api_keys == ("a", "b", "c")
 
 

@@ -26,7 +26,12 @@ def test_lfm2_loads_as_a_hybrid_with_lfm2_special_tokens(tiny_gguf: Path) -> Non
     model = NativeModel(tiny_gguf)
     info = model.info
     assert (info.architecture, info.is_hybrid, info.is_recurrent, info.add_bos) == ("lfm2", True, False, True)
-    assert (model.bos_id, model.eos_id, info.bos_token, info.eos_token) == (BOS_ID, EOS_ID, "<|startoftext|>", "<|im_end|>")
+    assert (model.bos_id, model.eos_id, info.bos_token, info.eos_token) == (
+        BOS_ID,
+        EOS_ID,
+        "<|startoftext|>",
+        "<|im_end|>",
+    )
     for token_id, text in enumerate(LFM2_SPECIAL_TOKENS):
         assert model.tokenize(text, add_special=False, parse_special=True) == [token_id]
     assert model.is_eog(EOS_ID) and not model.is_eog(6)

@@ -1,0 +1,235 @@
+"""Side-by-side single-stream benchmark: lfmserve vs llama-server from the same llama.cpp, one run.
+
+Both servers load the same LFM2-350M-shaped Q4_K_M model (random weights, written by
+``lfmserve.testing``) with the same flags, run one at a time on the same cores, and answer the same
+``/completion`` requests. Reported as JSON lines and a markdown table, with lfmserve / llama-server
+ratios:
+
+* decode tok/s: one stream generating ``--n-predict`` tokens (ignore_eos), measured by the client
+  from the first to the last streamed token;
+* prefill tok/s: a fresh ``--prompt-tokens`` prompt (cache_prompt off) divided by the time to its
+  first token.
+
+llama-server comes from the llama.cpp vendored in the pinned llama-cpp-python sdist; ``--build``
+downloads that sdist from PyPI and builds it (about 10 minutes on 2 cores), or pass ``--llama-server``.
+
+Example::
+
+    python bench/compare_llama_server.py --build --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lfmserve.testing import lfm2_350m_shape, quantize_q4_k_m, write_lfm2_gguf
+
+PINNED = "llama-cpp-python==0.3.36"
+CACHE = Path(os.environ.get("LFMSERVE_BENCH_CACHE", Path.home() / ".cache" / "lfmserve-bench"))
+
+
+def bench_model() -> Path:
+    """The LFM2-350M-shaped Q4_K_M model, made once and cached."""
+    target = CACHE / "lfm2-350m-random-Q4_K_M.gguf"
+    if not target.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        f16 = CACHE / "lfm2-350m-random-F16.gguf"
+        print("writing the LFM2-350M-shaped model ...", file=sys.stderr)
+        write_lfm2_gguf(f16, lfm2_350m_shape(seed=0))
+        quantize_q4_k_m(f16, target)
+        f16.unlink()
+    return target
+
+
+def build_llama_server() -> Path:
+    """Build llama-server from the pinned llama-cpp-python sdist's vendored llama.cpp."""
+    binary = CACHE / "llama.cpp-build" / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", PINNED, "-d", tmp],
+            check=True,
+        )
+        sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        with tarfile.open(sdist) as archive:
+            archive.extractall(tmp, filter="data")
+        source = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
+        build = CACHE / "llama.cpp-build"
+        subprocess.run(
+            [
+                "cmake",
+                "-S",
+                str(source),
+                "-B",
+                str(build),
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DLLAMA_BUILD_SERVER=ON",
+                "-DLLAMA_BUILD_TESTS=OFF",
+                "-DLLAMA_BUILD_EXAMPLES=OFF",
+                "-DLLAMA_CURL=OFF",
+                "-DLLAMA_OPENSSL=OFF",
+            ],
+            check=True,
+        )
+        subprocess.run(
+            ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(os.cpu_count() or 2)], check=True
+        )
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+
+    def __enter__(self) -> str:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [*self.argv, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    return url
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name} did not become healthy")
+
+    def __exit__(self, *_: Any) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def stream_completion(url: str, body: dict[str, Any]) -> tuple[float, list[float], dict[str, Any]]:
+    """(start time, arrival time of each streamed token, final chunk)."""
+    arrivals: list[float] = []
+    final: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    with httpx.stream("POST", url + "/completion", json={**body, "stream": True}, timeout=600) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("stop"):
+                final = chunk
+            else:  # one chunk per token (a random model's tokens often have empty text)
+                arrivals.append(time.perf_counter())
+    return t0, arrivals, final
+
+
+def prompt_text(n_tokens: int, salt: int) -> str:
+    """A prompt of about n_tokens (the random model's merges are learnt from English)."""
+    words = "the ocean is wide and the waves are blue and the model learns from data".split()
+    return f"{salt} " + " ".join(words[i % len(words)] for i in range(n_tokens))
+
+
+#: Sent to both servers, so both run the same sampler chain: the seed's LFM2.5 instruct settings, greedy.
+SAMPLING = {"temperature": 0, "top_k": 50, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.05, "repeat_last_n": 64}
+
+
+def measure(url: str, args: argparse.Namespace, run: int) -> Iterator[dict[str, Any]]:
+    decode_body = {
+        "prompt": prompt_text(16, run),
+        "n_predict": args.n_predict,
+        **SAMPLING,
+        "ignore_eos": True,
+        "cache_prompt": False,
+    }
+    t0, arrivals, final = stream_completion(url, decode_body)
+    yield {
+        "metric": "decode_tok_s",
+        "value": (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]),
+        "server_reported": final["timings"]["predicted_per_second"],
+    }
+    prefill_body = {
+        "prompt": prompt_text(args.prompt_tokens, 1000 + run),
+        "n_predict": 1,
+        **SAMPLING,
+        "cache_prompt": False,
+    }
+    t0, arrivals, final = stream_completion(url, prefill_body)
+    first = arrivals[0] if arrivals else time.perf_counter()
+    n_prompt = final["tokens_evaluated"]
+    yield {
+        "metric": "prefill_tok_s",
+        "value": n_prompt / (first - t0),
+        "n_prompt": n_prompt,
+        "server_reported": final["timings"]["prompt_per_second"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-server", type=Path, help="llama-server binary (default: build it with --build)")
+    parser.add_argument("--build", action="store_true", help="build llama-server from the pinned sdist if needed")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--n-predict", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ctx-size", type=int, default=4096)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args()
+
+    binary = args.llama_server or (build_llama_server() if args.build else None)
+    if binary is None or not Path(binary).exists():
+        parser.error("pass --llama-server PATH or --build")
+    model = bench_model()
+    flags = ["-m", str(model), "-c", str(args.ctx_size), "-t", str(args.threads)]
+    servers = [
+        Server("llama-server", [str(binary), *flags]),
+        Server("lfmserve", [shutil.which("lfmserve") or "lfmserve", *flags]),
+    ]
+    results: dict[str, dict[str, list[float]]] = {s.name: {} for s in servers}
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = (args.out / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w")
+    for run in range(args.repeats):  # alternate the servers so drift in the machine hits both alike
+        for server in servers:
+            with server as url:
+                if run == 0:
+                    list(measure(url, args, -1))  # warm-up: page in the weights
+                for row in measure(url, args, run):
+                    row.update(server=server.name, run=run)
+                    log.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
+                    results[server.name].setdefault(row["metric"], []).append(row["value"])
+    log.close()
+    print(f"\n| metric (median of {args.repeats}) | llama-server | lfmserve | ratio |")
+    print("| --- | --- | --- | --- |")
+    for metric in ("decode_tok_s", "prefill_tok_s"):
+        ref = statistics.median(results["llama-server"][metric])
+        ours = statistics.median(results["lfmserve"][metric])
+        print(f"| {metric} | {ref:.1f} | {ours:.1f} | {ours / ref:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
