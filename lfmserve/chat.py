@@ -59,15 +59,14 @@ class Model:
         chat_template_file: str | None = None,
         **sampling_defaults_: Any,
     ) -> None:
-        overrides = {"threads": n_threads} if n_threads else {}
-        self.settings = Settings(
+        settings = Settings(
             model=str(path),
             ctx_size=n_ctx,
             parallel=n_parallel,
             chat_template_file=chat_template_file,
-            **overrides,
             **_cli_sampling(sampling_defaults_),
         )
+        self.settings = dataclasses.replace(settings, threads=n_threads) if n_threads else settings
         self._native = NativeModel(path, n_gpu_layers=self.settings.n_gpu_layers)
         self.template = chat_template(self.settings, self._native)
         self.defaults = sampling_defaults(self.settings, self._native).params

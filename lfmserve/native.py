@@ -35,10 +35,12 @@ _llama_logger = logging.getLogger("lfmserve.llama_cpp")
 _backend_ready = False
 
 
-@llama.llama_log_callback
-def _forward_llama_log(level: int, text: bytes, _user_data: Any) -> None:
+def _log_llama(level: int, text: bytes, _user_data: Any) -> None:
     if text:
         _llama_logger.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", text.decode("utf-8", "replace").rstrip("\n"))
+
+
+_forward_llama_log = llama.llama_log_callback(_log_llama)  # kept referenced: llama.cpp holds the pointer
 
 
 def init_backend() -> None:
@@ -107,7 +109,7 @@ class NativeModel:
         if not self._model:
             raise EngineError(f"failed to load model from {self.path}")
         self._vocab = llama.llama_model_get_vocab(self._model)
-        self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
+        self.n_vocab: int = llama.llama_vocab_n_tokens(self._vocab)
         self.bos_id = llama.llama_vocab_bos(self._vocab)
         self.eos_id = llama.llama_vocab_eos(self._vocab)
         # Looked up per generated token: answered from Python, so the engine thread does not give up the

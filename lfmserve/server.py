@@ -90,7 +90,7 @@ async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable
 
 
 def _serving(request: Request) -> Serving:
-    serving = request.state.app_state.serving
+    serving: Serving | None = request.state.app_state.serving
     assert serving is not None  # the middleware answers 503 until it is set
     return serving
 
