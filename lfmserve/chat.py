@@ -28,7 +28,7 @@ from .loader import chat_template, engine_config, sampling_defaults
 from .native import ModelInfo, NativeModel
 from .records import EngineOutput, EngineRequest
 from .sampling import SamplingParams
-from .settings import Settings
+from .settings import SAMPLING_FIELDS, Settings
 from .stream import SyncStream
 
 _SAMPLING_NAMES = frozenset(f.name for f in dataclasses.fields(SamplingParams))
@@ -186,16 +186,7 @@ class Chat:
 
 def _cli_sampling(values: dict[str, Any]) -> dict[str, Any]:
     """``Model(temperature=0.2)`` -> the Settings field that holds that default."""
-    names = {
-        "temperature": "temp",
-        "temp": "temp",
-        "top_k": "top_k",
-        "top_p": "top_p",
-        "min_p": "min_p",
-        "repeat_penalty": "repeat_penalty",
-        "repeat_last_n": "repeat_last_n",
-        "seed": "seed",
-    }
+    names = {wire: attr for attr, wire in SAMPLING_FIELDS.items()}
     unknown = set(values) - set(names)
     if unknown:
         raise TypeError(f"unknown Model options: {', '.join(sorted(unknown))}")

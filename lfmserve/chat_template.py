@@ -15,10 +15,10 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import jinja2
 from jinja2 import nodes
@@ -26,7 +26,7 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import TemplateError
+from .errors import EngineError, TemplateError
 
 
 class _GenerationTag(Extension):
@@ -86,6 +86,24 @@ class TemplateCaps:
 
     def to_json(self) -> dict[str, bool]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+class ChatFormatter(Protocol):
+    """What serving needs from a chat format: Jinja (:class:`ChatTemplate`) or built-in (:class:`BuiltinTemplate`)."""
+
+    source: str
+    caps: TemplateCaps
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        add_generation_prompt: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str: ...
+
+    def normalize_content(self, content: str | list[dict[str, Any]] | None) -> Any: ...
 
 
 _MARK = "LFMSERVE_PROBE"
@@ -169,6 +187,48 @@ class ChatTemplate:
             supports_parallel_tool_calls=_MARK + "2" in calls,
             supports_preserve_reasoning=_MARK in reasoning,
         )
+
+
+class BuiltinTemplate:
+    """``--no-jinja``: llama.cpp's built-in formats, chosen by recognising the template text.
+
+    Like llama-server without ``--jinja``, it takes string content only and refuses ``tools``.
+    """
+
+    def __init__(self, source: str, apply: Callable[[str, Sequence[tuple[str, str]], bool], str]) -> None:
+        self.source = source
+        self._apply = apply
+        self.caps = TemplateCaps(
+            supports_string_content=True,
+            supports_typed_content=False,
+            supports_system_role=True,
+            supports_tools=False,
+            supports_tool_calls=False,
+            supports_parallel_tool_calls=False,
+            supports_preserve_reasoning=False,
+        )
+        self.render([{"role": "user", "content": "probe"}])  # unknown templates fail at startup, not per request
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        add_generation_prompt: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str:
+        if tools:
+            raise TemplateError("tools param requires --jinja flag")
+        pairs = [(str(m["role"]), str(m.get("content") or "")) for m in messages]
+        try:
+            return self._apply(self.source, pairs, add_generation_prompt)
+        except EngineError as exc:
+            raise TemplateError(str(exc)) from exc
+
+    def normalize_content(self, content: str | list[dict[str, Any]] | None) -> Any:
+        if isinstance(content, list):
+            return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+        return content
 
 
 #: llama-server's fallback when a model carries no template: ChatML.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .chat_template import CHATML_TEMPLATE, ChatTemplate
+from .chat_template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
 from .engine import Engine, EngineConfig
 from .native import NativeModel, build_info
 from .sampling import ResolvedDefaults, model_identity, resolve_defaults
@@ -32,12 +32,17 @@ def sampling_defaults(settings: Settings, model: NativeModel) -> ResolvedDefault
     return resolve_defaults(cli=settings.cli_sampling(), gguf_sampling=info.gguf_sampling, identity=identity)
 
 
-def chat_template(settings: Settings, model: NativeModel) -> ChatTemplate:
-    """``--chat-template-file`` > the GGUF's template > ChatML (llama-server's fallback)."""
+def chat_template(settings: Settings, model: NativeModel) -> ChatFormatter:
+    """``--chat-template-file`` > the GGUF's template > ChatML (llama-server's fallback).
+
+    With ``--no-jinja`` the template is matched to one of llama.cpp's built-in formats instead.
+    """
     if settings.chat_template_file:
         source = Path(settings.chat_template_file).read_text(encoding="utf-8")
     else:
-        source = model.info.chat_template or CHATML_TEMPLATE
+        source = model.info.chat_template or ("chatml" if not settings.jinja else CHATML_TEMPLATE)
+    if not settings.jinja:
+        return BuiltinTemplate(source, lambda s, m, add: model.apply_builtin_template(s, m, add_assistant=add))
     return ChatTemplate(source, bos_token=model.info.bos_token, eos_token=model.info.eos_token)
 
 

@@ -212,6 +212,22 @@ class NativeModel:
                 return buf.raw[:n].decode("utf-8", "replace")
             capacity = -n
 
+    def apply_builtin_template(self, template: str, messages: Sequence[tuple[str, str]], *, add_assistant: bool) -> str:
+        """llama.cpp's built-in (non-Jinja) formatting, which recognises common templates by their text."""
+        chat = (llama.llama_chat_message * len(messages))(
+            *[llama.llama_chat_message(role.encode(), content.encode()) for role, content in messages]
+        )
+        size = 4096 + 2 * sum(len(c.encode()) for _, c in messages)
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = llama.llama_chat_apply_template(template.encode(), chat, len(messages), add_assistant, buf, size)
+            if n < 0:
+                raise EngineError("this chat template is not one llama.cpp knows without --jinja")
+            if n <= size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n
+        raise EngineError("chat template output kept growing")
+
     def is_eog(self, token: int) -> bool:
         return token in self._eog
 

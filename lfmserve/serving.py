@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .chat_template import ChatTemplate
+from .chat_template import ChatFormatter
 from .engine import Engine
 from .errors import InvalidRequest
 from .native import NativeModel
@@ -62,7 +62,7 @@ class Serving:
         self,
         model: NativeModel,
         engine: Engine,
-        template: ChatTemplate,
+        template: ChatFormatter,
         *,
         model_name: str,
         defaults: ResolvedDefaults,

@@ -22,6 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 DEFAULT_HF_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M"
+#: Settings field -> request field, for the sampling defaults the command line can set.
+SAMPLING_FIELDS = {
+    "temp": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "repeat_last_n",
+    "seed": "seed",
+}
 
 
 def _flag(*names: str, help: str, **argparse_kwargs: Any) -> dict[str, Any]:
@@ -148,16 +158,7 @@ class Settings:
 
     def cli_sampling(self) -> dict[str, float | int]:
         """Sampling defaults given on the command line, under the request's field names."""
-        names = {
-            "temp": "temperature",
-            "top_k": "top_k",
-            "top_p": "top_p",
-            "min_p": "min_p",
-            "repeat_penalty": "repeat_penalty",
-            "repeat_last_n": "repeat_last_n",
-            "seed": "seed",
-        }
-        return {wire: getattr(self, attr) for attr, wire in names.items() if getattr(self, attr) is not None}
+        return {wire: getattr(self, attr) for attr, wire in SAMPLING_FIELDS.items() if getattr(self, attr) is not None}
 
     @classmethod
     def from_argv(cls, argv: Sequence[str] | None = None) -> Settings:

@@ -485,3 +485,15 @@ def test_fixture_template_via_chat_template_file(server_factory: Callable[..., S
         '{"name": "f", "parameters": {"type": "object"}}}]<|im_end|>\n<|im_start|>user\nHi'
         "<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_no_jinja_uses_llama_cpp_builtin_formats(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, jinja=False))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    prompt = post(server, "/apply-template", {"messages": messages}).json()["prompt"]
+    # llama.cpp recognises the LFM template as ChatML; its built-in ChatML adds no BOS text
+    assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    response = post(server, "/v1/chat/completions", {"messages": messages, "tools": tools})
+    assert response.status_code == 400 and response.json()["error"]["message"] == "tools param requires --jinja flag"
+    assert post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 2}).status_code == 200
