@@ -261,6 +261,19 @@ def _install_routes(app: FastAPI) -> None:
             "eos_token": info.eos_token,
             "build_info": serving.fingerprint,
             "is_sleeping": False,
+            "model": {
+                "architecture": info.architecture,
+                "name": info.name,
+                "description": info.description,
+                "n_ctx_train": info.n_ctx_train,
+                "n_params": info.n_params,
+                "size": info.size_bytes,
+                "n_vocab": info.n_vocab,
+                "vocab_type": info.vocab_type_name,
+                "is_hybrid": info.is_hybrid,
+                "is_recurrent": info.is_recurrent,
+                "n_swa": info.n_swa,
+            },
         }
 
     @app.post("/v1/chat/completions")

@@ -122,6 +122,14 @@ def test_generation_stops_at_the_end_of_the_context(model: NativeModel) -> None:
         small.close()
 
 
+def test_context_size_zero_means_the_models_training_context(model: NativeModel) -> None:
+    engine = Engine(model, EngineConfig(n_ctx=0, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1))
+    try:
+        assert engine.n_ctx == engine.n_ctx_slot == model.info.n_ctx_train == 4096
+    finally:
+        engine.close()
+
+
 def test_invalid_requests_are_refused_at_submit(engine: Engine) -> None:
     with pytest.raises(InvalidRequest, match="empty"):
         engine.submit(EngineRequest(prompt_tokens=()), SyncStream())

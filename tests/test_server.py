@@ -193,6 +193,14 @@ def test_models_and_props(tiny_server: ServerThread) -> None:
     assert props["chat_template"].startswith("{{- bos_token -}}")
     assert props["chat_template_caps"]["supports_tools"] is True
     assert props["model_path"].endswith("tiny-lfm2.gguf") and props["modalities"] == {"vision": False, "audio": False}
+    model = props["model"]
+    assert (model["architecture"], model["is_hybrid"], model["is_recurrent"], model["vocab_type"]) == (
+        "lfm2",
+        True,
+        False,
+        "BPE",
+    )
+    assert model["n_ctx_train"] == 4096 and model["n_vocab"] == 475 and model["name"] == "Tiny-LFM2-Test"
 
 
 @pytest.fixture(scope="module")
