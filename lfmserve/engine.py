@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from .detokenizer import StreamingDetokenizer
 from .errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled
-from .native import NativeContext, NativeModel, Sampler
+from .native import ContextFull, NativeContext, NativeModel, Sampler
 from .records import EngineOutput, EngineRequest, FinishReason, StopType, Timings
 from .scheduler import Checkpoint, Slot, choose_slot, plan_reuse
 from .stop import StopMatcher
@@ -289,7 +289,7 @@ class Engine:
             return
         t0 = time.perf_counter()
         try:
-            self._ctx.decode()
+            self._decode_making_room()
         except EngineError as exc:
             logger.error("%s; failing the %d requests in the batch", exc, len(active))
             for job in active:
@@ -307,6 +307,20 @@ class Engine:
                 job.slot.tokens.append(job.pending_token)
             if job.batch_index >= 0 and not job.cancelled:
                 self._sample(job, t1)
+
+    def _decode_making_room(self) -> None:
+        """Decode; when the shared KV cache is full, drop idle slots' caches (least recently used first)."""
+        idle = sorted((s for s in self._slots if not s.busy and s.tokens), key=lambda s: s.last_used)
+        while True:
+            try:
+                self._ctx.decode()
+                return
+            except ContextFull:
+                if not idle:
+                    raise
+                slot = idle.pop(0)
+                logger.info("KV cache full: dropping idle slot %d's cache (%d tokens)", slot.id, len(slot.tokens))
+                self._reset_slot(slot)
 
     def _add_prompt_chunk(self, job: _Job) -> int:
         """Add as much of the prompt as fits; stop one token short of the end to checkpoint there."""

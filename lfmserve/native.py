@@ -244,6 +244,10 @@ class NativeModel:
             self._model = None
 
 
+class ContextFull(EngineError):
+    """No room left in the shared KV cache for the batch; the memory is as it was before the call."""
+
+
 class Batch:
     """A ``llama_batch`` whose arrays are numpy-owned; one sequence id per token."""
 
@@ -330,13 +334,13 @@ class NativeContext:
         return self._ctx
 
     def decode(self) -> None:
-        """Decode the current batch; raise :class:`EngineError` on failure."""
+        """Decode the current batch; raise :class:`ContextFull` or :class:`EngineError` on failure."""
         self.batch.struct.n_tokens = self.batch.n_tokens
         rc = llama.llama_decode(self._ctx, self.batch.struct)
+        if rc == 1:
+            raise ContextFull("llama_decode failed: the shared KV cache is full (code 1)")
         if rc != 0:
-            reason = {1: "no KV slot for the batch (context full)", 2: "aborted", -1: "invalid batch"}.get(
-                rc, "fatal error"
-            )
+            reason = {2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
             raise EngineError(f"llama_decode failed: {reason} (code {rc})")
 
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
