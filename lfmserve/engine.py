@@ -2,8 +2,14 @@
 
 One thread owns the llama context. Each step it builds one ``llama_batch``: the next token of every
 generating request, then chunks of waiting prompts in the space left (continuous batching, one
-sequence id per slot), decodes it, samples each request's next token, and hands the new text to the
-request's sink. Callers never wait on the engine and the engine never waits on them.
+sequence id per slot; while streams are generating, prompts get at most one micro-batch per step so
+a long prompt cannot freeze them), decodes it, samples each request's next token, and hands the new
+text to the request's sink. Callers never wait on the engine and the engine never waits on them.
+
+Prompt caching (``scheduler.plan_reuse``): a request starts from the longest cached prefix of its own
+slot, of another slot (shared KV cells plus a checkpoint of the recurrent state), or of a sequence
+kept in host RAM. While prefilling, the recurrent / sliding-window state is checkpointed at chat
+message boundaries, every 256 tokens, and before the last prompt token.
 
 Example::
 
@@ -23,16 +29,28 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from .detokenizer import StreamingDetokenizer
-from .errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled
-from .native import ContextFull, NativeContext, NativeModel, Sampler
+from .errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled, Unavailable
+from .native import NativeContext, NativeModel, Sampler
+from .prompt_cache import RamPromptCache
 from .records import EngineOutput, EngineRequest, FinishReason, StopType, Timings
-from .scheduler import Checkpoint, Slot, choose_slot, plan_reuse
+from .scheduler import (
+    CachedSequence,
+    Checkpoint,
+    ReusePlan,
+    Slot,
+    checkpoint_positions,
+    choose_slot,
+    common_prefix_length,
+    plan_reuse,
+)
 from .stop import StopMatcher
 from .stream import OutputSink
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +61,36 @@ class EngineConfig:
     n_ubatch: int = 512
     n_threads: int = 1
     n_threads_batch: int | None = None
+    #: Idle slot chosen when its cache shares more than this fraction of the prompt (llama-server's 0.10).
+    slot_similarity: float = 0.10
+    #: Requests waiting for a slot beyond this answer 503.
+    max_queue: int = 1024
+    #: Checkpoints kept per slot, by count and by bytes.
+    max_checkpoints: int = 32
+    max_checkpoint_bytes: int = 256 * 2**20
+    #: Host RAM for sequences evicted from slots (0 = off).
+    cache_ram_bytes: int = 8192 * 2**20
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters since start, for /metrics and /slots (written by the engine thread only)."""
+
+    n_prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    n_predicted_tokens: int = 0
+    predicted_seconds: float = 0.0
+    n_decode_calls: int = 0
+    n_busy_slots_sum: int = 0
+    n_requests: int = 0
+    n_requests_deferred: int = 0
+    n_cache_hits: int = 0
+    n_cached_tokens: int = 0
+    n_checkpoints_saved: int = 0
+    n_checkpoints_restored: int = 0
+    n_slot_copies: int = 0
+    n_ram_saves: int = 0
+    n_ram_restores: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -60,10 +108,11 @@ class _Job:
     pending_token: int | None = None
     batch_index: int = -1
     n_decoded: int = 0
+    checkpoints_due: list[tuple[int, bool]] = field(default_factory=list)
+    deferred: bool = False
     timings: Timings = field(default_factory=Timings)
     t_prompt_start: float = 0.0
     t_generation_start: float = 0.0
-    cancelled: bool = False
 
     @property
     def prompt(self) -> tuple[int, ...]:
@@ -103,9 +152,15 @@ class Engine:
             n_threads_batch=config.n_threads_batch or config.n_threads,
         )
         self.n_ctx = self._ctx.n_ctx
-        self.n_ctx_slot = self._ctx.n_ctx_seq
+        #: Each slot's limit: the context divided among the slots, as llama-server's -np.
+        self.n_ctx_slot = self.n_ctx // config.n_slots
         self._can_truncate = not model.info.needs_checkpoints
-        self._slots = [Slot(i) for i in range(config.n_slots)]
+        self._turn_ends = model.eog_tokens
+        newline = model.tokenize("\n", add_special=False, parse_special=False)
+        self._newline = newline[0] if len(newline) == 1 else None
+        self._slots = [Slot(i, n_ctx=self.n_ctx_slot) for i in range(config.n_slots)]
+        self._ram = RamPromptCache(config.cache_ram_bytes)
+        self.stats = EngineStats()
         self._waiting: list[_Job] = []
         self._jobs: dict[int, _Job] = {}
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -133,27 +188,86 @@ class Engine:
             self._thread.join()
             self._ctx.close()
 
-    # -- helpers for the in-process API and /slots --------------------------------------------
+    # -- introspection (/slots, /metrics, the in-process API) ------------------------------------
     @property
     def n_slots(self) -> int:
         return len(self._slots)
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        return tuple(self._slots)
+
+    @property
+    def n_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def ram_cache(self) -> RamPromptCache:
+        return self._ram
+
+    def slot_request(self, slot_id: int) -> EngineRequest | None:
+        """The request a slot is running, if any."""
+        return next((j.request for j in list(self._jobs.values()) if j.slot is self._slots[slot_id]), None)
 
     def slot_tokens(self, slot_id: int) -> list[int]:
         """A copy of the tokens slot ``slot_id`` holds in memory (its prompt cache)."""
         return list(self._slots[slot_id].tokens)
 
-    def clear_slot(self, slot_id: int) -> None:
-        """Forget a slot's cache (waits until the engine has done it)."""
-        done = threading.Event()
+    def clear_slot(self, slot_id: int) -> int:
+        """Forget a slot's cache; returns how many tokens it held (waits until the engine has done it)."""
+        return self._call(lambda: self._erase(self._idle_slot(slot_id)))
 
-        def clear() -> None:
-            slot = self._slots[slot_id]
-            if not slot.busy:
+    def save_slot(self, slot_id: int, path: str) -> tuple[int, int]:
+        """Write an idle slot's sequence to ``path``: (tokens saved, bytes written)."""
+
+        def save() -> tuple[int, int]:
+            slot = self._idle_slot(slot_id)
+            return len(slot.tokens), self._ctx.save_seq_file(slot.id, path, slot.tokens)
+
+        return self._call(save)
+
+    def restore_slot(self, slot_id: int, path: str) -> tuple[int, int]:
+        """Load a saved sequence into an idle slot: (tokens restored, bytes read)."""
+
+        def restore() -> tuple[int, int]:
+            slot = self._idle_slot(slot_id)
+            self._reset_slot(slot)
+            try:
+                tokens, n_read = self._ctx.load_seq_file(slot.id, path, slot.n_ctx)
+            except EngineError:
                 self._reset_slot(slot)
+                raise
+            slot.tokens = tokens
+            return len(tokens), n_read
+
+        return self._call(restore)
+
+    def _call(self, command: Callable[[], T]) -> T:
+        """Run ``command`` on the engine thread between steps and return its result here."""
+        done = threading.Event()
+        box: list[T | BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(command())
+            except BaseException as exc:  # delivered to the caller
+                box.append(exc)
             done.set()
 
-        self._inbox.put(clear)
+        self._inbox.put(run)
         done.wait()
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _idle_slot(self, slot_id: int) -> Slot:
+        if not 0 <= slot_id < len(self._slots):
+            raise InvalidRequest(f"slot {slot_id} does not exist (there are {len(self._slots)})", param="id_slot")
+        slot = self._slots[slot_id]
+        if slot.busy:
+            raise Unavailable(f"slot {slot_id} is processing a request")
+        return slot
 
     # -- validation (caller's thread) ----------------------------------------------------------
     def _validate(self, request: EngineRequest) -> None:
@@ -173,6 +287,8 @@ class Engine:
             raise InvalidRequest(
                 f"id_slot {request.id_slot} does not exist (there are {len(self._slots)} slots)", param="id_slot"
             )
+        if len(self._waiting) >= self.config.max_queue:
+            raise Unavailable(f"the server is busy: {len(self._waiting)} requests are waiting for a slot")
 
     # -- engine thread -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -207,58 +323,124 @@ class Engine:
     def _accept(self, job: _Job) -> None:
         self._jobs[job.id] = job
         self._waiting.append(job)
+        self.stats.n_requests += 1
 
     def _mark_cancelled(self, request_id: int) -> None:
         job = self._jobs.get(request_id)
         if job is not None:
             self._finish_with_error(job, RequestCancelled(f"request {request_id} was cancelled"))
 
+    # -- starting requests -----------------------------------------------------------------------
     def _start_waiting(self) -> None:
-        """Give waiting requests a slot, oldest first; a request whose slot is busy keeps waiting."""
+        """Give waiting requests a slot, oldest first; the others keep waiting (and count as deferred)."""
         waiting, self._waiting = self._waiting, []
         for job in waiting:
-            slot = choose_slot(self._slots, job.prompt, job.request.id_slot)
-            if slot is None:
+            slot = choose_slot(self._slots, job.prompt, job.request.id_slot, self.config.slot_similarity)
+            plan = self._plan(job, slot) if slot is not None else None
+            if slot is None or plan is None:
                 self._waiting.append(job)
+                if not job.deferred:
+                    job.deferred = True
+                    self.stats.n_requests_deferred += 1
                 continue
             try:
-                self._start(job, slot)
+                self._start(job, slot, plan)
             except Exception as exc:
                 logger.exception("request %d could not start", job.id)
                 self._reset_slot(slot)
                 self._finish_with_error(job, exc if isinstance(exc, EngineError) else EngineError(str(exc)))
 
-    def _start(self, job: _Job, slot: Slot) -> None:
+    def _plan(self, job: _Job, slot: Slot) -> ReusePlan | None:
+        """The reuse plan, or None when a prefix this prompt shares is being computed in another slot."""
         request = job.request
         plan = plan_reuse(
             slot,
             job.prompt,
+            others=[s for s in self._slots if s is not slot and s.tokens],
+            ram=self._ram.entries,
             cache_prompt=request.cache_prompt,
             needs_logits=request.max_tokens != 0,
             can_truncate=self._can_truncate,
         )
-        if plan.clear:
-            self._reset_slot(slot)
-        elif plan.restore:
-            assert slot.checkpoint is not None
-            self._ctx.set_state(slot.id, slot.checkpoint.state, partial=True)
-        if len(slot.tokens) > plan.keep:
-            if not self._ctx.seq_rm(slot.id, plan.keep, -1):
-                self._reset_slot(slot)
-            else:
-                del slot.tokens[plan.keep :]
+        if request.cache_prompt:
+            for other in self._jobs.values():
+                if other.slot is not None and other.prefilling:
+                    shared = common_prefix_length(other.prompt, job.prompt)
+                    if shared > max(plan.keep, len(other.slot.tokens)) + 64:
+                        return None  # compute the shared prefix once: wait for it, then copy it
+        return plan
+
+    def _start(self, job: _Job, slot: Slot, plan: ReusePlan) -> None:
+        if plan.keep < len(slot.tokens) / 2:  # most of the slot's cache is about to go (llama-server's rule)
+            self._save_to_ram(slot)
+        self._apply(slot, plan)
+        request = job.request
         slot.busy = True
         job.slot = slot
         job.n_cached = len(slot.tokens)
         job.timings.cache_n = job.n_cached
+        if job.n_cached:
+            self.stats.n_cache_hits += 1
+            self.stats.n_cached_tokens += job.n_cached
         job.sampler = Sampler(self.model, request.sampling, job.prompt, self.n_ctx_slot)
         job.detokenizer = StreamingDetokenizer(self._piece_function(request.keep_special))
         job.stopper = StopMatcher(request.stop)
+        if not self._can_truncate:
+            job.checkpoints_due = checkpoint_positions(
+                job.prompt, job.n_cached, turn_ends=self._turn_ends, newline=self._newline
+            )
         job.t_prompt_start = time.perf_counter()
+        logger.debug(
+            "request %d: slot %d, prompt %d tokens, %d reused (%s)",
+            job.id,
+            slot.id,
+            len(job.prompt),
+            job.n_cached,
+            plan.source,
+        )
         if len(slot.tokens) == len(job.prompt):  # a prefill-only request whose tokens are all cached
             self._after_prompt_chunk(job, 0, job.t_prompt_start)
+
+    def _apply(self, slot: Slot, plan: ReusePlan) -> None:
+        """Bring the slot's memory to the plan's prefix."""
+        if plan.source == "none":
+            self._reset_slot(slot)
             return
-        logger.debug("request %d: slot %d, prompt %d tokens, %d cached", job.id, slot.id, len(job.prompt), job.n_cached)
+        if plan.source == "slot":
+            source = plan.source_slot
+            assert source is not None
+            self._reset_slot(slot)
+            self._ctx.seq_cp(source.id, slot.id, plan.keep)
+            slot.tokens = source.tokens[: plan.keep]
+            slot.checkpoints = [c for c in source.checkpoints if c.n_tokens <= plan.keep]
+            self.stats.n_slot_copies += 1
+        elif plan.source == "ram":
+            entry = plan.ram_entry
+            assert entry is not None
+            self._reset_slot(slot)
+            self._ctx.set_state(slot.id, entry.state, partial=False)
+            slot.tokens = list(entry.tokens)
+            slot.checkpoints = list(entry.checkpoints)
+            self._ram.touch(entry)
+            self.stats.n_ram_restores += 1
+        if plan.checkpoint is not None:
+            self._ctx.set_state(slot.id, plan.checkpoint.state, partial=True)
+            self.stats.n_checkpoints_restored += 1
+        if len(slot.tokens) > plan.keep:
+            if not self._ctx.seq_rm(slot.id, plan.keep, -1):
+                raise EngineError(f"could not truncate slot {slot.id} to {plan.keep} tokens")
+            slot.truncate(plan.keep)
+
+    def _save_to_ram(self, slot: Slot) -> None:
+        """Keep a slot's sequence in host RAM before its memory is replaced (if it is worth keeping)."""
+        if self._ram.max_bytes <= 0 or len(slot.tokens) < 32 or self._ram.covers(slot.tokens):
+            return
+        if any(o is not slot and common_prefix_length(o.tokens, slot.tokens) == len(slot.tokens) for o in self._slots):
+            return  # another slot holds it all
+        entry = CachedSequence(tuple(slot.tokens), self._ctx.get_state(slot.id, partial=False), tuple(slot.checkpoints))
+        if self._ram.put(entry):
+            self.stats.n_ram_saves += 1
+            logger.debug("slot %d: %d tokens kept in RAM (%.1f MiB)", slot.id, len(slot.tokens), entry.n_bytes / 2**20)
 
     def _piece_function(self, keep_special: frozenset[int]) -> Callable[[int], bytes]:
         to_piece = self.model.token_to_piece
@@ -269,27 +451,36 @@ class Engine:
     def _reset_slot(self, slot: Slot) -> None:
         self._ctx.seq_clear(slot.id)
         slot.tokens.clear()
-        slot.checkpoint = None
+        slot.checkpoints = []
+
+    def _erase(self, slot: Slot) -> int:
+        n = len(slot.tokens)
+        self._reset_slot(slot)
+        return n
 
     # -- one decoding step ---------------------------------------------------------------------
     def _step(self) -> None:
         batch = self._ctx.batch
         batch.clear()
         active = [job for job in self._jobs.values() if job.slot is not None]
-        prefill_chunks: list[tuple[_Job, int]] = []
         for job in active:
             job.batch_index = -1
             if job.pending_token is not None:
                 assert job.slot is not None
                 job.batch_index = batch.add((job.pending_token,), len(job.slot.tokens), job.slot.id, True)
+        # While streams generate, prompts get one micro-batch per step: inter-token latency stays bounded.
+        budget = self.config.n_ubatch if batch.n_tokens else batch.capacity
+        prefill_chunks: list[tuple[_Job, int]] = []
         for job in active:
-            if job.prefilling and batch.free > 0:
-                prefill_chunks.append((job, self._add_prompt_chunk(job)))
+            if job.prefilling and budget > 0 and batch.free > 0:
+                n = self._add_prompt_chunk(job, min(budget, batch.free))
+                budget -= n
+                prefill_chunks.append((job, n))
         if batch.n_tokens == 0:
             return
         t0 = time.perf_counter()
         try:
-            self._decode_making_room()
+            self._ctx.decode()
         except EngineError as exc:
             logger.error("%s; failing the %d requests in the batch", exc, len(active))
             for job in active:
@@ -298,43 +489,30 @@ class Engine:
                 self._finish_with_error(job, exc)
             return
         t1 = time.perf_counter()
+        self.stats.n_decode_calls += 1
+        self.stats.n_busy_slots_sum += len(active)
         logger.debug("step: %d tokens (%d sequences) in %.1f ms", batch.n_tokens, len(active), 1e3 * (t1 - t0))
         for job, n in prefill_chunks:
             self._after_prompt_chunk(job, n, t1)
         for job in active:
-            if job.pending_token is not None and job.batch_index >= 0 and not job.cancelled:
+            if job.pending_token is not None and job.batch_index >= 0:
                 assert job.slot is not None
                 job.slot.tokens.append(job.pending_token)
-            if job.batch_index >= 0 and not job.cancelled:
+            if job.batch_index >= 0 and job.slot is not None:
                 self._sample(job, t1)
 
-    def _decode_making_room(self) -> None:
-        """Decode; when the shared KV cache is full, drop idle slots' caches (least recently used first)."""
-        idle = sorted((s for s in self._slots if not s.busy and s.tokens), key=lambda s: s.last_used)
-        while True:
-            try:
-                self._ctx.decode()
-                return
-            except ContextFull:
-                if not idle:
-                    raise
-                slot = idle.pop(0)
-                logger.info("KV cache full: dropping idle slot %d's cache (%d tokens)", slot.id, len(slot.tokens))
-                self._reset_slot(slot)
-
-    def _add_prompt_chunk(self, job: _Job) -> int:
-        """Add as much of the prompt as fits; stop one token short of the end to checkpoint there."""
+    def _add_prompt_chunk(self, job: _Job, room: int) -> int:
+        """Add up to ``room`` prompt tokens, stopping at the next checkpoint position."""
         assert job.slot is not None
         done = len(job.slot.tokens)
         end = len(job.prompt)
-        if not self._can_truncate and done < end - 1:
-            end -= 1  # the state before the last prompt token is the checkpoint a repeat can restore
-        n = min(end - done, self._ctx.batch.free)
+        if job.checkpoints_due:
+            end = job.checkpoints_due[0][0]
+        n = min(end - done, room)
         last = done + n == len(job.prompt)
-        index = self._ctx.batch.add(
-            job.prompt[done : done + n], done, job.slot.id, last and job.request.max_tokens != 0
-        )
-        if last and job.request.max_tokens != 0:
+        wants_logits = last and job.request.max_tokens != 0
+        index = self._ctx.batch.add(job.prompt[done : done + n], done, job.slot.id, wants_logits)
+        if wants_logits:
             job.batch_index = index
         return n
 
@@ -343,11 +521,20 @@ class Engine:
         slot = job.slot
         done = len(slot.tokens)
         slot.tokens.extend(job.prompt[done : done + n])
-        if not self._can_truncate and len(slot.tokens) == len(job.prompt) - 1:
-            slot.checkpoint = Checkpoint(len(slot.tokens), self._ctx.get_state(slot.id, partial=True))
+        if job.checkpoints_due and job.checkpoints_due[0][0] == len(slot.tokens):
+            _, boundary = job.checkpoints_due.pop(0)
+            state = self._ctx.get_state(slot.id, partial=True)
+            slot.add_checkpoint(
+                Checkpoint(len(slot.tokens), state, boundary),
+                max_count=self.config.max_checkpoints,
+                max_bytes=self.config.max_checkpoint_bytes,
+            )
+            self.stats.n_checkpoints_saved += 1
         if len(slot.tokens) == len(job.prompt):
             job.timings.prompt_n = len(job.prompt) - job.n_cached
             job.timings.prompt_ms = 1e3 * (now - job.t_prompt_start)
+            self.stats.n_prompt_tokens += job.timings.prompt_n
+            self.stats.prompt_seconds += now - job.t_prompt_start
             job.t_generation_start = now
             if job.request.max_tokens == 0:
                 self._finish(job, "", (), "length", "limit")
@@ -384,6 +571,8 @@ class Engine:
     ) -> None:
         job.sink.put(job.output(text, tokens, finish_reason=reason, stop_type=stop_type, stopping_word=stopping_word))
         t = job.timings
+        self.stats.n_predicted_tokens += job.n_decoded
+        self.stats.predicted_seconds += t.predicted_ms / 1e3
         logger.info(
             "request %d done: slot %d, prompt %d (cached %d), completion %d, ttft %.0f ms, %.1f tok/s (%s)",
             job.id,
@@ -398,7 +587,6 @@ class Engine:
         self._release(job)
 
     def _finish_with_error(self, job: _Job, error: BaseException) -> None:
-        job.cancelled = True
         job.sink.put(error)
         if job in self._waiting:
             self._waiting.remove(job)

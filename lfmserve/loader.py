@@ -48,6 +48,10 @@ def chat_template(settings: Settings, model: NativeModel) -> ChatFormatter:
 
 def engine_config(settings: Settings) -> EngineConfig:
     return EngineConfig(
+        slot_similarity=settings.slot_prompt_similarity,
+        max_queue=settings.max_queue,
+        max_checkpoints=settings.ctx_checkpoints,
+        cache_ram_bytes=settings.cache_ram * 2**20,
         n_ctx=settings.ctx_size,
         n_slots=settings.parallel,
         n_batch=settings.batch_size,
@@ -81,6 +85,12 @@ def load_serving(settings: Settings, path: str) -> Serving:
     for name, value in defaults.params.to_json().items():
         if name in defaults.sources:
             logger.info("sampling default %s = %s (%s)", name, value, defaults.sources[name])
+    if settings.cache_reuse > 0:
+        logger.info(
+            "--cache-reuse %d ignored: KV shifting is not implemented; prefixes are reused through "
+            "checkpoints and slot copies instead",
+            settings.cache_reuse,
+        )
     return Serving(
         model,
         engine,

@@ -244,10 +244,6 @@ class NativeModel:
             self._model = None
 
 
-class ContextFull(EngineError):
-    """No room left in the shared KV cache for the batch; the memory is as it was before the call."""
-
-
 class Batch:
     """A ``llama_batch`` whose arrays are numpy-owned; one sequence id per token."""
 
@@ -317,6 +313,7 @@ class NativeContext:
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np
+        params.swa_full = False  # llama-server's default: a window-sized SWA cache (checkpoints make it reusable)
         params.no_perf = True
         self._ctx = llama.llama_init_from_model(model.handle, params)
         if not self._ctx:
@@ -334,17 +331,36 @@ class NativeContext:
         return self._ctx
 
     def decode(self) -> None:
-        """Decode the current batch; raise :class:`ContextFull` or :class:`EngineError` on failure."""
+        """Decode the current batch; raise :class:`EngineError` on failure."""
         self.batch.struct.n_tokens = self.batch.n_tokens
         rc = llama.llama_decode(self._ctx, self.batch.struct)
-        if rc == 1:
-            raise ContextFull("llama_decode failed: the shared KV cache is full (code 1)")
         if rc != 0:
-            reason = {2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
+            reason = {1: "no room in the KV cache", 2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
             raise EngineError(f"llama_decode failed: {reason} (code {rc})")
 
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
         return bool(llama.llama_memory_seq_rm(self._memory, seq_id, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
+        """Make ``dst`` hold ``src``'s first ``n_tokens`` (KV cells are shared, not copied)."""
+        llama.llama_memory_seq_cp(self._memory, src, dst, 0, n_tokens)
+
+    def save_seq_file(self, seq_id: int, path: str, tokens: Sequence[int]) -> int:
+        """Write the sequence's full state and its tokens to a file; returns the bytes written."""
+        arr = (llama.llama_token * len(tokens))(*tokens)
+        written = llama.llama_state_seq_save_file(self._ctx, path.encode(), seq_id, arr, len(tokens))
+        if written == 0:
+            raise EngineError(f"could not save sequence {seq_id} to {path}")
+        return int(written)
+
+    def load_seq_file(self, seq_id: int, path: str, capacity: int) -> tuple[list[int], int]:
+        """Restore a saved sequence into ``seq_id``; returns its tokens and the bytes read."""
+        arr = (llama.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        read = llama.llama_state_seq_load_file(self._ctx, path.encode(), seq_id, arr, capacity, ctypes.byref(count))
+        if read == 0:
+            raise EngineError(f"could not restore {path} (not a saved slot of this model, or larger than the slot)")
+        return list(arr[: count.value]), int(read)
 
     def seq_clear(self, seq_id: int) -> None:
         if not self.seq_rm(seq_id, -1, -1):

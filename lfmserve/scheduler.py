@@ -1,23 +1,33 @@
-"""Pure per-request planning: which slot a request runs in and how much of its cache it keeps.
+"""Pure per-request planning: which slot a request runs in, and which cached prefix it starts from.
 
-No native calls here, so the rules are tested without a model. The engine owns the slots and
-applies the plans (``engine.py``).
+No native calls here, so the rules are tested without a model; the engine applies the plans.
+
+A prompt can start from three kinds of cached prefix: its own slot's memory, another slot's memory
+(copied: the KV cells are shared, the recurrent state comes from a checkpoint), or a sequence state
+kept in host RAM. Hybrid and sliding-window models cannot drop the tail of a sequence, so a prefix
+that ends mid-memory is only usable up to the nearest checkpoint at or before the divergence.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
+#: Within a long message, a checkpoint every this many tokens.
+CHECKPOINT_EVERY = 256
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A saved partial state (recurrent / sliding-window part) covering the first ``n_tokens``."""
+    """A saved partial state (recurrent / sliding-window part) after the first ``n_tokens`` tokens."""
 
     n_tokens: int
     state: bytes
+    #: Taken at a chat message boundary (kept longer than the every-256-tokens ones).
+    boundary: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -25,10 +35,66 @@ class Slot:
     """One sequence of the shared context: the tokens its memory holds, in position order."""
 
     id: int
+    n_ctx: int = 0
     tokens: list[int] = field(default_factory=list)
-    checkpoint: Checkpoint | None = None
+    checkpoints: list[Checkpoint] = field(default_factory=list)
     busy: bool = False
     last_used: float = 0.0
+
+    def checkpoint_at_or_before(self, n_tokens: int) -> Checkpoint | None:
+        return _checkpoint_at_or_before(self.checkpoints, n_tokens)
+
+    def truncate(self, n_tokens: int) -> None:
+        """Forget tokens (and checkpoints) past ``n_tokens``."""
+        del self.tokens[n_tokens:]
+        self.checkpoints = [c for c in self.checkpoints if c.n_tokens <= n_tokens]
+
+    def add_checkpoint(self, checkpoint: Checkpoint, *, max_count: int, max_bytes: int) -> None:
+        """Keep checkpoints sorted and within bounds, thinning where they are densest.
+
+        Every-256-tokens checkpoints go before message boundaries, and the newest is always kept.
+        """
+        self.checkpoints = [c for c in self.checkpoints if c.n_tokens != checkpoint.n_tokens]
+        self.checkpoints.append(checkpoint)
+        self.checkpoints.sort(key=lambda c: c.n_tokens)
+        while len(self.checkpoints) > 1 and (
+            len(self.checkpoints) > max_count or sum(len(c.state) for c in self.checkpoints) > max_bytes
+        ):
+            del self.checkpoints[_densest(self.checkpoints)]
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        return sum(len(c.state) for c in self.checkpoints)
+
+
+def _densest(checkpoints: Sequence[Checkpoint]) -> int:
+    """Index of the checkpoint whose loss costs least: closest to its predecessor, non-boundary first."""
+    candidates = range(len(checkpoints) - 1)  # never the newest
+    return min(
+        candidates,
+        key=lambda i: (checkpoints[i].boundary, checkpoints[i].n_tokens - (checkpoints[i - 1].n_tokens if i else 0)),
+    )
+
+
+def _checkpoint_at_or_before(checkpoints: Sequence[Checkpoint], n_tokens: int) -> Checkpoint | None:
+    best = None
+    for checkpoint in checkpoints:
+        if checkpoint.n_tokens <= n_tokens:
+            best = checkpoint
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class CachedSequence:
+    """A sequence state kept in host RAM after it left its slot (``--cache-ram``)."""
+
+    tokens: tuple[int, ...]
+    state: bytes
+    checkpoints: tuple[Checkpoint, ...] = ()
+
+    @property
+    def n_bytes(self) -> int:
+        return len(self.state) + sum(len(c.state) for c in self.checkpoints)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -39,11 +105,11 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def choose_slot(slots: Sequence[Slot], prompt: Sequence[int], id_slot: int) -> Slot | None:
-    """The slot for a request, or None while it has to wait.
+def choose_slot(slots: Sequence[Slot], prompt: Sequence[int], id_slot: int, similarity: float) -> Slot | None:
+    """The slot for a request, or None while it has to wait (llama-server's rule).
 
-    A pinned ``id_slot`` waits for that slot. Otherwise the idle slot whose cache shares the longest
-    prefix with the prompt wins; with no shared prefix, the least recently used idle slot.
+    A pinned ``id_slot`` waits for that slot. Otherwise the idle slot whose cached tokens share the
+    largest fraction of the prompt, above ``similarity``; failing that the least recently used idle slot.
     """
     if id_slot >= 0:
         slot = slots[id_slot]
@@ -51,42 +117,100 @@ def choose_slot(slots: Sequence[Slot], prompt: Sequence[int], id_slot: int) -> S
     idle = [s for s in slots if not s.busy]
     if not idle:
         return None
-    best = max(idle, key=lambda s: (common_prefix_length(s.tokens, prompt), -s.last_used))
-    if common_prefix_length(best.tokens, prompt) > 0:
-        return best
-    return min(idle, key=lambda s: s.last_used)
+    best, best_fraction = None, 0.0
+    for slot in idle:
+        if slot.tokens:
+            fraction = common_prefix_length(slot.tokens, prompt) / len(prompt)
+            if fraction > best_fraction and fraction > similarity:
+                best, best_fraction = slot, fraction
+    return best or min(idle, key=lambda s: s.last_used)
+
+
+def usable_prefix(
+    tokens: Sequence[int], checkpoints: Sequence[Checkpoint], prompt: Sequence[int], *, limit: int, can_truncate: bool
+) -> tuple[int, Checkpoint | None]:
+    """How much of a cached sequence a prompt can start from, and the checkpoint that makes it exact.
+
+    ``limit`` caps the reuse (the last prompt token is always decoded when logits are needed). The
+    whole memory is usable as it stands; a prefix of it only where the memory can be truncated, or up
+    to the nearest checkpoint (returned: its state must be restored).
+    """
+    shared = min(common_prefix_length(tokens, prompt), limit)
+    if shared == len(tokens) or can_truncate:
+        return shared, None
+    checkpoint = _checkpoint_at_or_before(checkpoints, shared)
+    if checkpoint is None:
+        return 0, None
+    return checkpoint.n_tokens, checkpoint
 
 
 @dataclass(frozen=True, slots=True)
 class ReusePlan:
-    """How to bring a slot's memory to a prefix of the new prompt.
+    """Where a request's cached prefix comes from and how long it is."""
 
-    ``keep`` tokens stay; ``restore`` says whether the checkpoint must be loaded first (the memory
-    cannot drop a tail by position alone); ``clear`` drops everything.
-    """
-
-    keep: int
-    restore: bool = False
-    clear: bool = False
+    source: Literal["none", "own", "slot", "ram"]
+    keep: int = 0
+    #: The state to restore after the copy or truncation (None: the memory is exact as it stands).
+    checkpoint: Checkpoint | None = None
+    source_slot: Slot | None = None
+    ram_entry: CachedSequence | None = None
 
 
 def plan_reuse(
-    slot: Slot, prompt: Sequence[int], *, cache_prompt: bool, needs_logits: bool, can_truncate: bool
+    slot: Slot,
+    prompt: Sequence[int],
+    *,
+    others: Sequence[Slot] = (),
+    ram: Sequence[CachedSequence] = (),
+    cache_prompt: bool,
+    needs_logits: bool,
+    can_truncate: bool,
 ) -> ReusePlan:
-    """Longest reusable prefix of ``slot.tokens`` for ``prompt``.
+    """The longest cached prefix for ``prompt`` in ``slot``: its own memory, another slot's, or RAM's.
 
-    At least one prompt token is always left to decode when the request needs logits. A memory that
-    cannot be truncated (recurrent, sliding window) falls back to its checkpoint when that covers
-    no more than the shared prefix, and otherwise starts over.
+    Ties go to the cheapest source (own memory, then a slot copy, then a RAM restore).
     """
-    if not cache_prompt or not slot.tokens:
-        return ReusePlan(keep=0, clear=bool(slot.tokens))
-    shared = common_prefix_length(slot.tokens, prompt)
-    if needs_logits:
-        shared = min(shared, len(prompt) - 1)
-    if shared == len(slot.tokens) or can_truncate:
-        return ReusePlan(keep=shared)
-    checkpoint = slot.checkpoint
-    if checkpoint is not None and 0 < checkpoint.n_tokens <= shared:
-        return ReusePlan(keep=checkpoint.n_tokens, restore=True)
-    return ReusePlan(keep=0, clear=True)
+    if not cache_prompt:
+        return ReusePlan("none")
+    limit = len(prompt) - 1 if needs_logits else len(prompt)
+    keep, checkpoint = usable_prefix(slot.tokens, slot.checkpoints, prompt, limit=limit, can_truncate=can_truncate)
+    best = ReusePlan("own", keep, checkpoint) if keep > 0 else ReusePlan("none")
+    for other in others:
+        n, cp = usable_prefix(other.tokens, other.checkpoints, prompt, limit=limit, can_truncate=can_truncate)
+        if n > best.keep:
+            best = ReusePlan("slot", n, cp, source_slot=other)
+    for entry in ram:
+        n, cp = usable_prefix(entry.tokens, entry.checkpoints, prompt, limit=limit, can_truncate=can_truncate)
+        if n > best.keep:
+            best = ReusePlan("ram", n, cp, ram_entry=entry)
+    return best
+
+
+def checkpoint_positions(
+    prompt: Sequence[int], start: int, *, turn_ends: Collection[int], newline: int | None, every: int = CHECKPOINT_EVERY
+) -> list[tuple[int, bool]]:
+    """Where prefilling ``prompt`` from ``start`` stops to checkpoint: (position, is a message boundary).
+
+    A message ends after an end-of-turn token and the newline that follows it (ChatML's
+    ``<|im_end|>\\n``); long stretches get a checkpoint every ``every`` tokens; and the state before the
+    last prompt token is always kept, so the same prompt can be run again.
+    """
+    boundaries = set()
+    for i, token in enumerate(prompt[:-1]):
+        if token in turn_ends:
+            end = i + 2 if newline is not None and prompt[i + 1] == newline else i + 1
+            boundaries.add(end)
+    positions: list[tuple[int, bool]] = []
+    last = start
+    for p in sorted(b for b in boundaries if start < b < len(prompt) - 1):
+        while p - last > every:
+            last += every
+            positions.append((last, False))
+        positions.append((p, True))
+        last = p
+    while len(prompt) - 1 - last > every:
+        last += every
+        positions.append((last, False))
+    if len(prompt) - 1 > start:
+        positions.append((len(prompt) - 1, False))
+    return positions

@@ -110,13 +110,57 @@ class Settings:
     batch_size: int = field(default=2048, metadata=_flag("-b", "--batch-size", help="logical batch size", type=int))
     ubatch_size: int = field(default=512, metadata=_flag("-ub", "--ubatch-size", help="physical batch size", type=int))
     parallel: int = field(
-        default=4, metadata=_flag("-np", "--parallel", help="number of slots (concurrent sequences)", type=int)
+        default=4,
+        metadata=_flag("-np", "--parallel", help="number of slots; each gets --ctx-size / N tokens", type=int),
     )
     n_gpu_layers: int = field(
         default=-1,
         metadata=_flag(
             "-ngl", "--gpu-layers", "--n-gpu-layers", help="layers to offload to a GPU, passed to llama.cpp", type=int
         ),
+    )
+    # -- scheduling and prompt cache ---------------------------------------------------------------
+    slot_prompt_similarity: float = field(
+        default=0.10,
+        metadata=_flag(
+            "-sps",
+            "--slot-prompt-similarity",
+            help="reuse an idle slot whose cache shares more than this fraction of the prompt",
+            type=float,
+        ),
+    )
+    max_queue: int = field(
+        default=1024,
+        metadata=_flag("--max-queue", help="requests that may wait for a slot; more answer 503", type=int),
+    )
+    ctx_checkpoints: int = field(
+        default=32,
+        metadata=_flag(
+            "--ctx-checkpoints",
+            "--swa-checkpoints",
+            help="checkpoints of the recurrent / sliding-window state kept per slot",
+            type=int,
+        ),
+    )
+    cache_ram: int = field(
+        default=8192,
+        metadata=_flag("-cram", "--cache-ram", help="MiB of host RAM for evicted prompt caches (0 = off)", type=int),
+    )
+    cache_reuse: int = field(
+        default=0,
+        metadata=_flag("--cache-reuse", help="KV shifting chunk size (accepted; see README)", type=int),
+    )
+    slots_endpoint: bool = field(
+        default=True,
+        metadata=_flag(
+            "--slots", help="expose GET /slots (default; --no-slots answers 501)", action=argparse.BooleanOptionalAction
+        ),
+    )
+    slot_save_path: str | None = field(
+        default=None, metadata=_flag("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore")
+    )
+    metrics: bool = field(
+        default=False, metadata=_flag("--metrics", help="expose GET /metrics (Prometheus)", action="store_true")
     )
     # -- server -----------------------------------------------------------------------------------
     host: str = field(default="127.0.0.1", metadata=_flag("--host", help="address to listen on"))

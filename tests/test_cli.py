@@ -42,7 +42,7 @@ def test_serves_a_local_model_with_llama_server_flags(running: list[Running], ti
     models = httpx.get(server.url + "/v1/models").json()
     assert models["data"][0]["id"] == "my-lfm" and models["data"][0]["aliases"] == ["my-lfm"]
     props = httpx.get(server.url + "/props").json()
-    assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 1024
+    assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 512  # -c / -np
     assert props["default_generation_settings"]["params"]["temperature"] == 0.0
     chat = httpx.post(
         server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]}, timeout=30

@@ -173,17 +173,3 @@ def test_more_requests_than_slots_all_complete(engine: Engine, model: NativeMode
     for t in threads:
         t.join(timeout=60)
     assert results == [8] * 10
-
-
-def test_a_full_shared_cache_drops_idle_caches_instead_of_failing(model: NativeModel) -> None:
-    engine = Engine(model, EngineConfig(n_ctx=256, n_slots=2, n_batch=256, n_ubatch=256, n_threads=2))
-    try:
-        long_prompt = prompt(model, "word " * 40)
-        first = run(engine, EngineRequest(prompt_tokens=long_prompt, sampling=GREEDY, max_tokens=4, id_slot=0))
-        assert len(engine.slot_tokens(0)) > 130
-        other = prompt(model, "other " * 40)
-        second = run(engine, EngineRequest(prompt_tokens=other, sampling=GREEDY, max_tokens=4, id_slot=1))
-        assert first[-1].n_decoded == second[-1].n_decoded == 4
-        assert engine.slot_tokens(0) == []  # slot 0 was idle: its cache made room
-    finally:
-        engine.close()

@@ -1,4 +1,20 @@
-from lfmserve.scheduler import Checkpoint, ReusePlan, Slot, choose_slot, common_prefix_length, plan_reuse
+"""Slot choice and prefix reuse, without a model."""
+
+from lfmserve.prompt_cache import RamPromptCache
+from lfmserve.scheduler import (
+    CachedSequence,
+    Checkpoint,
+    ReusePlan,
+    Slot,
+    checkpoint_positions,
+    choose_slot,
+    common_prefix_length,
+    plan_reuse,
+)
+
+
+def cp(n: int, boundary: bool = False) -> Checkpoint:
+    return Checkpoint(n, b"s" * 10, boundary)
 
 
 def test_common_prefix_length() -> None:
@@ -7,45 +23,92 @@ def test_common_prefix_length() -> None:
     assert common_prefix_length([], [1]) == 0
 
 
-def test_choose_slot_prefers_the_longest_shared_prefix_then_lru() -> None:
-    slots = [Slot(0, [9, 9], last_used=1.0), Slot(1, [1, 2, 3], last_used=5.0), Slot(2, [], last_used=0.5)]
-    assert choose_slot(slots, [1, 2, 7], -1) is slots[1]
-    assert choose_slot(slots, [5], -1) is slots[2]  # nothing shared: least recently used
+def test_choose_slot_by_similarity_above_the_threshold_else_lru() -> None:
+    slots = [Slot(0, tokens=[9, 9], last_used=1.0), Slot(1, tokens=[1, 2, 3], last_used=5.0), Slot(2, last_used=0.5)]
+    assert choose_slot(slots, [1, 2, 7, 8], -1, 0.10) is slots[1]  # shares 2/4
+    assert choose_slot(slots, [5], -1, 0.10) is slots[2]  # nothing shared: least recently used
+    assert choose_slot(slots, [1] + [0] * 19, -1, 0.10) is slots[2]  # shares 1/20 = 0.05: below the threshold
     slots[1].busy = True
-    assert choose_slot(slots, [1, 2, 7], -1) is slots[2]
+    assert choose_slot(slots, [1, 2, 7], -1, 0.10) is slots[2]
 
 
 def test_a_pinned_slot_waits_while_busy() -> None:
     slots = [Slot(0), Slot(1, busy=True)]
-    assert choose_slot(slots, [1], 1) is None
-    assert choose_slot(slots, [1], 0) is slots[0]
+    assert choose_slot(slots, [1], 1, 0.1) is None
+    assert choose_slot(slots, [1], 0, 0.1) is slots[0]
     slots[0].busy = True
-    assert choose_slot(slots, [1], -1) is None
+    assert choose_slot(slots, [1], -1, 0.1) is None
 
 
-def test_an_extension_keeps_everything() -> None:
-    slot = Slot(0, [1, 2, 3])
-    assert plan_reuse(slot, [1, 2, 3, 4], cache_prompt=True, needs_logits=True, can_truncate=False) == ReusePlan(3)
+def plan(slot: Slot, prompt: list[int], **kw: object) -> ReusePlan:
+    args = {"cache_prompt": True, "needs_logits": True, "can_truncate": False, **kw}
+    return plan_reuse(slot, prompt, **args)  # type: ignore[arg-type]
+
+
+def test_an_extension_keeps_everything_without_a_checkpoint() -> None:
+    assert plan(Slot(0, tokens=[1, 2, 3]), [1, 2, 3, 4]) == ReusePlan("own", 3)
 
 
 def test_the_last_prompt_token_is_always_decoded_when_logits_are_needed() -> None:
-    slot = Slot(0, [1, 2, 3], checkpoint=Checkpoint(2, b"s"))
-    assert plan_reuse(slot, [1, 2, 3], cache_prompt=True, needs_logits=True, can_truncate=True) == ReusePlan(2)
-    assert plan_reuse(slot, [1, 2, 3], cache_prompt=True, needs_logits=True, can_truncate=False) == ReusePlan(
-        2, restore=True
-    )
-    assert plan_reuse(slot, [1, 2, 3], cache_prompt=True, needs_logits=False, can_truncate=False) == ReusePlan(3)
+    slot = Slot(0, tokens=[1, 2, 3], checkpoints=[cp(2)])
+    assert plan(slot, [1, 2, 3], can_truncate=True) == ReusePlan("own", 2)
+    assert plan(slot, [1, 2, 3]) == ReusePlan("own", 2, cp(2))
+    assert plan(slot, [1, 2, 3], needs_logits=False) == ReusePlan("own", 3)
 
 
-def test_a_divergence_without_a_usable_checkpoint_starts_over() -> None:
-    slot = Slot(0, [1, 2, 3, 4], checkpoint=Checkpoint(3, b"s"))
-    assert plan_reuse(slot, [1, 2, 9], cache_prompt=True, needs_logits=True, can_truncate=False) == ReusePlan(
-        0, clear=True
-    )
-    assert plan_reuse(slot, [1, 2, 9], cache_prompt=True, needs_logits=True, can_truncate=True) == ReusePlan(2)
+def test_a_divergence_restores_the_nearest_checkpoint_before_it() -> None:
+    slot = Slot(0, tokens=list(range(100)), checkpoints=[cp(10, True), cp(40, True), cp(90)])
+    prompt = list(range(60)) + [999]
+    assert plan(slot, prompt) == ReusePlan("own", 40, cp(40, True))
+    assert plan(slot, prompt, can_truncate=True) == ReusePlan("own", 60)
+    assert plan(slot, [5, 6]) == ReusePlan("none")
+    assert plan(slot, prompt, cache_prompt=False) == ReusePlan("none")
 
 
-def test_cache_prompt_false_clears() -> None:
-    assert plan_reuse(Slot(0, [1]), [1, 2], cache_prompt=False, needs_logits=True, can_truncate=True) == ReusePlan(
-        0, clear=True
-    )
+def test_another_slot_or_ram_wins_when_it_shares_more() -> None:
+    system = list(range(50))
+    mine = Slot(0, tokens=[7, 7, 7])
+    other = Slot(1, tokens=system + [1, 2, 3], checkpoints=[cp(50, True)], busy=True)
+    prompt = system + [4, 5]
+    assert plan(mine, prompt, others=[other]) == ReusePlan("slot", 50, cp(50, True), source_slot=other)
+    # a whole sequence is usable as it stands, without a checkpoint
+    entry = CachedSequence(tuple(system + [4]), b"full")
+    assert plan(mine, prompt, others=[other], ram=[entry]) == ReusePlan("ram", 51, None, ram_entry=entry)
+    # ties go to the cheapest source
+    twin = Slot(2, tokens=list(system), busy=False)
+    assert plan(Slot(0, tokens=list(system)), prompt, others=[twin]).source == "own"
+
+
+def test_checkpoint_positions_at_message_boundaries_every_256_and_before_the_last_token() -> None:
+    end, nl = 7, 24
+    system = [1, 6] + [100] * 10 + [end, nl]  # a message ends at 14
+    long_user = [6] + [101] * 600 + [end, nl]  # 603 tokens: ends at 617
+    prompt = system + long_user + [6, 102, 103]  # 620 tokens
+    positions = checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl)
+    assert positions == [(14, True), (270, False), (526, False), (617, True), (619, False)]
+    assert checkpoint_positions(prompt, 600, turn_ends={end}, newline=nl) == [(617, True), (619, False)]
+    assert checkpoint_positions(prompt, 619, turn_ends={end}, newline=nl) == []
+
+
+def test_checkpoints_are_bounded_thinning_the_densest_and_keeping_boundaries() -> None:
+    slot = Slot(0)
+    for n, boundary in [(10, True), (256, False), (300, True), (512, False), (540, True), (600, False)]:
+        slot.add_checkpoint(cp(n, boundary), max_count=4, max_bytes=10**6)
+    assert [c.n_tokens for c in slot.checkpoints] == [10, 300, 540, 600]
+    slot.add_checkpoint(cp(700), max_count=10, max_bytes=25)  # 10 bytes each: at most 2 fit
+    assert [c.n_tokens for c in slot.checkpoints] == [300, 700]  # 600, then 10, then 540 went
+    slot.tokens = list(range(700))
+    slot.truncate(500)
+    assert len(slot.tokens) == 500 and [c.n_tokens for c in slot.checkpoints] == [300]
+
+
+def test_ram_cache_is_lru_by_bytes_and_drops_what_an_entry_extends() -> None:
+    cache = RamPromptCache(max_bytes=20)
+    a, b = CachedSequence((1, 2), b"x" * 8), CachedSequence((3, 4), b"y" * 8)
+    assert cache.put(a) and cache.put(b)
+    assert not cache.put(CachedSequence((1,), b"z"))  # already covered by a
+    longer = CachedSequence((1, 2, 5), b"w" * 8)
+    assert cache.put(longer) and cache.entries == (b, longer)  # a was a prefix of it
+    cache.touch(b)
+    assert cache.put(CachedSequence((9,), b"v" * 8)) and cache.entries == (b, CachedSequence((9,), b"v" * 8))
+    assert not cache.put(CachedSequence((8,), b"u" * 30))  # larger than the whole cache

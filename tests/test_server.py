@@ -184,11 +184,11 @@ def test_models_and_props(tiny_server: ServerThread) -> None:
     entry = models["data"][0]
     assert models["object"] == "list" and entry["id"] == "tiny-lfm2.gguf" and entry["owned_by"] == "llamacpp"
     assert entry["architecture"]["input_modalities"] == ["text"] and entry["aliases"] == []
-    assert entry["meta"]["n_ctx"] == 2048 and entry["meta"]["n_vocab"] == 475 and entry["meta"]["vocab_type"] == 2
+    assert entry["meta"]["n_ctx"] == 512 and entry["meta"]["n_vocab"] == 475 and entry["meta"]["vocab_type"] == 2
     assert {"n_ctx_train", "n_params", "size", "n_embd"} <= set(entry["meta"])
     assert httpx.get(tiny_server.url + "/models").json()["data"][0]["id"] == "tiny-lfm2.gguf"
     props = httpx.get(tiny_server.url + "/props").json()
-    assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 2048
+    assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 512  # 2048 / 4 slots
     assert props["bos_token"] == "<|startoftext|>" and props["eos_token"] == "<|im_end|>"
     assert props["chat_template"].startswith("{{- bos_token -}}")
     assert props["chat_template_caps"]["supports_tools"] is True
@@ -393,7 +393,7 @@ def test_invalid_input_gets_a_4xx_with_the_error_shape(
     assert error["code"] == 400 and error["type"] == error_type and error["message"]
     assert "Traceback" not in response.text
     if error_type == "exceed_context_size_error":
-        assert error["n_ctx"] == 2048 and error["n_prompt_tokens"] > 2048
+        assert error["n_ctx"] == 512 and error["n_prompt_tokens"] > 2048
 
 
 def test_every_invalid_request_kind_is_listed() -> None:
