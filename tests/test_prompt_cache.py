@@ -1,0 +1,214 @@
+"""Every prompt-cache path gives the same tokens as no cache, and reuses exactly what it should.
+
+Greedy, on the tiny hybrid LFM2 model (conversations through its chat template) and on Gemma-3-270M
+(sliding-window attention, plain text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lfmserve.chat_template import ChatTemplate
+from lfmserve.engine import Engine, EngineConfig
+from lfmserve.native import NativeModel
+from lfmserve.records import EngineOutput, EngineRequest
+from lfmserve.sampling import SamplingParams
+from lfmserve.scheduler import common_prefix_length
+from lfmserve.stream import SyncStream
+
+GREEDY = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
+SYSTEM = {"role": "system", "content": "You are a helpful assistant. " * 12}
+
+
+@pytest.fixture(scope="module")
+def lfm(tiny_gguf: Path) -> Iterator[NativeModel]:
+    model = NativeModel(tiny_gguf)
+    yield model
+    model.close()
+
+
+def make_engine(model: NativeModel, **config: Any) -> Engine:
+    return Engine(
+        model, EngineConfig(**{"n_ctx": 4096, "n_slots": 4, "n_batch": 512, "n_ubatch": 512, "n_threads": 2, **config})
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(lfm: NativeModel) -> Iterator[Engine]:
+    e = make_engine(lfm)
+    yield e
+    e.close()
+
+
+def chat_tokens(
+    model: NativeModel, messages: list[dict[str, str]], *, generation_prompt: bool = True
+) -> tuple[int, ...]:
+    assert model.info.chat_template is not None
+    template = ChatTemplate(model.info.chat_template, bos_token=model.info.bos_token, eos_token=model.info.eos_token)
+    text = template.render(messages, add_generation_prompt=generation_prompt)
+    return tuple(model.tokenize(text, add_special=False, parse_special=True))
+
+
+def run(engine: Engine, prompt: tuple[int, ...], *, slot: int = -1, cache: bool = True, n: int = 8) -> EngineOutput:
+    """Generate greedily; returns the last output, with ``token_ids`` holding all generated tokens."""
+    stream = SyncStream()
+    engine.submit(
+        EngineRequest(prompt_tokens=prompt, sampling=GREEDY, max_tokens=n, cache_prompt=cache, id_slot=slot), stream
+    )
+    outputs = list(stream)
+    tokens = tuple(t for o in outputs for t in o.token_ids)
+    last = outputs[-1]
+    return EngineOutput(
+        text="".join(o.text for o in outputs),
+        token_ids=tokens,
+        id_slot=last.id_slot,
+        n_prompt_tokens=last.n_prompt_tokens,
+        n_cached_tokens=last.n_cached_tokens,
+        n_decoded=last.n_decoded,
+        timings=last.timings,
+        finish_reason=last.finish_reason,
+    )
+
+
+def uncached(engine: Engine, prompt: tuple[int, ...], slot: int) -> tuple[int, ...]:
+    return run(engine, prompt, slot=slot, cache=False).token_ids
+
+
+def turn(i: int) -> list[dict[str, str]]:
+    return [
+        {"role": "user", "content": f"Question {i}: tell me about the ocean and the waves."},
+        {"role": "assistant", "content": f"Answer {i}: the ocean is wide and the waves are blue."},
+    ]
+
+
+def boundary(model: NativeModel, messages: list[dict[str, str]]) -> int:
+    """Tokens up to the end of the last of ``messages`` (a checkpointed message boundary)."""
+    return len(chat_tokens(model, messages, generation_prompt=False))
+
+
+def test_a_continued_conversation_prefills_only_the_new_suffix(engine: Engine, lfm: NativeModel) -> None:
+    first = [SYSTEM, {"role": "user", "content": "My name is Ada."}]
+    p1 = chat_tokens(lfm, first)
+    out1 = run(engine, p1, slot=0)
+    held = engine.slot_tokens(0)
+    assert held == list(p1) + list(out1.token_ids[:-1])  # the last sampled token is never decoded
+    second = first + [{"role": "assistant", "content": out1.text}, {"role": "user", "content": "What is my name?"}]
+    p2 = chat_tokens(lfm, second)
+    shared = common_prefix_length(held, p2)
+    expected = shared if shared == len(held) else len(p1) - 1  # the reply re-tokenized differently: checkpoint
+    out2 = run(engine, p2, slot=0)
+    assert out2.n_cached_tokens == expected and out2.timings.prompt_n == len(p2) - expected
+    assert out2.token_ids == uncached(engine, p2, 1)
+
+
+def test_trimmed_history_reuses_the_system_message(engine: Engine, lfm: NativeModel) -> None:
+    history = [SYSTEM, *turn(1), *turn(2), *turn(3), {"role": "user", "content": "And now?"}]
+    run(engine, chat_tokens(lfm, history), slot=0)
+    trimmed = [SYSTEM, *turn(2), *turn(3), {"role": "user", "content": "And now?"}]
+    prompt = chat_tokens(lfm, trimmed)
+    out = run(engine, prompt, slot=0)
+    assert out.n_cached_tokens == boundary(lfm, [SYSTEM])
+    assert out.token_ids == uncached(engine, prompt, 1)
+
+
+def test_regenerating_the_last_reply_reuses_all_but_the_last_token(engine: Engine, lfm: NativeModel) -> None:
+    prompt = chat_tokens(lfm, [SYSTEM, *turn(1), {"role": "user", "content": "Again please."}])
+    first = run(engine, prompt, slot=0)
+    again = run(engine, prompt, slot=0)
+    assert again.n_cached_tokens == len(prompt) - 1 and again.timings.prompt_n == 1
+    assert first.token_ids == again.token_ids == uncached(engine, prompt, 1)
+
+
+def test_an_edited_earlier_message_reuses_everything_before_it(engine: Engine, lfm: NativeModel) -> None:
+    history = [SYSTEM, *turn(1), *turn(2), {"role": "user", "content": "Last one."}]
+    run(engine, chat_tokens(lfm, history), slot=0)
+    edited = [
+        SYSTEM,
+        *turn(1),
+        {"role": "user", "content": "An edited question."},
+        turn(2)[1],
+        {"role": "user", "content": "Last one."},
+    ]
+    prompt = chat_tokens(lfm, edited)
+    out = run(engine, prompt, slot=0)
+    assert out.n_cached_tokens == boundary(lfm, [SYSTEM, *turn(1)])
+    assert out.token_ids == uncached(engine, prompt, 1)
+
+
+def test_a_prefix_in_another_slot_is_copied_not_recomputed(engine: Engine, lfm: NativeModel) -> None:
+    engine.clear_slot(2)
+    run(engine, chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "First user."}]), slot=0)
+    prompt = chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "Second user, other slot."}])
+    copies = engine.stats.n_slot_copies
+    out = run(engine, prompt, slot=2)
+    assert out.n_cached_tokens == boundary(lfm, [SYSTEM]) and engine.stats.n_slot_copies == copies + 1
+    assert out.token_ids == uncached(engine, prompt, 3)
+
+
+def test_an_evicted_sequence_comes_back_from_ram(lfm: NativeModel) -> None:
+    engine = make_engine(lfm, n_slots=1, n_ctx=1024)
+    try:
+        prompt = chat_tokens(lfm, [SYSTEM, *turn(1), {"role": "user", "content": "Remember this."}])
+        first = run(engine, prompt)
+        run(engine, chat_tokens(lfm, [{"role": "user", "content": "Something else entirely, " * 20}]))
+        assert engine.stats.n_ram_saves == 1 and len(engine.ram_cache.entries) == 1
+        again = run(engine, prompt)
+        assert engine.stats.n_ram_restores == 1
+        assert again.n_cached_tokens == len(prompt) - 1 and again.token_ids == first.token_ids
+    finally:
+        engine.close()
+
+
+def test_a_saved_slot_continues_exactly_where_it_stopped(engine: Engine, lfm: NativeModel, tmp_path: Path) -> None:
+    messages = [SYSTEM, *turn(1), {"role": "user", "content": "Keep going."}]
+    prompt = chat_tokens(lfm, messages)
+    run(engine, prompt, slot=0, n=1)  # the slot now holds exactly the prompt
+    n_saved, n_written = engine.save_slot(0, str(tmp_path / "slot0.bin"))
+    assert n_saved == len(prompt) and n_written > 0
+    assert engine.clear_slot(0) == len(prompt) and engine.slot_tokens(0) == []
+    n_restored, n_read = engine.restore_slot(0, str(tmp_path / "slot0.bin"))
+    assert (n_restored, n_read) == (len(prompt), n_written) and engine.slot_tokens(0) == list(prompt)
+    longer = prompt + chat_tokens(lfm, [{"role": "user", "content": "more"}])[1:]
+    out = run(engine, longer, slot=0)
+    assert out.n_cached_tokens == len(prompt) and out.token_ids == uncached(engine, longer, 1)
+
+
+def test_the_same_tokens_alone_and_batched_with_others(engine: Engine, lfm: NativeModel) -> None:
+    prompts = [
+        chat_tokens(lfm, [{"role": "user", "content": text}])
+        for text in ("Hello there", "Tell me a story about a cat " * 6, "Weather in Paris?", "My name is Ada. " * 12)
+    ]
+    alone = [uncached(engine, p, 0) for p in prompts]
+    streams = [SyncStream() for _ in prompts]
+    for i, (p, s) in enumerate(zip(prompts, streams, strict=True)):
+        engine.submit(EngineRequest(prompt_tokens=p, sampling=GREEDY, max_tokens=8 + i, cache_prompt=False), s)
+    together = [tuple(t for o in s for t in o.token_ids) for s in streams]
+    assert [t[:8] for t in together] == [a[:8] for a in alone]
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_gguf: Path) -> Iterator[tuple[NativeModel, Engine]]:
+    model = NativeModel(gemma_gguf)
+    engine = make_engine(model, n_ctx=4096, n_slots=2)
+    yield model, engine
+    engine.close()
+    model.close()
+
+
+def test_sliding_window_model_uses_the_same_checkpoints(gemma: tuple[NativeModel, Engine]) -> None:
+    model, engine = gemma
+    story = "The Eiffel Tower is located in the city of Paris, and it was built in 1889. " * 16
+    base = tuple(model.tokenize(story, add_special=True, parse_special=True))
+    assert len(base) > 300
+    first = run(engine, base, slot=0)
+    assert run(engine, base, slot=0).n_cached_tokens == len(base) - 1
+    edited = base[:280] + tuple(model.tokenize(" Then it rained for days.", add_special=False, parse_special=False))
+    out = run(engine, edited, slot=0)
+    assert out.n_cached_tokens == 256  # the every-256-tokens checkpoint before the edit
+    assert out.token_ids == uncached(engine, edited, 1)
+    copied = run(engine, base, slot=1)
+    assert copied.n_cached_tokens == 256 and copied.token_ids == first.token_ids
