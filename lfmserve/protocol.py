@@ -163,6 +163,12 @@ class DetokenizeRequest(_Body):
     tokens: list[int]
 
 
+class SlotFileRequest(_Body):
+    """``POST /slots/{id}?action=save|restore``: a plain file name inside ``--slot-save-path``."""
+
+    filename: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$")
+
+
 class ApplyTemplateRequest(_Body):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None

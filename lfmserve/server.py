@@ -17,20 +17,32 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .errors import AuthenticationFailed, LfmError, NotFound, RequestCancelled, Unavailable
+from .errors import (
+    AuthenticationFailed,
+    InvalidRequest,
+    LfmError,
+    NotFound,
+    NotSupported,
+    RequestCancelled,
+    Unavailable,
+)
+from .monitoring import metrics_registry, slots_json
 from .protocol import (
     ApplyTemplateRequest,
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    SlotFileRequest,
     TokenizeRequest,
     parse_body,
 )
@@ -52,6 +64,7 @@ class AppState:
     api_keys: tuple[bytes, ...]
     serving: Serving | None = None
     load_error: BaseException | None = None
+    metrics: CollectorRegistry | None = None
 
 
 def create_app(
@@ -80,7 +93,9 @@ def create_app(
 async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable[[BaseException], None] | None) -> None:
     t0 = time.perf_counter()
     try:
-        state.serving = await asyncio.to_thread(load)
+        serving = await asyncio.to_thread(load)
+        state.metrics = metrics_registry(serving.engine)
+        state.serving = serving
         logger.info("model loaded in %.1f s; server is ready", time.perf_counter() - t0)
     except Exception as exc:
         state.load_error = exc
@@ -305,6 +320,56 @@ def _install_routes(app: FastAPI) -> None:
         results = await _until_disconnect(request, serving.run_completions(body))
         choices = [serving.openai_completion(done, index=i) for i, (_, done) in enumerate(results)]
         return JSONResponse(serving.openai_completion_body(choices, [done.last for _, done in results]))
+
+    @app.get("/slots")
+    async def slots(request: Request, fail_on_no_slot: bool = False) -> Any:
+        state: AppState = request.state.app_state
+        if not state.settings.slots_endpoint:
+            raise NotSupported("This server does not support slots endpoint.")
+        engine = _serving(request).engine
+        if fail_on_no_slot and all(slot.busy for slot in engine.slots):
+            raise Unavailable("no slot available")
+        return slots_json(engine)
+
+    @app.post("/slots/{id_slot}")
+    async def slot_action(request: Request, id_slot: int, action: str = "") -> dict[str, Any]:
+        state: AppState = request.state.app_state
+        if not state.settings.slot_save_path:
+            raise NotSupported("This server does not support slots action (start it with --slot-save-path).")
+        engine = _serving(request).engine
+        if action == "erase":
+            return {"id_slot": id_slot, "n_erased": await asyncio.to_thread(engine.clear_slot, id_slot)}
+        if action not in ("save", "restore"):
+            raise InvalidRequest(f"Invalid action '{action}': use save, restore or erase", param="action")
+        filename = parse_body(SlotFileRequest, await request.body()).filename
+        path = str(Path(state.settings.slot_save_path) / filename)
+        t0 = time.perf_counter()
+        if action == "save":
+            n_saved, n_written = await asyncio.to_thread(engine.save_slot, id_slot, path)
+            return {
+                "id_slot": id_slot,
+                "filename": filename,
+                "n_saved": n_saved,
+                "n_written": n_written,
+                "timings": {"save_ms": 1e3 * (time.perf_counter() - t0)},
+            }
+        if not Path(path).is_file():
+            raise NotFound(f"no saved slot named {filename}")
+        n_restored, n_read = await asyncio.to_thread(engine.restore_slot, id_slot, path)
+        return {
+            "id_slot": id_slot,
+            "filename": filename,
+            "n_restored": n_restored,
+            "n_read": n_read,
+            "timings": {"restore_ms": 1e3 * (time.perf_counter() - t0)},
+        }
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        state: AppState = request.state.app_state
+        if not state.settings.metrics or state.metrics is None:
+            raise NotSupported("This server does not support metrics endpoint (start it with --metrics).")
+        return Response(generate_latest(state.metrics), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
