@@ -18,6 +18,8 @@ import numpy as np
 
 #: Within a long message, a checkpoint every this many tokens.
 CHECKPOINT_EVERY = 256
+#: Message boundaries this close to the end of the prompt are covered by its last checkpoint.
+NEAR_END = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +204,9 @@ def checkpoint_positions(
             boundaries.add(end)
     positions: list[tuple[int, bool]] = []
     last = start
-    for p in sorted(b for b in boundaries if start < b < len(prompt) - 1):
+    # A boundary just before the last token (the end of the user's message, then the generation prompt)
+    # would only duplicate the checkpoint before the last token, at the cost of one more decode call.
+    for p in sorted(b for b in boundaries if start < b < len(prompt) - 1 - NEAR_END):
         while p - last > every:
             last += every
             positions.append((last, False))

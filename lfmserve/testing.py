@@ -94,7 +94,7 @@ class TinyLfm2:
     #: Per layer: True for attention, False for a short-convolution layer.
     attention_layers: tuple[bool, ...] = (False, True, False, True)
     n_merges: int = 200
-    #: Total vocabulary; tokens past the learnt ones are unreachable fillers.
+    #: Total vocabulary; tokens past the learnt ones are fillers the tokenizer never produces.
     n_vocab: int | None = None
     context_length: int = 4096
     name: str = "Tiny-LFM2-Test"
@@ -193,8 +193,9 @@ def _vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
         if spec.n_vocab < len(tokens):
             raise ValueError(f"n_vocab {spec.n_vocab} is smaller than the {len(tokens)} tokens learnt")
         for i in range(len(tokens), spec.n_vocab):
-            tokens.append(f"<|reserved_{i}|>")
-            types.append(gguf.TokenType.UNUSED)
+            # Plain text that no merge produces: a random model that samples one still streams visible text.
+            tokens.append(f"f{i}")
+            types.append(gguf.TokenType.NORMAL)
     return tokens, [int(t) for t in types], [f"{a} {b}" for a, b in merges]
 
 

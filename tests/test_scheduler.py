@@ -85,8 +85,11 @@ def test_checkpoint_positions_at_message_boundaries_every_256_and_before_the_las
     long_user = [6] + [101] * 600 + [end, nl]  # 603 tokens: ends at 617
     prompt = system + long_user + [6, 102, 103]  # 620 tokens
     positions = checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl)
-    assert positions == [(14, True), (270, False), (526, False), (617, True), (619, False)]
-    assert checkpoint_positions(prompt, 600, turn_ends={end}, newline=nl) == [(617, True), (619, False)]
+    # 617 ends the last user message, 2 tokens before the last one: the checkpoint at 619 covers it
+    assert positions == [(14, True), (270, False), (526, False), (619, False)]
+    assert checkpoint_positions(prompt, 600, turn_ends={end}, newline=nl) == [(619, False)]
+    longer = prompt + [7, nl] + [6] + [104] * 20
+    assert checkpoint_positions(longer, 600, turn_ends={end}, newline=nl) == [(617, True), (622, True), (642, False)]
     assert checkpoint_positions(prompt, 619, turn_ends={end}, newline=nl) == []
 
 

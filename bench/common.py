@@ -1,0 +1,112 @@
+"""Shared by the benchmarks: the model they run, llama-server built from the pinned sdist, server processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lfmserve.testing import lfm2_350m_shape, quantize_q4_k_m, write_lfm2_gguf
+
+PINNED = "llama-cpp-python==0.3.36"
+CACHE = Path(os.environ.get("LFMSERVE_BENCH_CACHE", Path.home() / ".cache" / "lfmserve-bench"))
+
+
+def bench_model() -> Path:
+    """The LFM2-350M-shaped Q4_K_M model, made once and cached."""
+    target = CACHE / "lfm2-350m-random-Q4_K_M.gguf"
+    if not target.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        f16 = CACHE / "lfm2-350m-random-F16.gguf"
+        print("writing the LFM2-350M-shaped model ...", file=sys.stderr)
+        write_lfm2_gguf(f16, lfm2_350m_shape(seed=0))
+        quantize_q4_k_m(f16, target)
+        f16.unlink()
+    return target
+
+
+def build_llama_server() -> Path:
+    """Build llama-server from the pinned llama-cpp-python sdist's vendored llama.cpp."""
+    binary = CACHE / "llama.cpp-build" / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", PINNED, "-d", tmp],
+            check=True,
+        )
+        sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        with tarfile.open(sdist) as archive:
+            archive.extractall(tmp, filter="data")
+        source = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
+        build = CACHE / "llama.cpp-build"
+        subprocess.run(
+            [
+                "cmake",
+                "-S",
+                str(source),
+                "-B",
+                str(build),
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DLLAMA_BUILD_SERVER=ON",
+                "-DLLAMA_BUILD_TESTS=OFF",
+                "-DLLAMA_BUILD_EXAMPLES=OFF",
+                "-DLLAMA_CURL=OFF",
+                "-DLLAMA_OPENSSL=OFF",
+            ],
+            check=True,
+        )
+        subprocess.run(
+            ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(os.cpu_count() or 2)], check=True
+        )
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+    #: Polled until it answers 200 (llama-cpp-python's server has no /health).
+    ready_path: str = "/health"
+
+    def __enter__(self) -> str:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [*self.argv, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + self.ready_path, timeout=2).status_code == 200:
+                    return url
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name} did not become healthy")
+
+    def __exit__(self, *_: Any) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def lfmserve_command() -> str:
+    return shutil.which("lfmserve") or "lfmserve"

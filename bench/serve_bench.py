@@ -1,0 +1,275 @@
+"""Serving benchmark: lfmserve vs llama-server vs llama-cpp-python's server, side by side in one run.
+
+All three load the same LFM2-350M-shaped Q4_K_M model (random weights, written by
+``lfmserve.testing``) with the same context and threads, run one at a time, and answer the same
+greedy ``/v1/chat/completions`` streams. Scenarios:
+
+* throughput: 1, 2, 4 and 8 concurrent streams of ``--tokens`` tokens each (aggregate tok/s, TTFT p50/p95);
+* inter-token latency p95 of a running stream while another request's long prompt prefills;
+* an 8-turn conversation under a ~800-token system prompt (TTFT of each turn);
+* the same conversation with its 4 oldest turns trimmed (system message kept);
+* 8 users sending the same 2,000-token system prompt at once (TTFT).
+
+Results go to ``bench/results/serve-*.jsonl`` and a markdown table with ratios to llama-server.
+
+Example::
+
+    python bench/serve_bench.py --build
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from common import Server, bench_model, build_llama_server, lfmserve_command
+
+GREEDY = {"temperature": 0, "top_k": 1, "repeat_penalty": 1.0}
+WORDS = "the ocean is wide and the waves are blue while the model learns from data about the world".split()
+
+
+def text(n_words: int, salt: str) -> str:
+    return salt + " " + " ".join(WORDS[(i * 7 + len(salt)) % len(WORDS)] for i in range(n_words))
+
+
+@dataclass
+class Stream:
+    """One streamed request as the client saw it."""
+
+    t_start: float
+    t_tokens: list[float] = field(default_factory=list)
+    content: str = ""
+    n_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ttft(self) -> float:
+        return self.t_tokens[0] - self.t_start if self.t_tokens else float("nan")
+
+
+async def chat(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int) -> Stream:
+    body = {
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+        **GREEDY,
+    }
+    stream = Stream(time.perf_counter())
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                stream.error = f"HTTP {response.status_code}: {(await response.aread())[:300]!r}"
+                return stream
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    stream.n_tokens = chunk["usage"].get("completion_tokens", 0)
+                choices = chunk.get("choices") or []
+                if choices and "content" in choices[0].get("delta", {}) and choices[0]["delta"]["content"] is not None:
+                    stream.t_tokens.append(time.perf_counter())
+                    stream.content += choices[0]["delta"]["content"]
+                elif choices and choices[0].get("finish_reason") and not stream.t_tokens:
+                    stream.t_tokens.append(time.perf_counter())
+    except httpx.HTTPError as exc:
+        stream.error = repr(exc)
+    return stream
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(v for v in values if v == v)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+async def throughput(client: httpx.AsyncClient, n_streams: int, tokens: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    streams = await asyncio.gather(
+        *(
+            chat(client, [{"role": "user", "content": text(12, f"user{n_streams}-{i}")}], tokens)
+            for i in range(n_streams)
+        )
+    )
+    wall = time.perf_counter() - t0
+    ok = [s for s in streams if s.error is None]
+    n_tokens = sum(s.n_tokens or len(s.t_tokens) for s in ok)
+    return {
+        "streams": n_streams,
+        "failed": n_streams - len(ok),
+        "tok_s": n_tokens / wall,
+        "ttft_p50": pct([s.ttft for s in ok], 0.5),
+        "ttft_p95": pct([s.ttft for s in ok], 0.95),
+    }
+
+
+async def itl_during_prefill(client: httpx.AsyncClient, prompt_words: int) -> dict[str, Any]:
+    """Gaps between a running stream's tokens that end while another request's long prompt prefills."""
+    running = asyncio.create_task(chat(client, [{"role": "user", "content": text(8, "runner")}], 160))
+    await asyncio.sleep(1.0)
+    t_intruder = time.perf_counter()
+    intruder = await chat(client, [{"role": "user", "content": text(prompt_words, "intruder")}], 1)
+    t_prefilled = t_intruder + intruder.ttft
+    stream = await running
+    times = stream.t_tokens
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if t_intruder < b <= t_prefilled + 0.05]
+    return {
+        "itl_p95": pct(gaps, 0.95),
+        "itl_max": max(gaps, default=float("nan")),
+        "intruder_ttft": intruder.ttft,
+        "failed": int(stream.error is not None or intruder.error is not None),
+    }
+
+
+async def conversation(client: httpx.AsyncClient, args: argparse.Namespace) -> dict[str, Any]:
+    """A chat with a long system prompt (a RAG preamble): 8 turns, then the 4 oldest turns trimmed."""
+    messages = [{"role": "system", "content": text(args.preamble_words, "preamble")}]
+    ttfts: list[float] = []
+    failed = 0
+    for i in range(8):
+        messages.append({"role": "user", "content": text(40, f"turn{i}")})
+        stream = await chat(client, messages, 24)
+        failed += stream.error is not None
+        ttfts.append(stream.ttft)
+        messages.append({"role": "assistant", "content": stream.content})
+    trimmed = [messages[0], *messages[9:]]  # the 4 oldest turns dropped, the system message kept
+    trimmed.append({"role": "user", "content": text(40, "after-trim")})
+    after = await chat(client, trimmed, 24)
+    return {
+        "turn_ttft": ttfts,
+        "turn_ttft_median_2_on": statistics.median(ttfts[1:]),
+        "trimmed_ttft": after.ttft,
+        "failed": failed + (after.error is not None),
+        "errors": [after.error] if after.error else [],
+    }
+
+
+async def shared_system_prompt(client: httpx.AsyncClient, users: int, system_words: int) -> dict[str, Any]:
+    system = {"role": "system", "content": text(system_words, "shared")}
+    streams = await asyncio.gather(
+        *(chat(client, [system, {"role": "user", "content": text(10, f"u{i}")}], 8) for i in range(users))
+    )
+    ok = [s for s in streams if s.error is None]
+    return {
+        "users": users,
+        "failed": users - len(ok),
+        "ttft_mean": statistics.fmean(s.ttft for s in ok) if ok else float("nan"),
+        "ttft_max": max((s.ttft for s in ok), default=float("nan")),
+    }
+
+
+async def run_all(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        await chat(client, [{"role": "user", "content": "warm up"}], 4)
+        results: dict[str, Any] = {"shared_prompt": await shared_system_prompt(client, 8, args.system_words)}
+        for n in (1, 2, 4, 8):
+            results[f"throughput_{n}"] = await throughput(client, n, args.tokens)
+        results["itl"] = await itl_during_prefill(client, args.intruder_words)
+        results["conversation"] = await conversation(client, args)
+    return results
+
+
+def table(all_results: dict[str, dict[str, Any]]) -> str:
+    rows: list[tuple[str, str, bool]] = [  # (label, path, higher is better)
+        *[(f"aggregate tok/s, {n} streams", f"throughput_{n}.tok_s", True) for n in (1, 2, 4, 8)],
+        *[(f"TTFT p50 s, {n} streams", f"throughput_{n}.ttft_p50", False) for n in (1, 4, 8)],
+        *[(f"TTFT p95 s, {n} streams", f"throughput_{n}.ttft_p95", False) for n in (1, 4, 8)],
+        ("inter-token latency p95 s during another prompt's prefill", "itl.itl_p95", False),
+        ("worst inter-token gap s during that prefill", "itl.itl_max", False),
+        ("multi-turn TTFT s (median of turns 2-8)", "conversation.turn_ttft_median_2_on", False),
+        ("TTFT s after trimming the oldest turns", "conversation.trimmed_ttft", False),
+        ("TTFT s, 8 users sharing a 2,000-token system prompt (mean)", "shared_prompt.ttft_mean", False),
+        ("failed requests", "failed", False),
+    ]
+    names = list(all_results)
+    out = ["| metric | " + " | ".join(names) + " | lfmserve / llama-server |", "|---" * (len(names) + 2) + "|"]
+    for label, path, _ in rows:
+        values = [_get(all_results[n], path) for n in names]
+        ref, ours = _get(all_results.get("llama-server", {}), path), _get(all_results.get("lfmserve", {}), path)
+        ratio = f"{ours / ref:.2f}" if ref and ref == ref and ours == ours else "—"
+        out.append(f"| {label} | " + " | ".join(_fmt(v) for v in values) + f" | {ratio} |")
+    return "\n".join(out)
+
+
+def _get(results: dict[str, Any], path: str) -> float:
+    if path == "failed":
+        return float(sum(v.get("failed", 0) for v in results.values() if isinstance(v, dict)))
+    node: Any = results
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return float("nan")
+        node = node[key]
+    return float(node)
+
+
+def _fmt(value: float) -> str:
+    return "—" if value != value else (f"{value:.3f}" if value < 10 else f"{value:.1f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-server", type=Path, help="llama-server binary (default: build it with --build)")
+    parser.add_argument("--build", action="store_true", help="build llama-server from the pinned sdist if needed")
+    parser.add_argument("--skip-llama-cpp-python", action="store_true", help="leave out llama-cpp-python's server")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per stream in the throughput runs")
+    parser.add_argument(
+        "--system-words", type=int, default=1500, help="words of the shared system prompt (~2,000 tokens)"
+    )
+    parser.add_argument("--intruder-words", type=int, default=1200)
+    parser.add_argument("--preamble-words", type=int, default=600, help="system prompt words of the conversation")
+    parser.add_argument("--ctx-size", type=int, default=16384)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args()
+
+    binary = args.llama_server or (build_llama_server() if args.build else None)
+    if binary is None or not Path(binary).exists():
+        parser.error("pass --llama-server PATH or --build")
+    model = str(bench_model())
+    flags = ["-m", model, "-c", str(args.ctx_size), "-t", str(args.threads)]
+    servers = [
+        Server("llama-server", [str(binary), *flags, "--jinja"]),
+        Server("lfmserve", [lfmserve_command(), *flags, "--jinja"]),
+    ]
+    if not args.skip_llama_cpp_python:
+        servers.append(
+            Server(
+                "llama-cpp-python",
+                [
+                    sys.executable,
+                    "-m",
+                    "llama_cpp.server",
+                    "--model",
+                    model,
+                    "--n_ctx",
+                    str(args.ctx_size),
+                    "--n_threads",
+                    str(args.threads),
+                ],
+            )
+        )
+    all_results: dict[str, dict[str, Any]] = {}
+    args.out.mkdir(parents=True, exist_ok=True)
+    with (args.out / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w") as log:
+        for server in servers:
+            with server as url:
+                all_results[server.name] = asyncio.run(run_all(url, args))
+            log.write(json.dumps({"server": server.name, **all_results[server.name]}) + "\n")
+            print(json.dumps({"server": server.name, **all_results[server.name]}), flush=True)
+    print(table(all_results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
