@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -56,6 +57,13 @@ class Stream:
 
 
 async def chat(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int) -> Stream:
+    stream = await _chat(client, messages, max_tokens)
+    if stream.error and "RemoteProtocolError" in stream.error and not stream.t_tokens:
+        stream = await _chat(client, messages, max_tokens)  # a kept-alive connection the server had closed
+    return stream
+
+
+async def _chat(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int) -> Stream:
     body = {
         "messages": messages,
         "max_tokens": max_tokens,
@@ -94,7 +102,7 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-async def throughput(client: httpx.AsyncClient, n_streams: int, tokens: int) -> dict[str, Any]:
+async def throughput(client: httpx.AsyncClient, n_streams: int, tokens: int, salt: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     streams = await asyncio.gather(
         *(
@@ -114,12 +122,12 @@ async def throughput(client: httpx.AsyncClient, n_streams: int, tokens: int) -> 
     }
 
 
-async def itl_during_prefill(client: httpx.AsyncClient, prompt_words: int) -> dict[str, Any]:
+async def itl_during_prefill(client: httpx.AsyncClient, prompt_words: int, salt: str) -> dict[str, Any]:
     """Gaps between a running stream's tokens that end while another request's long prompt prefills."""
-    running = asyncio.create_task(chat(client, [{"role": "user", "content": text(8, "runner")}], 160))
+    running = asyncio.create_task(chat(client, [{"role": "user", "content": text(8, f"{salt}runner")}], 160))
     await asyncio.sleep(1.0)
     t_intruder = time.perf_counter()
-    intruder = await chat(client, [{"role": "user", "content": text(prompt_words, "intruder")}], 1)
+    intruder = await chat(client, [{"role": "user", "content": text(prompt_words, f"{salt}intruder")}], 1)
     t_prefilled = t_intruder + intruder.ttft
     stream = await running
     times = stream.t_tokens
@@ -132,9 +140,9 @@ async def itl_during_prefill(client: httpx.AsyncClient, prompt_words: int) -> di
     }
 
 
-async def conversation(client: httpx.AsyncClient, args: argparse.Namespace) -> dict[str, Any]:
+async def conversation(client: httpx.AsyncClient, args: argparse.Namespace, salt: str) -> dict[str, Any]:
     """A chat with a long system prompt (a RAG preamble): 8 turns, then the 4 oldest turns trimmed."""
-    messages = [{"role": "system", "content": text(args.preamble_words, "preamble")}]
+    messages = [{"role": "system", "content": text(args.preamble_words, f"{salt}preamble")}]
     ttfts: list[float] = []
     failed = 0
     for i in range(8):
@@ -155,8 +163,8 @@ async def conversation(client: httpx.AsyncClient, args: argparse.Namespace) -> d
     }
 
 
-async def shared_system_prompt(client: httpx.AsyncClient, users: int, system_words: int) -> dict[str, Any]:
-    system = {"role": "system", "content": text(system_words, "shared")}
+async def shared_system_prompt(client: httpx.AsyncClient, users: int, system_words: int, salt: str) -> dict[str, Any]:
+    system = {"role": "system", "content": text(system_words, f"{salt}shared")}
     streams = await asyncio.gather(
         *(chat(client, [system, {"role": "user", "content": text(10, f"u{i}")}], 8) for i in range(users))
     )
@@ -169,15 +177,34 @@ async def shared_system_prompt(client: httpx.AsyncClient, users: int, system_wor
     }
 
 
-async def run_all(url: str, args: argparse.Namespace) -> dict[str, Any]:
+SCENARIOS = ("shared_prompt", "throughput_1", "throughput_2", "throughput_4", "throughput_8", "itl", "conversation")
+
+
+async def run_scenario(url: str, name: str, args: argparse.Namespace, rep: int) -> dict[str, Any]:
+    """One scenario against one server; ``rep`` salts the prompts so no run reuses another's cache."""
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        await chat(client, [{"role": "user", "content": "warm up"}], 4)
-        results: dict[str, Any] = {"shared_prompt": await shared_system_prompt(client, 8, args.system_words)}
-        for n in (1, 2, 4, 8):
-            results[f"throughput_{n}"] = await throughput(client, n, args.tokens)
-        results["itl"] = await itl_during_prefill(client, args.intruder_words)
-        results["conversation"] = await conversation(client, args)
-    return results
+        await chat(client, [{"role": "user", "content": f"warm up {rep}"}], 2)
+        if name == "shared_prompt":
+            return await shared_system_prompt(client, 8, args.system_words, f"r{rep}")
+        if name.startswith("throughput_"):
+            return await throughput(client, int(name.split("_")[1]), args.tokens, f"r{rep}")
+        if name == "itl":
+            return await itl_during_prefill(client, args.intruder_words, f"r{rep}")
+        return await conversation(client, args, f"r{rep}")
+
+
+def median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per number, the median over repeats (failures are summed)."""
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        values = [r[key] for r in runs]
+        if key == "failed":
+            out[key] = sum(values)
+        elif isinstance(value, (int, float)):
+            out[key] = statistics.median(values)
+        else:
+            out[key] = values
+    return out
 
 
 def table(all_results: dict[str, dict[str, Any]]) -> str:
@@ -230,6 +257,7 @@ def main() -> int:
     parser.add_argument("--preamble-words", type=int, default=600, help="system prompt words of the conversation")
     parser.add_argument("--ctx-size", type=int, default=16384)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each scenario per server (medians reported)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
 
@@ -256,17 +284,25 @@ def main() -> int:
                     str(args.ctx_size),
                     "--n_threads",
                     str(args.threads),
+                    "--host",
+                    "127.0.0.1",
                 ],
+                ready_path="/v1/models",
             )
         )
-    all_results: dict[str, dict[str, Any]] = {}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {srv.name: {name: [] for name in SCENARIOS} for srv in servers}
     args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w") as log:
-        for server in servers:
-            with server as url:
-                all_results[server.name] = asyncio.run(run_all(url, args))
-            log.write(json.dumps({"server": server.name, **all_results[server.name]}) + "\n")
-            print(json.dumps({"server": server.name, **all_results[server.name]}), flush=True)
+    with contextlib.ExitStack() as stack, (args.out / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w") as log:
+        urls = {srv.name: stack.enter_context(srv) for srv in servers}  # all loaded; only one is sent work at a time
+        for name in SCENARIOS:  # interleaved, so the machine's drift hits every server alike
+            for rep in range(args.repeats):
+                for srv in servers:
+                    result = asyncio.run(run_scenario(urls[srv.name], name, args, rep))
+                    runs[srv.name][name].append(result)
+                    row = {"server": srv.name, "scenario": name, "rep": rep, **result}
+                    log.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
+    all_results = {srv: {name: median_result(r) for name, r in by.items()} for srv, by in runs.items()}
     print(table(all_results))
     return 0
 
