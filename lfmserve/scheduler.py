@@ -206,12 +206,19 @@ def checkpoint_positions(
     last = start
     # A boundary just before the last token (the end of the user's message, then the generation prompt)
     # would only duplicate the checkpoint before the last token, at the cost of one more decode call.
-    for p in sorted(b for b in boundaries if start < b < len(prompt) - 1 - NEAR_END):
+    candidates = sorted(b for b in boundaries if start < b < len(prompt) - 1 - NEAR_END)
+    # Each checkpoint splits the prefill into another decode call (measured: 6-12% slower on a cold
+    # 2,200-token chat). So boundaries closer than ``every`` to the previous checkpoint are skipped,
+    # except the first (the system prompt, for trimmed and shared prompts) and the last two (the
+    # messages a client edits or continues).
+    always = set(candidates[:1] + candidates[-2:])
+    for p in candidates:
         while p - last > every:
             last += every
             positions.append((last, False))
-        positions.append((p, True))
-        last = p
+        if p in always or p - last >= every:
+            positions.append((p, True))
+            last = p
     while len(prompt) - 1 - last > every:
         last += every
         positions.append((last, False))

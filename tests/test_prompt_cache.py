@@ -212,3 +212,16 @@ def test_sliding_window_model_uses_the_same_checkpoints(gemma: tuple[NativeModel
     assert out.token_ids == uncached(engine, edited, 1)
     copied = run(engine, base, slot=1)
     assert copied.n_cached_tokens == 256 and copied.token_ids == first.token_ids
+
+
+def test_sliding_window_model_gives_the_same_tokens_alone_and_batched(gemma: tuple[NativeModel, Engine]) -> None:
+    model, engine = gemma
+    prompts = [
+        tuple(model.tokenize(t, add_special=True, parse_special=True))
+        for t in ("The capital of France is", "Once upon a time, in a small village by the sea,")
+    ]
+    alone = [uncached(engine, p, 0) for p in prompts]
+    streams = [SyncStream() for _ in prompts]
+    for p, s in zip(prompts, streams, strict=True):
+        engine.submit(EngineRequest(prompt_tokens=p, sampling=GREEDY, max_tokens=8, cache_prompt=False), s)
+    assert [tuple(t for o in s for t in o.token_ids) for s in streams] == alone
