@@ -68,7 +68,7 @@ def stream_chat(server: ServerThread, content: str, results: list[str], errors: 
     body = {
         "messages": [{"role": "user", "content": content}],
         "temperature": 0,
-        "max_tokens": 60,
+        "max_tokens": 400,
         "ignore_eos": True,
         "stream": True,
         "cache_prompt": False,
@@ -174,14 +174,14 @@ def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThrea
 
 
 def test_a_full_queue_answers_503(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    small = server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=1, max_queue=1))
-    long_body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 1500, "ignore_eos": True}
+    small = server_factory(Settings(model=str(tiny_gguf), ctx_size=4096, parallel=1, max_queue=1))
+    long_body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 2500, "ignore_eos": True}
     statuses: list[int] = []
 
-    def call() -> None:
-        statuses.append(httpx.post(small.url + "/v1/chat/completions", json=long_body, timeout=120).status_code)
+    def call(body: dict[str, object]) -> None:
+        statuses.append(httpx.post(small.url + "/v1/chat/completions", json=body, timeout=120).status_code)
 
-    threads = [threading.Thread(target=call) for _ in range(2)]
+    threads = [threading.Thread(target=call, args=(body,)) for body in (long_body, CHAT)]
     for t in threads:
         t.start()
         time.sleep(0.2)  # the first runs, the second waits in the queue
