@@ -13,9 +13,6 @@ import asyncio
 import hmac
 import json
 import logging
-import os
-import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -93,28 +90,12 @@ def create_app(
     return app
 
 
-def _lower_priority(nice: int) -> None:
-    """Make this (the event loop's) thread yield the CPU to llama.cpp's compute threads.
-
-    Every streamed token costs the loop about 0.2 ms of Python. When every core computes, that work
-    preempts a compute thread and the others wait for it at their barrier; at a lower priority it tends
-    to run in the gaps between decodes instead. Called after the engine has started, so the engine's
-    threads keep their priority. Linux applies niceness per thread; elsewhere this is a no-op.
-    """
-    if nice and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-        except OSError as exc:
-            logger.warning("could not lower the HTTP thread's priority: %s", exc)
-
-
 async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable[[BaseException], None] | None) -> None:
     t0 = time.perf_counter()
     try:
         serving = await asyncio.to_thread(load)
         state.metrics = metrics_registry(serving.engine)
         state.serving = serving
-        _lower_priority(state.settings.http_nice)  # after the engine's threads exist: they keep theirs
         logger.info("model loaded in %.1f s; server is ready", time.perf_counter() - t0)
     except Exception as exc:
         state.load_error = exc

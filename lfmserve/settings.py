@@ -172,12 +172,6 @@ class Settings:
     api_key_file: str | None = field(
         default=None, metadata=_flag("--api-key-file", help="file with one API key per line")
     )
-    http_nice: int = field(
-        default=10,
-        metadata=_flag(
-            "--http-nice", help="scheduling niceness of the HTTP thread, so it yields to compute (Linux)", type=int
-        ),
-    )
     verbose: bool = field(
         default=False,
         metadata=_flag("-v", "--verbose", help="log per-step detail and llama.cpp's own log", action="store_true"),
