@@ -97,9 +97,9 @@ class Model:
     ) -> None:
         self.close()
 
-    def _chat_tokens(self, text: str) -> list[int]:
-        bos = self.info.bos_token
-        return self._native.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+    def tokenize_chat(self, text: str) -> list[int]:
+        """A rendered chat prompt's tokens, as the engine sees them."""
+        return self._native.tokenize_chat(text)
 
 
 class Chat:
@@ -126,7 +126,7 @@ class Chat:
     def stream(self, text: str, **sampling: Any) -> Iterator[str]:
         """Send a user message and yield the reply as it is generated."""
         self.messages.append({"role": "user", "content": text})
-        prompt = self.model._chat_tokens(self._render(add_generation_prompt=True))
+        prompt = self.model.tokenize_chat(self._render(add_generation_prompt=True))
         request = self._request(prompt, sampling)
         stream = SyncStream()
         self.model.engine.submit(request, stream)
@@ -155,7 +155,7 @@ class Chat:
 
     def rendered_tokens(self) -> list[int]:
         """The tokenized render of the history as it stands (what the cache should equal)."""
-        return self.model._chat_tokens(self._render(add_generation_prompt=False))
+        return self.model.tokenize_chat(self._render(add_generation_prompt=False))
 
     def _render(self, *, add_generation_prompt: bool) -> str:
         return self.model.template.render(self.messages, add_generation_prompt=add_generation_prompt)

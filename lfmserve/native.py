@@ -181,6 +181,11 @@ class NativeModel:
             raise EngineError(f"tokenization failed ({n})")
         return list(buf[:n])
 
+    def tokenize_chat(self, text: str) -> list[int]:
+        """Tokenize a rendered chat prompt; a template that prints BOS itself does not get a second one."""
+        bos = self.info.bos_token
+        return self.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
         key = (token, special)
         piece = self._pieces.get(key)

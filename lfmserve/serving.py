@@ -104,11 +104,6 @@ class Serving:
             out["tool_calls"] = [_tool_call_for_template(call) for call in message.tool_calls]
         return out
 
-    def tokenize_chat_prompt(self, text: str) -> list[int]:
-        """Tokenize a rendered chat; the template's own BOS is not doubled by the tokenizer's."""
-        bos = self.model.info.bos_token
-        return self.model.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
-
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """A /completion prompt: text, token ids, or a mix of both (llama-server's tokenize_mixed)."""
         if isinstance(prompt, str):
@@ -192,7 +187,7 @@ class Serving:
 
     # -- /v1/chat/completions --------------------------------------------------------------------
     def prepare_chat(self, body: ChatCompletionRequest) -> EngineRequest:
-        return self.engine_request(body, self.tokenize_chat_prompt(self.render_chat(body)))
+        return self.engine_request(body, self.model.tokenize_chat(self.render_chat(body)))
 
     def _envelope(self, cid: str, obj: str, created: int) -> dict[str, Any]:
         return {
