@@ -1,0 +1,212 @@
+"""Splitting generated text into reasoning, content and tool calls, incrementally.
+
+The same parser serves whole responses and streams: a whole message is the stream fed at once, so
+both always agree. Text that might be the start of a marker (``<thi``, ``<|tool_ca``) is held back
+until the next piece decides it, so markup never leaks into ``content``.
+
+- Reasoning: ``<think>…</think>`` (at the start or later) goes to ``reasoning``; whitespace right
+  after ``<think>``, before ``</think>`` and right after ``</think>`` is dropped. A think block cut
+  off by the token limit is all reasoning.
+- Tool calls: ``<|tool_call_start|>…<|tool_call_end|>`` blocks are held whole and parsed with
+  :func:`~lfmserve.tool_calls.parse_call_block`; a block that does not parse, or is never closed,
+  comes back as content, markers included.
+
+Example::
+
+    parser = AssistantOutputParser(split_reasoning=True, parse_tool_calls=True)
+    for piece in pieces:
+        for delta in parser.feed(piece):
+            ...
+    deltas = parser.finish()
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from .tool_calls import CALL_END, CALL_START, ParsedCall, parse_call_block
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A parsed call with its OpenAI id and position among the message's calls."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str  # JSON text
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputDelta:
+    """One piece of the message: exactly one field is set."""
+
+    content: str = ""
+    reasoning: str = ""
+    call: ToolCall | None = None
+
+
+@dataclass(slots=True)
+class AssistantMessage:
+    content: str = ""
+    reasoning: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+
+    def add(self, delta: OutputDelta) -> None:
+        self.content += delta.content
+        self.reasoning += delta.reasoning
+        if delta.call is not None:
+            self.calls.append(delta.call)
+
+
+def call_id() -> str:
+    return "call_" + secrets.token_urlsafe(18).replace("-", "a").replace("_", "b")
+
+
+def _partial_marker(text: str, marker: str) -> int:
+    """Length of the longest end of ``text`` that is a proper beginning of ``marker``."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:size]):
+            return size
+    return 0
+
+
+class _ReasoningSplitter:
+    """``<think>`` blocks to reasoning, the rest to content, trimming the whitespace around the tags."""
+
+    def __init__(self, *, in_reasoning: bool) -> None:
+        self._in_reasoning = in_reasoning
+        self._buffer = ""
+        self._segment_start = True  # drop leading whitespace of this segment
+        self._held_space = ""  # reasoning's trailing whitespace, dropped if </think> follows
+
+    def feed(self, text: str) -> list[OutputDelta]:
+        self._buffer += text
+        out: list[OutputDelta] = []
+        while True:
+            marker = THINK_END if self._in_reasoning else THINK_START
+            at = self._buffer.find(marker)
+            if at < 0:
+                keep = _partial_marker(self._buffer, marker)
+                self._emit(self._buffer[: len(self._buffer) - keep], out)
+                self._buffer = self._buffer[len(self._buffer) - keep :]
+                return out
+            self._emit(self._buffer[:at], out)
+            self._buffer = self._buffer[at + len(marker) :]
+            self._in_reasoning = not self._in_reasoning
+            self._segment_start, self._held_space = True, ""
+
+    def finish(self) -> list[OutputDelta]:
+        out: list[OutputDelta] = []
+        self._emit(self._buffer, out)
+        self._buffer = ""
+        return out
+
+    def _emit(self, text: str, out: list[OutputDelta]) -> None:
+        if self._segment_start:
+            text = text.lstrip()
+            if not text:
+                return
+            self._segment_start = False
+        if not self._in_reasoning:
+            if text:
+                out.append(OutputDelta(content=text))
+            return
+        text = self._held_space + text
+        body = text.rstrip()
+        self._held_space = text[len(body) :]
+        if body:
+            out.append(OutputDelta(reasoning=body))
+
+
+class _ToolCallSplitter:
+    """Call blocks out of the content, parsed when they close."""
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._in_call = False
+        self._n_calls = 0
+
+    def feed(self, text: str) -> list[OutputDelta]:
+        self._buffer += text
+        out: list[OutputDelta] = []
+        while True:
+            if self._in_call:
+                at = self._buffer.find(CALL_END)
+                if at < 0:
+                    return out
+                block, self._buffer = self._buffer[:at], self._buffer[at + len(CALL_END) :]
+                self._in_call = False
+                out += self._block(block)
+                continue
+            at = self._buffer.find(CALL_START)
+            if at < 0:
+                keep = _partial_marker(self._buffer, CALL_START)
+                if len(self._buffer) > keep:
+                    out.append(OutputDelta(content=self._buffer[: len(self._buffer) - keep]))
+                self._buffer = self._buffer[len(self._buffer) - keep :]
+                return out
+            if at:
+                out.append(OutputDelta(content=self._buffer[:at]))
+            self._buffer = self._buffer[at + len(CALL_START) :]
+            self._in_call = True
+
+    def finish(self) -> list[OutputDelta]:
+        text = (CALL_START if self._in_call else "") + self._buffer
+        self._buffer, self._in_call = "", False
+        return [OutputDelta(content=text)] if text else []
+
+    def _block(self, block: str) -> list[OutputDelta]:
+        calls = parse_call_block(block)
+        if calls is None:
+            return [OutputDelta(content=CALL_START + block + CALL_END)]
+        return [OutputDelta(call=self._numbered(call)) for call in calls]
+
+    def _numbered(self, call: ParsedCall) -> ToolCall:
+        self._n_calls += 1
+        return ToolCall(self._n_calls - 1, call_id(), call.name, call.arguments_json())
+
+
+class AssistantOutputParser:
+    """Reasoning split first, then tool calls out of the content; either stage may be off."""
+
+    def __init__(self, *, split_reasoning: bool, parse_tool_calls: bool, starts_in_reasoning: bool = False) -> None:
+        self._reasoning = _ReasoningSplitter(in_reasoning=starts_in_reasoning) if split_reasoning else None
+        self._calls = _ToolCallSplitter() if parse_tool_calls else None
+
+    @property
+    def passthrough(self) -> bool:
+        return self._reasoning is None and self._calls is None
+
+    def feed(self, text: str) -> list[OutputDelta]:
+        if self._reasoning is None:
+            return self._route([OutputDelta(content=text)] if text else [])
+        return self._route(self._reasoning.feed(text))
+
+    def finish(self) -> list[OutputDelta]:
+        deltas = self._route(self._reasoning.finish()) if self._reasoning is not None else []
+        if self._calls is not None:
+            deltas += self._calls.finish()
+        return deltas
+
+    def _route(self, deltas: list[OutputDelta]) -> list[OutputDelta]:
+        if self._calls is None:
+            return deltas
+        out: list[OutputDelta] = []
+        for delta in deltas:
+            out += self._calls.feed(delta.content) if delta.content else [delta]
+        return out
+
+    def parse(self, text: str) -> AssistantMessage:
+        """A whole message at once (the parser is used up)."""
+        message = AssistantMessage()
+        for delta in self.feed(text) + self.finish():
+            message.add(delta)
+        return message
