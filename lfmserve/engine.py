@@ -124,7 +124,9 @@ class _Job:
 
     def output(self, text: str, tokens: tuple[int, ...], **finish: str) -> EngineOutput:
         assert self.slot is not None
+        logprob = self.sampler.last_logprob if self.sampler is not None and tokens else None
         return EngineOutput(
+            logprobs=(logprob,) if logprob is not None else (),
             text=text,
             token_ids=tokens,
             id_slot=self.slot.id,
@@ -382,7 +384,9 @@ class Engine:
         if job.n_cached:
             self.stats.n_cache_hits += 1
             self.stats.n_cached_tokens += job.n_cached
-        job.sampler = Sampler(self.model, request.sampling, job.prompt, self.n_ctx_slot)
+        job.sampler = Sampler(
+            self.model, request.sampling, job.prompt, self.n_ctx_slot, mask=request.mask, n_probs=request.n_probs
+        )
         job.detokenizer = StreamingDetokenizer(self._piece_function(request.keep_special))
         job.stopper = StopMatcher(request.stop)
         if not self._can_truncate:

@@ -99,4 +99,5 @@ def load_serving(settings: Settings, path: str) -> Serving:
         defaults=defaults,
         default_max_tokens=settings.n_predict,
         fingerprint=build_info(),
+        reasoning_format=settings.reasoning_format,
     )

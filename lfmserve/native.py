@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp.llama_cpp as llama
 import numpy as np
@@ -24,7 +24,11 @@ import numpy.typing as npt
 
 from .errors import EngineError
 from .penalties import LogitAdjuster
+from .records import TokenLogprob
 from .sampling import GGUF_SAMPLING_KEYS, SamplingParams
+
+if TYPE_CHECKING:
+    from .constraints import TokenMask
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +125,10 @@ class NativeModel:
     @property
     def handle(self) -> Any:
         return self._model
+
+    @property
+    def vocab_handle(self) -> Any:
+        return self._vocab
 
     def meta(self, key: str) -> str | None:
         """A GGUF metadata value as text, or None when the key is absent."""
@@ -408,8 +416,21 @@ class Sampler:
     most likely token (top-k, top-p and min-p always keep it), so greedy sampling is an argmax.
     """
 
-    def __init__(self, model: NativeModel, params: SamplingParams, history: Sequence[int], n_ctx: int) -> None:
+    def __init__(
+        self,
+        model: NativeModel,
+        params: SamplingParams,
+        history: Sequence[int],
+        n_ctx: int,
+        *,
+        mask: TokenMask | None = None,
+        n_probs: int = 0,
+    ) -> None:
         self._n_vocab = model.n_vocab
+        self._mask = mask
+        self._n_probs = n_probs
+        #: The last sampled token's probabilities (when ``n_probs`` > 0).
+        self.last_logprob: TokenLogprob | None = None
         self._adjuster = LogitAdjuster(params, n_ctx=n_ctx, eog_tokens=model.eog_tokens)
         self._chain = None
         if not (params.is_greedy and params.typical_p >= 1.0):  # typical-p may drop the most likely token
@@ -422,20 +443,42 @@ class Sampler:
 
     def sample(self, ctx: NativeContext, batch_index: int) -> int:
         """The next token from the logits at ``batch_index`` (which it adjusts in place)."""
-        if self._adjuster.active or self._chain is None:
+        masked = self._mask is not None and self._mask.active
+        raw = None
+        if self._adjuster.active or self._chain is None or masked or self._n_probs:
             logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx.handle, batch_index), shape=(self._n_vocab,))
+            if self._n_probs:
+                raw = logits.copy()  # probabilities are the model's, before bias, penalties and grammar
             self._adjuster.apply(logits)
+            if masked:
+                self._mask.apply(logits)  # type: ignore[union-attr]
         if self._chain is None:
             token = int(np.argmax(logits))
         else:
             token = int(llama.llama_sampler_sample(self._chain, ctx.handle, batch_index))
         self._adjuster.accept(token)
+        if self._mask is not None:
+            self._mask.accept(token)
+        if raw is not None:
+            self.last_logprob = token_logprob(raw, token, self._n_probs)
         return token
 
     def close(self) -> None:
         if self._chain:
             llama.llama_sampler_free(self._chain)
             self._chain = None
+
+
+def token_logprob(logits: npt.NDArray[np.float32], token: int, n_top: int) -> TokenLogprob:
+    """``token``'s log-softmax and the ``n_top`` most likely tokens', most likely first."""
+    peak = float(logits.max())
+    log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float32).sum(dtype=np.float64)))
+    n_top = min(n_top, logits.size)
+    top = np.argpartition(-logits, n_top - 1)[:n_top]
+    top = top[np.lexsort((top, -logits[top]))]  # by logit, ties by id
+    return TokenLogprob(
+        token, float(logits[token]) - log_total, tuple((int(t), float(logits[t]) - log_total) for t in top)
+    )
 
 
 def _stochastic_samplers(params: SamplingParams) -> list[Any]:

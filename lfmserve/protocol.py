@@ -61,6 +61,43 @@ class ChatMessage(_Body):
         return self
 
 
+class NamedFunction(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Body):
+    name: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    """OpenAI's ``response_format``; llama-server also reads a ``schema`` beside ``type: json_object``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> ResponseFormat:
+        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
+            raise ValueError("type 'json_schema' needs json_schema.schema")
+        return self
+
+    def output_schema(self) -> dict[str, Any] | bool | None:
+        """The schema the output must follow, or None for free text."""
+        if self.type == "json_schema":
+            return self.json_schema.schema_ if self.json_schema else None
+        if self.type == "json_object":
+            return self.schema_ if self.schema_ is not None else {"type": "object"}
+        return None
+
+
 class StreamOptions(_Body):
     include_usage: bool = False
 
@@ -90,6 +127,21 @@ class SamplingFields(_Body):
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=1)
     model: str | None = None
+    #: llama-server's native constraints: a JSON schema or a GBNF grammar (not both).
+    json_schema: dict[str, Any] | bool | None = None
+    grammar: str | None = None
+    #: llama-server's native probabilities: the top ``n_probs`` tokens at each step.
+    n_probs: int = Field(default=0, ge=0, le=100)
+
+    def top_probs(self) -> int | None:
+        """How many alternatives to report per token, or None when no probabilities were asked for."""
+        return self.n_probs or None
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> SamplingFields:
+        if self.json_schema is not None and self.grammar is not None:
+            raise ValueError("use either 'json_schema' or 'grammar', not both")
+        return self
 
     @field_validator("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", mode="after")
     @classmethod
@@ -130,16 +182,23 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: TokenCount | None = None
     tools: list[Tool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    reasoning_format: Literal["auto", "deepseek", "deepseek-legacy", "none"] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    response_format: ResponseFormat | None = None
     add_generation_prompt: bool = True
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
     def requested_max_tokens(self) -> int | None:
         if self.max_completion_tokens is not None:
             return self.max_completion_tokens
         return super().requested_max_tokens()
+
+    def top_probs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else super().top_probs()
 
 
 Prompt = str | list[int] | list[str | int]
@@ -150,6 +209,11 @@ class CompletionRequest(SamplingFields):
 
     prompt: Prompt | list[Prompt]
     echo: bool = False
+    #: OpenAI's legacy completions: the number of alternatives per token (0 = only the chosen one's).
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def top_probs(self) -> int | None:
+        return self.logprobs if self.logprobs is not None else super().top_probs()
 
 
 class TokenizeRequest(_Body):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from .constraints import TokenMask
 
 FinishReason = Literal["stop", "length"]
 #: How generation ended, with llama-server's names: end of generation token, stop string, limit.
@@ -26,6 +29,19 @@ class EngineRequest:
     id_slot: int = -1
     #: Special tokens whose text is kept in the output (tool-call markers); others render empty.
     keep_special: frozenset[int] = frozenset()
+    #: Grammar the output must follow (one request's state: a request is submitted once).
+    mask: TokenMask | None = field(default=None, compare=False)
+    #: Report the ``n_probs`` most likely tokens (and the chosen one's log-probability) at each step.
+    n_probs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token's log-probability under the model, and the most likely alternatives."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
 
 
 @dataclass(slots=True)
@@ -66,6 +82,8 @@ class EngineOutput:
     finish_reason: FinishReason | None = None
     stop_type: StopType | None = None
     stopping_word: str = ""
+    #: One entry per token in ``token_ids`` when the request asked for probabilities.
+    logprobs: tuple[TokenLogprob, ...] = ()
 
     @property
     def finished(self) -> bool:

@@ -318,7 +318,7 @@ def _install_routes(app: FastAPI) -> None:
         if body.stream:
             return _sse(serving.openai_completion_chunks(body), done_marker=True)
         results = await _until_disconnect(request, serving.run_completions(body))
-        choices = [serving.openai_completion(done, index=i) for i, (_, done) in enumerate(results)]
+        choices = [serving.openai_completion(body, done, index=i) for i, (_, done) in enumerate(results)]
         return JSONResponse(serving.openai_completion_body(choices, [done.last for _, done in results]))
 
     @app.get("/slots")

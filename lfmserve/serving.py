@@ -15,9 +15,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .assistant_output import AssistantOutputParser, OutputDelta
+from .chat_plan import ChatPlan, constraint_mask, plan_chat
 from .chat_template import ChatFormatter
+from .constraints import Grammars
 from .engine import Engine
 from .errors import InvalidRequest
+from .logprobs import chat_logprobs, legacy_logprobs, native_probabilities
 from .native import NativeModel
 from .protocol import (
     ApplyTemplateRequest,
@@ -28,9 +32,10 @@ from .protocol import (
     Prompt,
     SamplingFields,
 )
-from .records import EngineOutput, EngineRequest
+from .records import EngineOutput, EngineRequest, TokenLogprob
 from .sampling import ResolvedDefaults
 from .stream import AsyncStream, CollectingStream
+from .tool_calls import format_calls
 
 
 def completion_id(prefix: str) -> str:
@@ -44,6 +49,7 @@ class Collected:
     text: str
     tokens: list[int]
     last: EngineOutput
+    logprobs: list[TokenLogprob]
 
 
 def usage(out: EngineOutput) -> dict[str, Any]:
@@ -68,21 +74,29 @@ class Serving:
         defaults: ResolvedDefaults,
         default_max_tokens: int,
         fingerprint: str,
+        reasoning_format: str = "auto",
     ) -> None:
         self.model = model
         self.engine = engine
         self.template = template
+        self.grammars = Grammars(model)
+        self.reasoning_format = reasoning_format
         self.model_name = model_name
         self.defaults = defaults
         self.default_max_tokens = default_max_tokens
         self.fingerprint = fingerprint
 
     # -- prompts ---------------------------------------------------------------------------------
-    def render_chat(self, body: ChatCompletionRequest | ApplyTemplateRequest) -> str:
+    def render_chat(self, body: ChatCompletionRequest | ApplyTemplateRequest, plan: ChatPlan | None = None) -> str:
+        """The prompt text; ``plan`` decides which tools and variables the template sees (all, without one)."""
         messages = [self._template_message(m) for m in body.messages]
-        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        if plan is None:
+            tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+            extra = body.chat_template_kwargs
+        else:
+            tools, extra = plan.tools, plan.template_kwargs
         return self.template.render(
-            messages, tools=tools, add_generation_prompt=body.add_generation_prompt, extra=body.chat_template_kwargs
+            messages, tools=tools, add_generation_prompt=body.add_generation_prompt, extra=extra
         )
 
     def _template_message(self, message: ChatMessage) -> dict[str, Any]:
@@ -100,8 +114,13 @@ class Serving:
         for key in ("name", "tool_call_id", "reasoning_content"):
             if getattr(message, key) is not None:
                 out[key] = getattr(message, key)
-        if message.tool_calls is not None:
-            out["tool_calls"] = [_tool_call_for_template(call) for call in message.tool_calls]
+        if message.reasoning_content is not None:
+            out["thinking"] = message.reasoning_content  # the name LFM2.5-8B-A1B's template reads
+        if message.tool_calls:
+            calls = [_tool_call_for_template(call) for call in message.tool_calls]
+            out["tool_calls"] = calls
+            if not self.template.caps.supports_tool_calls:  # the template would drop them: write them as generated
+                out["content"] = _with_text(out["content"], format_calls(calls))
         return out
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
@@ -116,7 +135,9 @@ class Serving:
                 tokens += self.model.tokenize(piece, add_special=i == 0, parse_special=True)
         return tokens
 
-    def engine_request(self, body: SamplingFields, prompt_tokens: Sequence[int]) -> EngineRequest:
+    def engine_request(
+        self, body: SamplingFields, prompt_tokens: Sequence[int], plan: ChatPlan | None = None
+    ) -> EngineRequest:
         max_tokens = body.requested_max_tokens()
         sampling = self.defaults.params.updated(body.sampling_overrides())
         sampling = sampling.updated({"logit_bias": self._logit_bias(body)})
@@ -127,7 +148,18 @@ class Serving:
             stop=body.stop_strings,
             cache_prompt=body.cache_prompt,
             id_slot=body.id_slot,
+            keep_special=plan.keep_special if plan else frozenset(),
+            mask=plan.mask if plan else constraint_mask(body, self.grammars),
+            n_probs=0 if body.top_probs() is None else max(body.top_probs() or 0, 1),
         )
+
+    def _piece(self, token: int) -> bytes:
+        return self.model.token_to_piece(token, special=True)
+
+    def _chat_logprobs(self, body: ChatCompletionRequest, steps: Sequence[TokenLogprob]) -> dict[str, Any]:
+        """The generated tokens' probabilities; the end-of-generation token is not part of the message."""
+        shown = [step for step in steps if not self.model.is_eog(step.token)]
+        return chat_logprobs(shown, self._piece, body.top_logprobs or 0)
 
     def _logit_bias(self, body: SamplingFields) -> tuple[tuple[int, float], ...]:
         """OpenAI's ``{"id": bias}`` or llama-server's ``[[id or text, bias or false], ...]``."""
@@ -164,7 +196,7 @@ class Serving:
         except asyncio.CancelledError:
             self.engine.cancel(request_id)
             raise
-        return Collected("".join(stream.texts), stream.tokens, last)
+        return Collected("".join(stream.texts), stream.tokens, last, stream.logprobs)
 
     def start(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Submit now (so invalid requests raise before any response starts) and follow the outputs.
@@ -186,8 +218,10 @@ class Serving:
                 self.engine.cancel(request_id)
 
     # -- /v1/chat/completions --------------------------------------------------------------------
-    def prepare_chat(self, body: ChatCompletionRequest) -> EngineRequest:
-        return self.engine_request(body, self.model.tokenize_chat(self.render_chat(body)))
+    def prepare_chat(self, body: ChatCompletionRequest) -> tuple[EngineRequest, AssistantOutputParser]:
+        plan = plan_chat(body, self.grammars, reasoning_format=self.reasoning_format)
+        prompt = self.render_chat(body, plan)
+        return self.engine_request(body, self.model.tokenize_chat(prompt), plan), plan.parser(prompt)
 
     def _envelope(self, cid: str, obj: str, created: int) -> dict[str, Any]:
         return {
@@ -199,12 +233,21 @@ class Serving:
         }
 
     async def chat_completion(self, body: ChatCompletionRequest) -> dict[str, Any]:
-        done = await self.run(self.prepare_chat(body))
+        request, parser = self.prepare_chat(body)
+        done = await self.run(request)
         out = done.last
+        parsed = parser.parse(done.text)
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if parsed.reasoning:
+            message["reasoning_content"] = parsed.reasoning
+        if parsed.calls:
+            message["tool_calls"] = [call.to_json() for call in parsed.calls]
+        finish = "tool_calls" if parsed.calls and out.finish_reason == "stop" else out.finish_reason
+        choice: dict[str, Any] = {"finish_reason": finish, "index": 0, "message": message}
+        if body.logprobs:
+            choice["logprobs"] = self._chat_logprobs(body, done.logprobs)
         return {
-            "choices": [
-                {"finish_reason": out.finish_reason, "index": 0, "message": {"role": "assistant", "content": done.text}}
-            ],
+            "choices": [choice],
             **self._envelope(completion_id("chatcmpl-"), "chat.completion", int(time.time())),
             "usage": usage(out),
             "timings": out.timings.to_json(),
@@ -212,10 +255,11 @@ class Serving:
 
     def chat_completion_chunks(self, body: ChatCompletionRequest) -> AsyncIterator[dict[str, Any]]:
         """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last."""
-        return self._chat_chunks(body, self.start(self.prepare_chat(body)))
+        request, parser = self.prepare_chat(body)
+        return self._chat_chunks(body, parser, self.start(request))
 
     async def _chat_chunks(
-        self, body: ChatCompletionRequest, outputs: AsyncIterator[EngineOutput]
+        self, body: ChatCompletionRequest, parser: AssistantOutputParser, outputs: AsyncIterator[EngineOutput]
     ) -> AsyncIterator[dict[str, Any]]:
         cid, created = completion_id("chatcmpl-"), int(time.time())
 
@@ -225,19 +269,34 @@ class Serving:
                 **self._envelope(cid, "chat.completion.chunk", created),
             }
 
-        first = True
+        first, any_calls = True, False
+        unsent: list[TokenLogprob] = []  # probabilities wait for a chunk while the parser holds text back
         async for out in outputs:
             pending: list[dict[str, Any]] = []
             if first:
                 pending.append(chunk({"role": "assistant", "content": None}))
                 first = False
-            if out.text:
-                pending.append(chunk({"content": out.text}))
+            if parser.passthrough:
+                deltas = [OutputDelta(content=out.text)] if out.text else []
+            else:
+                deltas = parser.feed(out.text) + (parser.finish() if out.finished else [])
+            for delta in deltas:
+                any_calls = any_calls or delta.call is not None
+                pending += [chunk(d) for d in _delta_json(delta)]
+            if body.logprobs:
+                unsent += out.logprobs
+                carrier = next((c for c in reversed(pending) if "role" not in c["choices"][0]["delta"]), None)
+                if carrier is not None:
+                    carrier["choices"][0]["logprobs"] = self._chat_logprobs(body, unsent)
+                    unsent = []
             if body.timings_per_token:
                 for item in pending:
                     item["timings"] = out.timings.to_json()
             if out.finished:
-                pending.append(chunk({}, out.finish_reason))
+                finish = "tool_calls" if any_calls and out.finish_reason == "stop" else out.finish_reason
+                pending.append(chunk({}, finish))
+                if unsent:
+                    pending[-1]["choices"][0]["logprobs"] = self._chat_logprobs(body, unsent)
                 if body.stream_options is not None and body.stream_options.include_usage:
                     pending.append(
                         {"choices": [], **self._envelope(cid, "chat.completion.chunk", created), "usage": usage(out)}
@@ -293,7 +352,13 @@ class Serving:
             "stopping_word": out.stopping_word,
             "tokens_cached": out.n_prompt_tokens + max(out.n_decoded - 1, 0),
             "timings": out.timings.to_json(),
+            **self._native_probs(body, done.logprobs if done else ()),
         }
+
+    def _native_probs(self, body: CompletionRequest, steps: Sequence[TokenLogprob]) -> dict[str, Any]:
+        if body.n_probs <= 0:
+            return {}
+        return {"completion_probabilities": native_probabilities(steps, self._piece, body.n_probs)}
 
     def native_chunks(self, body: CompletionRequest) -> AsyncIterator[dict[str, Any]]:
         request = self.prepare_completion(body)[0]
@@ -319,13 +384,27 @@ class Serving:
             "id_slot": out.id_slot,
             "tokens_predicted": out.n_decoded,
             "tokens_evaluated": out.n_prompt_tokens,
+            **self._native_probs(body, out.logprobs),
         }
         if body.timings_per_token:
             chunk["timings"] = out.timings.to_json()
         return chunk
 
-    def openai_completion(self, done: Collected, *, index: int = 0) -> dict[str, Any]:
-        return {"text": done.text, "index": index, "logprobs": None, "finish_reason": done.last.finish_reason}
+    def openai_completion(self, body: CompletionRequest, done: Collected, *, index: int = 0) -> dict[str, Any]:
+        return {
+            "text": done.text,
+            "index": index,
+            "logprobs": self._legacy_logprobs(body, done.logprobs),
+            "finish_reason": done.last.finish_reason,
+        }
+
+    def _legacy_logprobs(
+        self, body: CompletionRequest, steps: Sequence[TokenLogprob], text_offset: int = 0
+    ) -> dict[str, Any] | None:
+        if body.logprobs is None:
+            return None
+        shown = [step for step in steps if not self.model.is_eog(step.token)]
+        return legacy_logprobs(shown, self._piece, body.logprobs, text_offset=text_offset)
 
     def openai_completion_body(self, choices: list[dict[str, Any]], outs: list[EngineOutput]) -> dict[str, Any]:
         total = {
@@ -350,9 +429,12 @@ class Serving:
         self, body: CompletionRequest, outputs: AsyncIterator[EngineOutput]
     ) -> AsyncIterator[dict[str, Any]]:
         cid, created = completion_id("cmpl-"), int(time.time())
+        offset = 0
         async for out in outputs:
+            logprobs = self._legacy_logprobs(body, out.logprobs, offset)
+            offset += len(out.text)
             item = {
-                "choices": [{"text": out.text, "index": 0, "logprobs": None, "finish_reason": out.finish_reason}],
+                "choices": [{"text": out.text, "index": 0, "logprobs": logprobs, "finish_reason": out.finish_reason}],
                 **self._envelope(cid, "text_completion", created),
             }
             if out.finished:
@@ -393,6 +475,23 @@ def _is_prompt_list(prompt: Any) -> bool:
         and all(isinstance(p, list) for p in prompt)
         or (isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt))
     )
+
+
+def _delta_json(delta: OutputDelta) -> list[dict[str, Any]]:
+    """A parsed piece as OpenAI stream deltas; a call is a header, then its arguments."""
+    if delta.call is None:
+        return [{"reasoning_content": delta.reasoning} if delta.reasoning else {"content": delta.content}]
+    call = delta.call
+    header = {"index": call.index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+    arguments = {"index": call.index, "function": {"arguments": call.arguments}}
+    return [{"tool_calls": [header]}, {"tool_calls": [arguments]}]
+
+
+def _with_text(content: Any, text: str) -> Any:
+    """Content (a string or typed parts) with ``text`` appended."""
+    if isinstance(content, list):
+        return [*content, {"type": "text", "text": text}]
+    return (content or "") + text
 
 
 def _tool_call_for_template(call: dict[str, Any]) -> dict[str, Any]:

@@ -89,6 +89,14 @@ class Settings:
     chat_template_file: str | None = field(
         default=None, metadata=_flag("--chat-template-file", help="Jinja chat template file overriding the GGUF's")
     )
+    reasoning_format: str = field(
+        default="auto",
+        metadata=_flag(
+            "--reasoning-format",
+            help="where <think> text goes: auto/deepseek = reasoning_content, none = left in content",
+            choices=("auto", "deepseek", "deepseek-legacy", "none"),
+        ),
+    )
     # -- context and batching ---------------------------------------------------------------------
     ctx_size: int = field(
         default=0, metadata=_flag("-c", "--ctx-size", help="context size in tokens (0 = the model's)", type=int)

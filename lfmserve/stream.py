@@ -14,7 +14,7 @@ import queue
 from collections.abc import AsyncIterator, Iterator
 from typing import Protocol
 
-from .records import EngineOutput
+from .records import EngineOutput, TokenLogprob
 
 
 class OutputSink(Protocol):
@@ -61,6 +61,7 @@ class CollectingStream:
         self._done: asyncio.Future[EngineOutput] = self._loop.create_future()
         self.texts: list[str] = []
         self.tokens: list[int] = []
+        self.logprobs: list[TokenLogprob] = []
 
     def put(self, item: EngineOutput | BaseException) -> None:
         if isinstance(item, BaseException):
@@ -68,6 +69,7 @@ class CollectingStream:
             return
         self.texts.append(item.text)
         self.tokens.extend(item.token_ids)
+        self.logprobs.extend(item.logprobs)
         if item.finished:
             self._loop.call_soon_threadsafe(self._resolve, item)
 

@@ -1,0 +1,144 @@
+"""Grammar-constrained sampling: JSON schemas, GBNF grammars and tool calls, enforced with llguidance.
+
+Why llguidance rather than llama.cpp's GBNF sampler: its JSON-schema compiler enforces what llama.cpp's
+converter drops (``minimum``/``maximum`` on ``number``, not just ``integer``), names the keywords it
+does not implement (so the request gets a 400 that says which), and its token mask is computed in
+Rust in tens of microseconds, so a constrained request costs the engine thread almost nothing.
+
+A :class:`Grammars` object per model builds llguidance's tokenizer from the GGUF vocabulary once and
+compiles request grammars on the serving side, where an invalid one becomes a 400 before anything
+reaches the engine. The engine thread then drives a :class:`TokenMask`: before each sample it sets
+the logits of every token the grammar forbids to minus infinity; after it, the grammar consumes the
+chosen token. A lazy mask (``tool_choice: auto``) stays off until the model writes the trigger token
+(``<|tool_call_start|>``), constrains the call, and switches off again after the release token.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import llguidance
+import llguidance.llamacpp
+import llguidance.numpy
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+from .errors import InvalidRequest
+from .native import NativeModel
+
+#: JSON as models write it: no free whitespace (it would let a sampler wander), Python-style separators.
+JSON_STYLE: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def closed_objects(schema: Any) -> Any:
+    """The schema with ``additionalProperties: false`` wherever an object lists properties and says nothing.
+
+    JSON Schema allows extra keys by default; llama.cpp's converter (and OpenAI's strict mode) do not,
+    and a sampler left free to invent keys wanders. An explicit ``additionalProperties`` is kept.
+    """
+    if isinstance(schema, list):
+        return [closed_objects(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        key: closed_objects(value) if key not in ("const", "enum", "default", "examples") else value
+        for key, value in schema.items()
+    }
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+class TokenMask:
+    """One request's grammar state on the engine thread (not thread-safe; used by one sampler)."""
+
+    def __init__(
+        self, matcher: llguidance.LLMatcher, n_vocab: int, *, trigger: int | None = None, release: int | None = None
+    ) -> None:
+        self._matcher = matcher
+        self._n_vocab = n_vocab
+        self._trigger = trigger
+        self._release = release
+        self._active = trigger is None
+        self._bits = llguidance.numpy.allocate_token_bitmask(1, n_vocab)
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    def apply(self, logits: npt.NDArray[np.float32]) -> None:
+        """Forbid, in place, every token the grammar does not allow next."""
+        llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)
+        allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little", count=self._n_vocab)
+        logits[allowed == 0] = -np.inf
+
+    def accept(self, token: int) -> None:
+        if not self._active:
+            if token != self._trigger:
+                return
+            self._active = True
+        self._matcher.consume_token(token)
+        if token == self._release:
+            self._matcher.reset()
+            self._active = False
+
+
+class Grammars:
+    """Compiles request grammars for one model into :class:`TokenMask` objects (thread-safe)."""
+
+    def __init__(self, model: NativeModel) -> None:
+        self._model = model
+        self._tokenizer: llguidance.LLTokenizer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def tokenizer(self) -> llguidance.LLTokenizer:
+        with self._lock:  # built on first use: most servers never see a constrained request
+            if self._tokenizer is None:
+                with warnings.catch_warnings():  # llguidance calls a llama.cpp function the bindings deprecate
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(
+                        self._model.vocab_handle, eos_token=sorted(self._model.eog_tokens) or None
+                    )
+            return self._tokenizer
+
+    def special_token(self, text: str) -> int | None:
+        """The id of a special token written as ``text``, or None when the vocabulary has no such token."""
+        ids = self._model.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1 and self._model.token_to_piece(ids[0], special=True).decode("utf-8", "replace") == text:
+            return ids[0]
+        return None
+
+    def json_schema(self, schema: Any, *, param: str) -> TokenMask:
+        if not isinstance(schema, dict | bool):
+            raise InvalidRequest("a JSON schema must be an object", param=param)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(closed_objects(schema)), overrides=JSON_STYLE
+        )
+        return self._mask(grammar, param=param, what="JSON schema")
+
+    def gbnf(self, text: str, *, param: str) -> TokenMask:
+        try:
+            grammar = llguidance.grammar_from("gbnf", text)
+        except ValueError as exc:
+            raise InvalidRequest(f"invalid grammar: {exc}", param=param) from None
+        return self._mask(grammar, param=param, what="grammar")
+
+    def lark(self, text: str, *, param: str, trigger: int | None = None, release: int | None = None) -> TokenMask:
+        return self._mask(
+            llguidance.LLMatcher.grammar_from_lark(text), param=param, what="grammar", trigger=trigger, release=release
+        )
+
+    def _mask(
+        self, grammar: str, *, param: str, what: str, trigger: int | None = None, release: int | None = None
+    ) -> TokenMask:
+        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise InvalidRequest(f"unsupported or invalid {what}: {matcher.get_error()}", param=param)
+        return TokenMask(matcher, self._model.n_vocab, trigger=trigger, release=release)
