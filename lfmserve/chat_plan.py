@@ -57,8 +57,7 @@ def plan_chat(body: ChatCompletionRequest, grammars: Grammars, *, reasoning_form
     plan.split_reasoning = (body.reasoning_format or reasoning_format) != "none"
     choice = body.tool_choice or "auto"
     markers = {text: grammars.special_token(text) for text in (CALL_START, CALL_END, THINK_START, THINK_END)}
-    if plan.split_reasoning:
-        plan.keep_special |= {markers[THINK_START], markers[THINK_END]} - {None}  # type: ignore[operator]
+    plan.keep_special |= {markers[THINK_START], markers[THINK_END]} - {None}  # type: ignore[operator]
     plan.mask = constraint_mask(body, grammars)
     schema = body.response_format.output_schema() if body.response_format else None
     if schema is not None:
@@ -67,6 +66,8 @@ def plan_chat(body: ChatCompletionRequest, grammars: Grammars, *, reasoning_form
                 "use either 'response_format' or 'json_schema'/'grammar', not both", param="response_format"
             )
         plan.mask = grammars.json_schema(schema, param="response_format")
+    if schema is not None or body.json_schema is not None:
+        plan.split_reasoning = False  # the output is JSON from its first token; a "<think>" in it is text
     if not body.tools or choice == "none":
         if choice not in ("auto", "none"):
             raise InvalidRequest(f"tool_choice {_choice_name(choice)!r} needs 'tools'", param="tool_choice")
@@ -81,6 +82,8 @@ def plan_chat(body: ChatCompletionRequest, grammars: Grammars, *, reasoning_form
         raise InvalidRequest(f"tool_choice names '{only}', which is not in 'tools'", param="tool_choice")
     tokens_known = markers[CALL_START] is not None and markers[CALL_END] is not None
     lazy = choice == "auto"
+    if not lazy:
+        plan.split_reasoning = False  # the output is one call block from its first token
     if lazy and not tokens_known:
         return plan  # the calls are parsed, but there is no token to start constraining at
     grammar = tool_call_grammar(

@@ -15,13 +15,13 @@ chosen token. A lazy mask (``tool_choice: auto``) stays off until the model writ
 
 from __future__ import annotations
 
+import ctypes
 import json
 import threading
-import warnings
 from typing import TYPE_CHECKING, Any
 
+import llama_cpp.llama_cpp as llama
 import llguidance
-import llguidance.llamacpp
 import llguidance.numpy
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +89,27 @@ class TokenMask:
             self._active = False
 
 
+def _lltokenizer(model: NativeModel) -> llguidance.LLTokenizer:
+    """llguidance's view of the vocabulary: every token's bytes, control tokens marked with a 0xFF prefix.
+
+    Only control tokens are marked (llguidance's own helper also marks user-defined ``<...>`` tokens):
+    user-defined tokens such as ``<think>`` are text that llama.cpp always prints, so a grammar's
+    ``"<think>"`` must be able to match them, or the tokenizer's own forced tokens break the grammar.
+    """
+    tokens = [
+        (b"\xff" if model.is_control(t) else b"") + model.token_to_piece(t, special=True) for t in range(model.n_vocab)
+    ]
+    tokenize = ctypes.cast(llama._lib.llama_tokenize, ctypes.c_void_p).value
+    tokenizer: llguidance.LLTokenizer = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+        tokens=tokens,
+        vocab_ptr=model.vocab_handle,
+        tokenize_fptr=tokenize,
+        eos_token=sorted(model.eog_tokens) or model.eos_id,
+        slices=None,
+    )
+    return tokenizer
+
+
 class Grammars:
     """Compiles request grammars for one model into :class:`TokenMask` objects (thread-safe)."""
 
@@ -101,17 +122,17 @@ class Grammars:
     def tokenizer(self) -> llguidance.LLTokenizer:
         with self._lock:  # built on first use: most servers never see a constrained request
             if self._tokenizer is None:
-                with warnings.catch_warnings():  # llguidance calls a llama.cpp function the bindings deprecate
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    self._tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(
-                        self._model.vocab_handle, eos_token=sorted(self._model.eog_tokens) or None
-                    )
+                self._tokenizer = _lltokenizer(self._model)
             return self._tokenizer
 
     def special_token(self, text: str) -> int | None:
-        """The id of a special token written as ``text``, or None when the vocabulary has no such token."""
+        """The id of the control token written as ``text``, or None when the vocabulary has no such token."""
         ids = self._model.tokenize(text, add_special=False, parse_special=True)
-        if len(ids) == 1 and self._model.token_to_piece(ids[0], special=True).decode("utf-8", "replace") == text:
+        if (
+            len(ids) == 1
+            and self._model.is_control(ids[0])
+            and self._model.token_to_piece(ids[0], special=True) == text.encode()
+        ):
             return ids[0]
         return None
 

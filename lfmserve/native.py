@@ -248,6 +248,10 @@ class NativeModel:
     def eog_tokens(self) -> frozenset[int]:
         return self._eog
 
+    def is_control(self, token: int) -> bool:
+        """A control token: printed only when asked for special tokens (``<|im_end|>``, not ``<think>``)."""
+        return bool(llama.llama_vocab_get_attr(self._vocab, token) & llama.LLAMA_TOKEN_ATTR_CONTROL)
+
     def is_valid_token(self, token: int) -> bool:
         return 0 <= token < self.n_vocab
 

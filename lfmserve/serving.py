@@ -31,6 +31,7 @@ from .protocol import (
     MediaPart,
     Prompt,
     SamplingFields,
+    TextPart,
 )
 from .records import EngineOutput, EngineRequest, TokenLogprob
 from .sampling import ResolvedDefaults
@@ -102,11 +103,7 @@ class Serving:
     def _template_message(self, message: ChatMessage) -> dict[str, Any]:
         content = message.content
         if isinstance(content, list):
-            if any(isinstance(part, MediaPart) for part in content):
-                raise InvalidRequest(
-                    "image and audio input are not supported: this model has no multimodal projector", param="messages"
-                )
-            content = self.template.normalize_content([part.model_dump() for part in content])
+            content = self.template.normalize_content([_template_part(part) for part in content])
         out: dict[str, Any] = {
             "role": "system" if message.role == "developer" else message.role,
             "content": content if content is not None else "",
@@ -154,7 +151,8 @@ class Serving:
         )
 
     def _piece(self, token: int) -> bytes:
-        return self.model.token_to_piece(token, special=True)
+        """A token's text as the output shows it (kept markers are parsed away before they are shown)."""
+        return self.model.token_to_piece(token)
 
     def _chat_logprobs(self, body: ChatCompletionRequest, steps: Sequence[TokenLogprob]) -> dict[str, Any]:
         """The generated tokens' probabilities; the end-of-generation token is not part of the message."""
@@ -219,6 +217,11 @@ class Serving:
 
     # -- /v1/chat/completions --------------------------------------------------------------------
     def prepare_chat(self, body: ChatCompletionRequest) -> tuple[EngineRequest, AssistantOutputParser]:
+        for message in body.messages:
+            if isinstance(message.content, list) and any(isinstance(p, MediaPart) for p in message.content):
+                raise InvalidRequest(
+                    "image and audio input are not supported: this model has no multimodal projector", param="messages"
+                )
         plan = plan_chat(body, self.grammars, reasoning_format=self.reasoning_format)
         prompt = self.render_chat(body, plan)
         return self.engine_request(body, self.model.tokenize_chat(prompt), plan), plan.parser(prompt)
@@ -485,6 +488,13 @@ def _delta_json(delta: OutputDelta) -> list[dict[str, Any]]:
     header = {"index": call.index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
     arguments = {"index": call.index, "function": {"arguments": call.arguments}}
     return [{"tool_calls": [header]}, {"tool_calls": [arguments]}]
+
+
+def _template_part(part: TextPart | MediaPart) -> dict[str, Any]:
+    """A content part as templates read it: media parts are ``{"type": "image"}`` (or ``audio``) items."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    return {"type": "audio" if part.type == "input_audio" else "image"}
 
 
 def _with_text(content: Any, text: str) -> Any:
