@@ -20,7 +20,7 @@ from typing import Any
 from .assistant_output import THINK_END, THINK_START, AssistantOutputParser
 from .constraints import Grammars, TokenMask
 from .errors import InvalidRequest
-from .protocol import ChatCompletionRequest, SamplingFields
+from .protocol import ApplyTemplateRequest, ChatCompletionRequest, SamplingFields
 from .tool_calls import CALL_END, CALL_START
 from .tool_grammar import tool_call_grammar
 
@@ -53,7 +53,7 @@ def constraint_mask(body: SamplingFields, grammars: Grammars) -> TokenMask | Non
 
 
 def plan_chat(body: ChatCompletionRequest, grammars: Grammars, *, reasoning_format: str) -> ChatPlan:
-    plan = ChatPlan(template_kwargs=_template_kwargs(body))
+    plan = ChatPlan(template_kwargs=template_kwargs(body))
     plan.split_reasoning = (body.reasoning_format or reasoning_format) != "none"
     choice = body.tool_choice or "auto"
     markers = {text: grammars.special_token(text) for text in (CALL_START, CALL_END, THINK_START, THINK_END)}
@@ -102,7 +102,7 @@ def _choice_name(choice: Any) -> str:
     return choice if isinstance(choice, str) else choice.function.name
 
 
-def _template_kwargs(body: ChatCompletionRequest) -> dict[str, Any]:
+def template_kwargs(body: ChatCompletionRequest | ApplyTemplateRequest) -> dict[str, Any]:
     """``chat_template_kwargs`` plus ``reasoning_effort`` ("none" turns thinking off unless the kwargs say)."""
     kwargs: dict[str, Any] = dict(body.chat_template_kwargs or {})
     if body.reasoning_effort is not None:

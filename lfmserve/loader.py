@@ -91,7 +91,7 @@ def load_serving(settings: Settings, path: str) -> Serving:
             "checkpoints and slot copies instead",
             settings.cache_reuse,
         )
-    return Serving(
+    serving = Serving(
         model,
         engine,
         template,
@@ -101,3 +101,5 @@ def load_serving(settings: Settings, path: str) -> Serving:
         fingerprint=build_info(),
         reasoning_format=settings.reasoning_format,
     )
+    serving.grammars.prepare()
+    return serving

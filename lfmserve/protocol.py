@@ -237,6 +237,7 @@ class ApplyTemplateRequest(_Body):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     add_generation_prompt: bool = True
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .assistant_output import AssistantOutputParser, OutputDelta
-from .chat_plan import ChatPlan, constraint_mask, plan_chat
+from .chat_plan import ChatPlan, constraint_mask, plan_chat, template_kwargs
 from .chat_template import ChatFormatter
 from .constraints import Grammars
 from .engine import Engine
@@ -93,7 +93,7 @@ class Serving:
         messages = [self._template_message(m) for m in body.messages]
         if plan is None:
             tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-            extra = body.chat_template_kwargs
+            extra = template_kwargs(body)
         else:
             tools, extra = plan.tools, plan.template_kwargs
         return self.template.render(

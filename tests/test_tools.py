@@ -466,3 +466,40 @@ def test_a_tool_result_then_a_user_image_is_accepted_by_the_template(tools_serve
     )
     chat = httpx.post(tools_server.url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
     assert chat.status_code == 400 and "no multimodal projector" in chat.json()["error"]["message"]
+
+
+def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path: Path
+) -> None:
+    probe = tmp_path / "probe.jinja"
+    probe.write_text(
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.thinking }}\n{% endfor %}"
+        "thinking={{ enable_thinking | default('unset') }} effort={{ reasoning_effort | default('unset') }}"
+        " keep={{ keep_past_thinking | default('unset') }}"
+    )
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=1, chat_template_file=str(probe)))
+    history = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b", "reasoning_content": "r"},
+        {"role": "user", "content": "c"},
+    ]
+
+    def rendered(**extra: Any) -> str:
+        body = {"messages": history, **extra}
+        return str(httpx.post(server.url + "/apply-template", json=body).json()["prompt"])
+
+    lines = "user:a|\nassistant:b|r\nuser:c|\n"
+    assert rendered() == lines + "thinking=unset effort=unset keep=unset"
+    assert rendered(reasoning_effort="none") == lines + "thinking=False effort=none keep=unset"
+    kwargs = {"enable_thinking": True, "keep_past_thinking": True}
+    assert (
+        rendered(reasoning_effort="none", chat_template_kwargs=kwargs) == lines + "thinking=True effort=none keep=True"
+    )
+    # The chat route renders through the same code: its prompt is the same tokens.
+    chat = httpx.post(
+        server.url + "/v1/chat/completions", json={"messages": history, "max_tokens": 1, "reasoning_effort": "none"}
+    ).json()
+    tokens = httpx.post(
+        server.url + "/tokenize", json={"content": rendered(reasoning_effort="none"), "add_special": True}
+    ).json()["tokens"]
+    assert chat["usage"]["prompt_tokens"] == len(tokens)
