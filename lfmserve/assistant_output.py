@@ -84,7 +84,7 @@ class _ReasoningSplitter:
     def __init__(self, *, in_reasoning: bool) -> None:
         self._in_reasoning = in_reasoning
         self._buffer = ""
-        self._segment_start = True  # drop leading whitespace of this segment
+        self._segment_start = in_reasoning  # drop leading whitespace of this segment (not of the answer's start)
         self._held_space = ""  # reasoning's trailing whitespace, dropped if </think> follows
 
     def feed(self, text: str) -> list[OutputDelta]:

@@ -129,6 +129,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         {"content": "a < b and <|tool_call_sta is just text <|", "reasoning": "", "calls": []},
     ),
     ("", {"content": "", "reasoning": "", "calls": []}),
+    ("  Leading spaces stay </thin", {"content": "  Leading spaces stay </thin", "reasoning": "", "calls": []}),
 ]
 
 

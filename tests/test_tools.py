@@ -11,12 +11,13 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import httpx
 import jsonschema
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
 from lfmserve.settings import Settings
 
@@ -183,20 +184,24 @@ def test_a_call_cut_off_by_max_tokens_comes_back_as_text(client: openai.OpenAI) 
     assert (streamed, content, finish) == ([], choice.message.content, "length")
 
 
-# Frigate's review description: a pydantic model with string lengths and number ranges.
-REVIEW_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "title": {"type": "string", "minLength": 3, "maxLength": 16},
-        "scene": {"type": "string", "maxLength": 24},
-        "confidence": {"type": "number", "minimum": 0.0, "maximum": 1.0},
-        "potential_threat_level": {"type": "integer", "minimum": 0, "maximum": 3},
-        "other_concerns": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2},
-        "kind": {"anyOf": [{"const": "person"}, {"$ref": "#/$defs/vehicle"}]},
-    },
-    "required": ["title", "scene", "confidence", "potential_threat_level", "kind"],
-    "$defs": {"vehicle": {"type": "object", "properties": {"wheels": {"enum": [2, 4]}}, "required": ["wheels"]}},
-}
+# Frigate's review description is a pydantic model with string lengths and number ranges; this one
+# adds the other features the converter supports (pattern, const, enum, $ref/$defs, anyOf, array sizes).
+class Vehicle(BaseModel):
+    wheels: Literal[2, 4]
+    plate: str = Field(pattern=r"^[A-Z]{2}[0-9]{2}$")
+
+
+class Review(BaseModel):
+    title: str = Field(min_length=3, max_length=16)
+    scene: str = Field(max_length=24)
+    confidence: float = Field(ge=0.0, le=1.0)
+    potential_threat_level: int = Field(ge=0, le=3)
+    other_concerns: list[Annotated[str, Field(max_length=6)]] = Field(default_factory=list, min_length=1, max_length=2)
+    kind: Literal["person"] | Vehicle
+    camera: Literal["front"] = "front"
+
+
+REVIEW_SCHEMA: dict[str, Any] = Review.model_json_schema()
 
 
 def test_json_schema_response_format_is_valid_for_20_seeds(client: openai.OpenAI) -> None:
@@ -215,6 +220,7 @@ def test_json_schema_response_format_is_valid_for_20_seeds(client: openai.OpenAI
         assert choice.message.content is not None
         value = json.loads(choice.message.content)
         jsonschema.validate(value, REVIEW_SCHEMA)
+        Review.model_validate(value)
         assert set(value) <= set(REVIEW_SCHEMA["properties"])  # no invented keys
         outputs.add(choice.message.content)
     assert len(outputs) == 20
