@@ -509,3 +509,13 @@ def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
         server.url + "/tokenize", json={"content": rendered(reasoning_effort="none"), "add_special": True}
     ).json()["tokens"]
     assert chat["usage"]["prompt_tokens"] == len(tokens)
+
+
+def test_tool_choice_none_hides_the_tools(tools_server: ServerThread) -> None:
+    def usage(**extra: Any) -> dict[str, Any]:
+        body = {"messages": ASK, "max_tokens": 3, "temperature": 0, **extra}
+        response = httpx.post(tools_server.url + "/v1/chat/completions", json=body).json()
+        return {"prompt": response["usage"]["prompt_tokens"], "message": response["choices"][0]["message"]}
+
+    plain, hidden, shown = usage(), usage(tools=TOOLS, tool_choice="none"), usage(tools=TOOLS)
+    assert hidden == plain and shown["prompt"] > plain["prompt"]
