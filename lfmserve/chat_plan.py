@@ -20,7 +20,7 @@ from typing import Any
 from .assistant_output import THINK_END, THINK_START, AssistantOutputParser
 from .constraints import Grammars, TokenMask
 from .errors import InvalidRequest
-from .protocol import ApplyTemplateRequest, ChatCompletionRequest, SamplingFields
+from .protocol import ApplyTemplateRequest, ChatCompletionRequest, NamedToolChoice, SamplingFields
 from .tool_calls import CALL_END, CALL_START
 from .tool_grammar import tool_call_grammar
 
@@ -55,9 +55,7 @@ def constraint_mask(body: SamplingFields, grammars: Grammars) -> TokenMask | Non
 def plan_chat(body: ChatCompletionRequest, grammars: Grammars, *, reasoning_format: str) -> ChatPlan:
     plan = ChatPlan(template_kwargs=template_kwargs(body))
     plan.split_reasoning = (body.reasoning_format or reasoning_format) != "none"
-    choice = body.tool_choice or "auto"
-    markers = {text: grammars.special_token(text) for text in (CALL_START, CALL_END, THINK_START, THINK_END)}
-    plan.keep_special |= {markers[THINK_START], markers[THINK_END]} - {None}  # type: ignore[operator]
+    plan.keep_special = _known(grammars, THINK_START, THINK_END)
     plan.mask = constraint_mask(body, grammars)
     schema = body.response_format.output_schema() if body.response_format else None
     if schema is not None:
@@ -68,34 +66,44 @@ def plan_chat(body: ChatCompletionRequest, grammars: Grammars, *, reasoning_form
         plan.mask = grammars.json_schema(schema, param="response_format")
     if schema is not None or body.json_schema is not None:
         plan.split_reasoning = False  # the output is JSON from its first token; a "<think>" in it is text
-    if not body.tools or choice == "none":
-        if choice not in ("auto", "none"):
-            raise InvalidRequest(f"tool_choice {_choice_name(choice)!r} needs 'tools'", param="tool_choice")
-        return plan
+    choice = body.tool_choice or "auto"
+    if body.tools and choice != "none":
+        _plan_tools(plan, body, choice, grammars)
+    elif choice not in ("auto", "none"):
+        raise InvalidRequest(f"tool_choice {_choice_name(choice)!r} needs 'tools'", param="tool_choice")
+    return plan
+
+
+def _plan_tools(plan: ChatPlan, body: ChatCompletionRequest, choice: str | NamedToolChoice, grammars: Grammars) -> None:
+    assert body.tools
     if plan.mask is not None:
         raise InvalidRequest("tools cannot be combined with a response format or grammar", param="tools")
     plan.tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
     plan.parse_tool_calls = True
-    plan.keep_special |= {markers[CALL_START], markers[CALL_END]} - {None}  # type: ignore[operator]
+    markers = _known(grammars, CALL_START, CALL_END)
+    plan.keep_special |= markers
     only = None if isinstance(choice, str) else choice.function.name
     if only is not None and only not in {tool["function"]["name"] for tool in plan.tools}:
         raise InvalidRequest(f"tool_choice names '{only}', which is not in 'tools'", param="tool_choice")
-    tokens_known = markers[CALL_START] is not None and markers[CALL_END] is not None
     lazy = choice == "auto"
     if not lazy:
         plan.split_reasoning = False  # the output is one call block from its first token
-    if lazy and not tokens_known:
-        return plan  # the calls are parsed, but there is no token to start constraining at
+    elif len(markers) < 2:
+        return  # the calls are parsed, but there is no token to start constraining at
     grammar = tool_call_grammar(
-        plan.tools, only=only, parallel=body.parallel_tool_calls and only is None, markers_are_tokens=tokens_known
+        plan.tools, only=only, parallel=body.parallel_tool_calls and only is None, markers_are_tokens=len(markers) == 2
     )
     plan.mask = grammars.lark(
         grammar,
         param="tools",
-        trigger=markers[CALL_START] if lazy else None,
-        release=markers[CALL_END] if lazy else None,
+        trigger=grammars.special_token(CALL_START) if lazy else None,
+        release=grammars.special_token(CALL_END) if lazy else None,
     )
-    return plan
+
+
+def _known(grammars: Grammars, *texts: str) -> frozenset[int]:
+    """The ids of those of ``texts`` that are control tokens of the vocabulary."""
+    return frozenset(t for t in map(grammars.special_token, texts) if t is not None)
 
 
 def _choice_name(choice: Any) -> str:
