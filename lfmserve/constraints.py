@@ -72,6 +72,11 @@ class TokenMask:
     def active(self) -> bool:
         return self._active
 
+    @property
+    def finished(self) -> bool:
+        """A whole-output grammar is complete: nothing may follow (even under ``ignore_eos``)."""
+        return self._trigger is None and (self._matcher.is_stopped() or self._matcher.is_error())
+
     def apply(self, logits: npt.NDArray[np.float32]) -> None:
         """Forbid, in place, every token the grammar does not allow next."""
         llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)

@@ -557,6 +557,9 @@ class Engine:
         text, stop_word = job.stopper.feed(job.detokenizer.add(token))
         if stop_word is not None:
             self._finish(job, text, (token,), "stop", "word", stop_word)
+        elif job.sampler.grammar_finished:
+            tail, _ = job.stopper.feed(job.detokenizer.flush())
+            self._finish(job, text + tail + job.stopper.flush(), (token,), "stop", "eos")
         elif job.n_decoded == request.max_tokens or len(job.slot.tokens) + 1 >= self.n_ctx_slot:
             tail, _ = job.stopper.feed(job.detokenizer.flush())
             self._finish(job, text + tail + job.stopper.flush(), (token,), "length", "limit")

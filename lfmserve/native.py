@@ -445,6 +445,10 @@ class Sampler:
             for token in history[-self._adjuster.window :]:  # the window sees the prompt too, as in llama-server
                 self._adjuster.accept(token)
 
+    @property
+    def grammar_finished(self) -> bool:
+        return self._mask is not None and self._mask.finished
+
     def sample(self, ctx: NativeContext, batch_index: int) -> int:
         """The next token from the logits at ``batch_index`` (which it adjusts in place)."""
         masked = self._mask is not None and self._mask.active

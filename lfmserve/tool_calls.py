@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping, Sequence
+import keyword
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,15 +94,15 @@ def _parse_python_call(node: ast.expr) -> ParsedCall | None:
     if name is None:
         return None
     arguments: dict[str, Any] = {}
-    for keyword in node.keywords:
-        if keyword.arg is None:  # **kwargs
+    for argument in node.keywords:
+        if argument.arg is None:  # **kwargs
             return None
         try:
-            value = ast.literal_eval(_JsonNames().visit(keyword.value))
+            value = ast.literal_eval(_JsonNames().visit(argument.value))
             json.dumps(value, allow_nan=False)
         except (ValueError, TypeError, SyntaxError, RecursionError):
             return None
-        arguments[keyword.arg] = _json_shaped(value)
+        arguments[argument.arg] = _json_shaped(value)
     return ParsedCall(name, arguments)
 
 
@@ -132,15 +133,31 @@ def _json_shaped(value: Any) -> Any:
     return value
 
 
+def python_spellable(name: str, parameters: Iterable[str]) -> bool:
+    """Whether a call to ``name`` with these keyword arguments can be written in Python syntax.
+
+    ``f(from="x")`` or ``f(first-name="x")`` cannot; such calls are written as JSON instead.
+    """
+    return all(_identifier(part) for part in name.split(".")) and all(_identifier(p) for p in parameters)
+
+
+def _identifier(text: str) -> bool:
+    return text.isidentifier() and not keyword.iskeyword(text)
+
+
 def format_calls(calls: Sequence[Mapping[str, Any]]) -> str:
     """OpenAI ``tool_calls`` (arguments already decoded to mappings) in the model's own markup.
 
     Used for templates that ignore ``tool_calls``: the earlier calls are written into the assistant's
-    content exactly as the model writes them, so the history reads as it was generated.
+    content exactly as the model writes them, so the history reads as it was generated. Calls that
+    Python syntax cannot spell are written as the JSON list the parser also reads.
     """
+    functions = [call["function"] for call in calls]
+    if not all(python_spellable(f["name"], f["arguments"]) for f in functions):
+        listed = [{"name": f["name"], "arguments": f["arguments"]} for f in functions]
+        return f"{CALL_START}{json.dumps(listed, ensure_ascii=False)}{CALL_END}"
     rendered = []
-    for call in calls:
-        function = call["function"]
+    for function in functions:
         arguments = ", ".join(f"{key}={_python_literal(value)}" for key, value in function["arguments"].items())
         rendered.append(f"{function['name']}({arguments})")
     return f"{CALL_START}[{', '.join(rendered)}]{CALL_END}"

@@ -21,7 +21,7 @@ from typing import Any
 
 from .constraints import JSON_STYLE, closed_objects
 from .errors import InvalidRequest
-from .tool_calls import CALL_END, CALL_START
+from .tool_calls import CALL_END, CALL_START, python_spellable
 
 
 def tool_call_grammar(
@@ -30,22 +30,37 @@ def tool_call_grammar(
     """One call block: calls to the declared tools (or only to ``only``), several if ``parallel``."""
     functions = [t["function"] for t in tools if only is None or t["function"]["name"] == only]
     rules: list[str] = []
-    alternatives = [_call_rule(i, f, rules) for i, f in enumerate(functions)]
+    pythonic = all(python_spellable(f["name"], _parameters(f).get("properties") or {}) for f in functions)
+    call_rule = _call_rule if pythonic else _json_call_rule
+    alternatives = [call_rule(i, f, rules) for i, f in enumerate(functions)]
     start, end = (CALL_START, CALL_END) if markers_are_tokens else (json.dumps(CALL_START), json.dumps(CALL_END))
     calls = 'call (", " call)*' if parallel else "call"
     head = [f'start: {start} "[" {calls} "]" {end}', "call: " + " | ".join(alternatives)]
     return "\n".join(head + rules) + "\n"
 
 
+def _parameters(function: Mapping[str, Any]) -> dict[str, Any]:
+    schema = function.get("parameters") or {"type": "object", "properties": {}}
+    if schema.get("type", "object") != "object" or not isinstance(schema.get("properties") or {}, dict):
+        raise InvalidRequest(
+            f"tool '{function['name']}': parameters must be a JSON schema of type object with properties",
+            param="tools",
+        )
+    return dict(schema)
+
+
+def _json_call_rule(index: int, function: Mapping[str, Any], rules: list[str]) -> str:
+    """``{"name": "f", "arguments": {...}}``: for names Python syntax cannot spell."""
+    rules.append(f"a{index}: {_value(_parameters(function), {})}")
+    opening = json.dumps(f'{{"name": {json.dumps(function["name"])}, "arguments": ')
+    return f'{opening} a{index} "}}"'
+
+
 def _call_rule(index: int, function: Mapping[str, Any], rules: list[str]) -> str:
     name = function["name"]
-    schema = function.get("parameters") or {"type": "object", "properties": {}}
+    schema = _parameters(function)
     properties = schema.get("properties") or {}
-    if schema.get("type", "object") != "object" or not isinstance(properties, dict):
-        raise InvalidRequest(
-            f"tool '{name}': parameters must be a JSON schema of type object with properties", param="tools"
-        )
-    definitions = {key: schema[key] for key in ("$defs", "definitions") if key in schema}
+    definitions: dict[str, Any] = {key: schema[key] for key in ("$defs", "definitions") if key in schema}
     required = set(schema.get("required") or ())
     unknown = required - set(properties)
     if unknown:

@@ -184,3 +184,10 @@ def test_call_ids_are_openai_shaped_and_distinct() -> None:
         "type": "function",
         "function": {"name": "a", "arguments": "{}"},
     }
+
+
+def test_calls_python_cannot_spell_are_written_as_json() -> None:
+    calls = [{"function": {"name": "send", "arguments": {"from": "a", "to": "b"}}}]
+    text = format_calls(calls)
+    assert text == S + '[{"name": "send", "arguments": {"from": "a", "to": "b"}}]' + E
+    assert parse_call_block(text[len(S) : -len(E)]) == [ParsedCall("send", {"from": "a", "to": "b"})]

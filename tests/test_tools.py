@@ -519,3 +519,34 @@ def test_tool_choice_none_hides_the_tools(tools_server: ServerThread) -> None:
 
     plain, hidden, shown = usage(), usage(tools=TOOLS, tool_choice="none"), usage(tools=TOOLS)
     assert hidden == plain and shown["prompt"] > plain["prompt"]
+
+
+def test_parameter_names_python_cannot_spell_get_json_calls(client: openai.OpenAI) -> None:
+    mail = {
+        "type": "function",
+        "function": {
+            "name": "send-mail",
+            "parameters": {
+                "type": "object",
+                "properties": {"from": {"enum": ["me"]}, "subject-line": {"type": "string", "maxLength": 5}},
+                "required": ["from", "subject-line"],
+            },
+        },
+    }
+    request: dict[str, Any] = {"messages": ASK, "tools": [mail], "tool_choice": "required", "max_tokens": 80}
+    request["parallel_tool_calls"] = False
+    choice = client.chat.completions.create(model="tiny", **request).choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls, choice.message.content
+    call = choice.message.tool_calls[0]
+    arguments = json.loads(call.function.arguments)
+    assert call.function.name == "send-mail" and arguments["from"] == "me" and len(arguments["subject-line"]) <= 5
+
+
+def test_a_finished_grammar_ends_the_answer_even_with_ignore_eos(tools_server: ServerThread) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    body = {"messages": ASK, "max_tokens": 60, "ignore_eos": True, "json_schema": schema}
+    choice = httpx.post(tools_server.url + "/v1/chat/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and json.loads(choice["message"]["content"]) in (
+        {"ok": True},
+        {"ok": False},
+    )
