@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .constraints import JSON_STYLE, closed_objects
+from .constraints import JSON_STYLE, bounded
 from .errors import InvalidRequest
 from .tool_calls import CALL_END, CALL_START, python_spellable
 
@@ -93,7 +93,7 @@ def _value(schema: Any, definitions: Mapping[str, Any]) -> str:
             return '"True" | "False"'
         if schema.get("type") == "null":
             return '"None"'
-    body = closed_objects({**schema, **definitions}) if isinstance(schema, dict) else schema
+    body = bounded({**schema, **definitions}) if isinstance(schema, dict) else schema
     if isinstance(body, dict):
         body["x-guidance"] = JSON_STYLE
     return "%json " + json.dumps(body)

@@ -123,6 +123,7 @@ def test_required_tool_choice_always_returns_schema_valid_calls(client: openai.O
             "messages": ASK,
             "tools": TOOLS,
             "tool_choice": "required",
+            "parallel_tool_calls": False,
             "max_tokens": 300,
             "temperature": 1.0,
             "seed": seed,
@@ -169,10 +170,17 @@ def test_auto_tool_choice_constrains_a_call_once_the_model_opens_one(client: ope
     response = client.chat.completions.create(model="tiny", **request)
     choice = response.choices[0]
     calls = _valid_calls(choice.message.tool_calls or [])
-    assert calls and choice.finish_reason == "tool_calls"
+    assert len(calls) == 1 and choice.finish_reason == "tool_calls"
     assert choice.message.content and "<|tool_call" not in choice.message.content
     streamed, content, finish = _stream_calls(client, **request)
     assert (streamed, content, finish) == (calls, choice.message.content, "tool_calls")
+    # Favoured more, the model keeps calling: six whole calls (indexes 0-5), then one cut off by the limit.
+    request["logit_bias"] = {"10": 7}
+    choice = client.chat.completions.create(model="tiny", **request).choices[0]
+    calls = _valid_calls(choice.message.tool_calls or [])
+    assert len(calls) == 6 and choice.finish_reason == "length"
+    assert choice.message.content and choice.message.content.count("<|tool_call_start|>") == 1
+    assert _stream_calls(client, **request) == (calls, choice.message.content, "length")
 
 
 def test_a_call_cut_off_by_max_tokens_comes_back_as_text(client: openai.OpenAI) -> None:
