@@ -20,6 +20,9 @@ import numpy as np
 CHECKPOINT_EVERY = 256
 #: Message boundaries this close to the end of the prompt are covered by its last checkpoint.
 NEAR_END = 8
+#: A checkpoint within a message is skipped when the next one would follow within this many tokens:
+#: the short decode call it would split off costs almost as much as a long one.
+MIN_STRETCH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +197,9 @@ def checkpoint_positions(
     """Where prefilling ``prompt`` from ``start`` stops to checkpoint: (position, is a message boundary).
 
     A message ends after an end-of-turn token and the newline that follows it (ChatML's
-    ``<|im_end|>\\n``); long stretches get a checkpoint every ``every`` tokens; and the state before the
-    last prompt token is always kept, so the same prompt can be run again.
+    ``<|im_end|>\\n``); long stretches get a checkpoint every ``every`` tokens (none closer than
+    ``MIN_STRETCH`` to the next checkpoint, so no stretch exceeds ``every + MIN_STRETCH``); and the state
+    before the last prompt token is always kept, so the same prompt can be run again.
     """
     boundaries = set()
     for i, token in enumerate(prompt[:-1]):
@@ -213,13 +217,13 @@ def checkpoint_positions(
     # messages a client edits or continues).
     always = set(candidates[:1] + candidates[-2:])
     for p in candidates:
-        while p - last > every:
+        while p - last >= every + MIN_STRETCH:
             last += every
             positions.append((last, False))
         if p in always or p - last >= every:
             positions.append((p, True))
             last = p
-    while len(prompt) - 1 - last > every:
+    while len(prompt) - 1 - last >= every + MIN_STRETCH:
         last += every
         positions.append((last, False))
     if len(prompt) - 1 > start:

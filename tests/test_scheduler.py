@@ -93,6 +93,15 @@ def test_checkpoint_positions_at_message_boundaries_every_256_and_before_the_las
     assert checkpoint_positions(prompt, 619, turn_ends={end}, newline=nl) == []
 
 
+def test_no_checkpoint_splits_off_a_short_stretch_before_the_next() -> None:
+    end, nl = 7, 24
+    user = [6] + [101] * 300 + [end, nl]  # 303 tokens: 256 + 47 would leave a 47-token call
+    prompt = [1] + user + [6, 102, 103]
+    assert checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl) == [(306, False)]
+    longer = [1] + [6] + [101] * 340 + [end, nl] + [6, 102, 103]  # 256 + 89: worth the split
+    assert checkpoint_positions(longer, 0, turn_ends={end}, newline=nl) == [(256, False), (346, False)]
+
+
 def test_checkpoints_are_bounded_thinning_the_densest_and_keeping_boundaries() -> None:
     slot = Slot(0)
     for n, boundary in [(10, True), (256, False), (300, True), (512, False), (540, True), (600, False)]:
