@@ -31,6 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from .detokenizer import StreamingDetokenizer
 from .errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled, Unavailable
 from .native import NativeContext, NativeModel, Sampler
@@ -402,8 +405,11 @@ class Engine:
             job.n_cached,
             plan.source,
         )
-        if len(slot.tokens) == len(job.prompt):  # a prefill-only request whose tokens are all cached
+        if len(slot.tokens) == len(job.prompt):  # all cached: prefill-only, or the logits were kept
             self._after_prompt_chunk(job, 0, job.t_prompt_start)
+            if request.max_tokens != 0:
+                assert plan.checkpoint is not None and plan.checkpoint.logits is not None
+                self._sample(job, job.t_prompt_start, np.frombuffer(plan.checkpoint.logits, dtype=np.float32).copy())
 
     def _apply(self, slot: Slot, plan: ReusePlan) -> None:
         """Bring the slot's memory to the plan's prefix."""
@@ -534,6 +540,8 @@ class Engine:
                 max_bytes=self.config.max_checkpoint_bytes,
             )
             self.stats.n_checkpoints_saved += 1
+        if len(slot.tokens) == len(job.prompt) and n > 0 and not self._can_truncate:
+            self._save_prompt_end(job)
         if len(slot.tokens) == len(job.prompt):
             job.timings.prompt_n = len(job.prompt) - job.n_cached
             job.timings.prompt_ms = 1e3 * (now - job.t_prompt_start)
@@ -543,10 +551,24 @@ class Engine:
             if job.request.max_tokens == 0:
                 self._finish(job, "", (), "length", "limit")
 
-    def _sample(self, job: _Job, now: float) -> None:
+    def _save_prompt_end(self, job: _Job) -> None:
+        """Checkpoint the state after the whole prompt with its logits: the same prompt again (a
+        regenerated reply) then samples at once, and no prefill is split before its last token."""
+        assert job.slot is not None
+        logits = None
+        if job.batch_index >= 0:
+            logits = self._ctx.logits(job.batch_index).tobytes()
+        job.slot.add_checkpoint(
+            Checkpoint(len(job.prompt), self._ctx.get_state(job.slot.id, partial=True), logits=logits),
+            max_count=self.config.max_checkpoints,
+            max_bytes=self.config.max_checkpoint_bytes,
+        )
+        self.stats.n_checkpoints_saved += 1
+
+    def _sample(self, job: _Job, now: float, stored_logits: npt.NDArray[np.float32] | None = None) -> None:
         assert job.sampler is not None and job.detokenizer is not None and job.stopper is not None
         assert job.slot is not None
-        token = job.sampler.sample(self._ctx, job.batch_index)
+        token = job.sampler.sample(self._ctx, job.batch_index, stored_logits)
         job.n_decoded += 1
         job.timings.predicted_n = job.n_decoded
         job.timings.predicted_ms = 1e3 * (time.perf_counter() - job.t_generation_start)

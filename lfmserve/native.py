@@ -386,6 +386,10 @@ class NativeContext:
     def clear(self) -> None:
         llama.llama_memory_clear(self._memory, True)
 
+    def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
+        """The logits row of the last decode at ``batch_index`` (a view: it changes with the next decode)."""
+        return np.ctypeslib.as_array(llama.llama_get_logits_ith(self._ctx, batch_index), shape=(self.model.n_vocab,))
+
     def seq_pos_max(self, seq_id: int) -> int:
         return int(llama.llama_memory_seq_pos_max(self._memory, seq_id))
 
@@ -409,6 +413,10 @@ class NativeContext:
         if self._ctx:
             llama.llama_free(self._ctx)
             self._ctx = None
+
+
+#: ``llama_token_data``: a candidate token for the samplers.
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 
 class Sampler:
@@ -449,19 +457,24 @@ class Sampler:
     def grammar_finished(self) -> bool:
         return self._mask is not None and self._mask.finished
 
-    def sample(self, ctx: NativeContext, batch_index: int) -> int:
-        """The next token from the logits at ``batch_index`` (which it adjusts in place)."""
+    def sample(self, ctx: NativeContext, batch_index: int, stored_logits: npt.NDArray[np.float32] | None = None) -> int:
+        """The next token from the logits at ``batch_index`` (adjusted in place), or from ``stored_logits``."""
         masked = self._mask is not None and self._mask.active
         raw = None
-        if self._adjuster.active or self._chain is None or masked or self._n_probs:
-            logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx.handle, batch_index), shape=(self._n_vocab,))
+        logits = stored_logits
+        if logits is not None or self._adjuster.active or self._chain is None or masked or self._n_probs:
+            if logits is None:
+                logits = ctx.logits(batch_index)
             if self._n_probs:
                 raw = logits.copy()  # probabilities are the model's, before bias, penalties and grammar
             self._adjuster.apply(logits)
             if masked:
                 self._mask.apply(logits)  # type: ignore[union-attr]
         if self._chain is None:
+            assert logits is not None  # greedy always reads the row
             token = int(np.argmax(logits))
+        elif stored_logits is not None:
+            token = self._sample_array(stored_logits)
         else:
             token = int(llama.llama_sampler_sample(self._chain, ctx.handle, batch_index))
         self._adjuster.accept(token)
@@ -469,6 +482,22 @@ class Sampler:
             self._mask.accept(token)
         if raw is not None:
             self.last_logprob = token_logprob(raw, token, self._n_probs)
+        return token
+
+    def _sample_array(self, logits: npt.NDArray[np.float32]) -> int:
+        """What ``llama_sampler_sample`` does, for logits that are not in the context."""
+        candidates = np.zeros(self._n_vocab, dtype=_TOKEN_DATA)
+        candidates["id"] = np.arange(self._n_vocab, dtype=np.int32)
+        candidates["logit"] = logits
+        array = llama.llama_token_data_array(
+            data=candidates.ctypes.data_as(ctypes.POINTER(llama.llama_token_data)),
+            size=self._n_vocab,
+            selected=-1,
+            sorted=False,
+        )
+        llama.llama_sampler_apply(self._chain, ctypes.byref(array))
+        token = int(array.data[array.selected].id)
+        llama.llama_sampler_accept(self._chain, token)
         return token
 
     def close(self) -> None:

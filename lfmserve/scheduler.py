@@ -18,8 +18,8 @@ import numpy as np
 
 #: Within a long message, a checkpoint every this many tokens.
 CHECKPOINT_EVERY = 256
-#: Message boundaries this close to the end of the prompt are covered by its last checkpoint.
-NEAR_END = 8
+#: Message boundaries this close to the end of the prompt are covered by the checkpoint at its end.
+NEAR_END = 16
 #: A checkpoint within a message is skipped when the next one would follow within this many tokens:
 #: the short decode call it would split off costs almost as much as a long one.
 MIN_STRETCH = 64
@@ -33,6 +33,13 @@ class Checkpoint:
     state: bytes
     #: Taken at a chat message boundary (kept longer than the every-256-tokens ones).
     boundary: bool = False
+    #: The logits after the last of the ``n_tokens`` (float32 bytes), kept at the end of a prompt: the
+    #: same prompt again starts sampling from them with nothing to decode.
+    logits: bytes | None = None
+
+    @property
+    def n_bytes(self) -> int:
+        return len(self.state) + len(self.logits or b"")
 
 
 @dataclass(slots=True, eq=False)
@@ -63,13 +70,13 @@ class Slot:
         self.checkpoints.append(checkpoint)
         self.checkpoints.sort(key=lambda c: c.n_tokens)
         while len(self.checkpoints) > 1 and (
-            len(self.checkpoints) > max_count or sum(len(c.state) for c in self.checkpoints) > max_bytes
+            len(self.checkpoints) > max_count or sum(c.n_bytes for c in self.checkpoints) > max_bytes
         ):
             del self.checkpoints[_densest(self.checkpoints)]
 
     @property
     def checkpoint_bytes(self) -> int:
-        return sum(len(c.state) for c in self.checkpoints)
+        return sum(c.n_bytes for c in self.checkpoints)
 
 
 def _densest(checkpoints: Sequence[Checkpoint]) -> int:
@@ -99,7 +106,7 @@ class CachedSequence:
 
     @property
     def n_bytes(self) -> int:
-        return len(self.state) + sum(len(c.state) for c in self.checkpoints)
+        return len(self.state) + sum(c.n_bytes for c in self.checkpoints)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -132,15 +139,26 @@ def choose_slot(slots: Sequence[Slot], prompt: Sequence[int], id_slot: int, simi
 
 
 def usable_prefix(
-    tokens: Sequence[int], checkpoints: Sequence[Checkpoint], prompt: Sequence[int], *, limit: int, can_truncate: bool
+    tokens: Sequence[int],
+    checkpoints: Sequence[Checkpoint],
+    prompt: Sequence[int],
+    *,
+    needs_logits: bool,
+    can_truncate: bool,
 ) -> tuple[int, Checkpoint | None]:
     """How much of a cached sequence a prompt can start from, and the checkpoint that makes it exact.
 
-    ``limit`` caps the reuse (the last prompt token is always decoded when logits are needed). The
-    whole memory is usable as it stands; a prefix of it only where the memory can be truncated, or up
-    to the nearest checkpoint (returned: its state must be restored).
+    When logits are needed the last prompt token is decoded again, unless a checkpoint at the end of
+    this very prompt kept its logits (then all of it is reused). The whole memory is usable as it
+    stands; a prefix of it only where the memory can be truncated, or up to the nearest checkpoint
+    (returned: its state must be restored).
     """
-    shared = min(common_prefix_length(tokens, prompt), limit)
+    shared = common_prefix_length(tokens, prompt)
+    if needs_logits and shared == len(prompt):
+        end = next((c for c in checkpoints if c.n_tokens == len(prompt) and c.logits is not None), None)
+        if end is not None:
+            return len(prompt), end
+    shared = min(shared, len(prompt) - 1 if needs_logits else len(prompt))
     if shared == len(tokens) or can_truncate:
         return shared, None
     checkpoint = _checkpoint_at_or_before(checkpoints, shared)
@@ -177,15 +195,15 @@ def plan_reuse(
     """
     if not cache_prompt:
         return ReusePlan("none")
-    limit = len(prompt) - 1 if needs_logits else len(prompt)
-    keep, checkpoint = usable_prefix(slot.tokens, slot.checkpoints, prompt, limit=limit, can_truncate=can_truncate)
+    options = {"needs_logits": needs_logits, "can_truncate": can_truncate}
+    keep, checkpoint = usable_prefix(slot.tokens, slot.checkpoints, prompt, **options)
     best = ReusePlan("own", keep, checkpoint) if keep > 0 else ReusePlan("none")
     for other in others:
-        n, cp = usable_prefix(other.tokens, other.checkpoints, prompt, limit=limit, can_truncate=can_truncate)
+        n, cp = usable_prefix(other.tokens, other.checkpoints, prompt, **options)
         if n > best.keep:
             best = ReusePlan("slot", n, cp, source_slot=other)
     for entry in ram:
-        n, cp = usable_prefix(entry.tokens, entry.checkpoints, prompt, limit=limit, can_truncate=can_truncate)
+        n, cp = usable_prefix(entry.tokens, entry.checkpoints, prompt, **options)
         if n > best.keep:
             best = ReusePlan("ram", n, cp, ram_entry=entry)
     return best
@@ -198,8 +216,8 @@ def checkpoint_positions(
 
     A message ends after an end-of-turn token and the newline that follows it (ChatML's
     ``<|im_end|>\\n``); long stretches get a checkpoint every ``every`` tokens (none closer than
-    ``MIN_STRETCH`` to the next checkpoint, so no stretch exceeds ``every + MIN_STRETCH``); and the state
-    before the last prompt token is always kept, so the same prompt can be run again.
+    ``MIN_STRETCH`` to the next checkpoint, so no stretch exceeds ``every + MIN_STRETCH``). The state at
+    the end of the prompt, with its logits, is kept by the engine after the last chunk (no split needed).
     """
     boundaries = set()
     for i, token in enumerate(prompt[:-1]):
@@ -208,9 +226,9 @@ def checkpoint_positions(
             boundaries.add(end)
     positions: list[tuple[int, bool]] = []
     last = start
-    # A boundary just before the last token (the end of the user's message, then the generation prompt)
-    # would only duplicate the checkpoint before the last token, at the cost of one more decode call.
-    candidates = sorted(b for b in boundaries if start < b < len(prompt) - 1 - NEAR_END)
+    # A boundary just before the end (the end of the user's message, then the generation prompt) would
+    # nearly duplicate the checkpoint the engine keeps at the end of every prompt, for one more decode call.
+    candidates = sorted(b for b in boundaries if start < b < len(prompt) - NEAR_END)
     # Each checkpoint splits the prefill into another decode call (measured: 6-12% slower on a cold
     # 2,200-token chat). So boundaries closer than ``every`` to the previous checkpoint are skipped,
     # except the first (the system prompt, for trimmed and shared prompts) and the last two (the
@@ -223,9 +241,7 @@ def checkpoint_positions(
         if p in always or p - last >= every:
             positions.append((p, True))
             last = p
-    while len(prompt) - 1 - last >= every + MIN_STRETCH:
+    while len(prompt) - last >= every + MIN_STRETCH:
         last += every
         positions.append((last, False))
-    if len(prompt) - 1 > start:
-        positions.append((len(prompt) - 1, False))
     return positions

@@ -61,7 +61,7 @@ def test_greedy_is_deterministic_with_and_without_the_cache(engine: Engine, mode
     )
     assert len(tokens_of(first)) == 24
     assert tokens_of(first) == tokens_of(second) == tokens_of(uncached)
-    assert second[-1].n_cached_tokens == len(request.prompt_tokens) - 1  # restored from the checkpoint
+    assert second[-1].n_cached_tokens == len(request.prompt_tokens)  # the end-of-prompt checkpoint, with logits
     assert uncached[-1].n_cached_tokens == 0
     assert first[-1].finish_reason == "length" and first[-1].stop_type == "limit"
 

@@ -53,11 +53,19 @@ def chat_tokens(
     return tuple(model.tokenize(text, add_special=False, parse_special=True))
 
 
-def run(engine: Engine, prompt: tuple[int, ...], *, slot: int = -1, cache: bool = True, n: int = 8) -> EngineOutput:
-    """Generate greedily; returns the last output, with ``token_ids`` holding all generated tokens."""
+def run(
+    engine: Engine,
+    prompt: tuple[int, ...],
+    *,
+    slot: int = -1,
+    cache: bool = True,
+    n: int = 8,
+    sampling: SamplingParams = GREEDY,
+) -> EngineOutput:
+    """Generate (greedily by default); returns the last output, with ``token_ids`` holding all generated tokens."""
     stream = SyncStream()
     engine.submit(
-        EngineRequest(prompt_tokens=prompt, sampling=GREEDY, max_tokens=n, cache_prompt=cache, id_slot=slot), stream
+        EngineRequest(prompt_tokens=prompt, sampling=sampling, max_tokens=n, cache_prompt=cache, id_slot=slot), stream
     )
     outputs = list(stream)
     tokens = tuple(t for o in outputs for t in o.token_ids)
@@ -99,7 +107,7 @@ def test_a_continued_conversation_prefills_only_the_new_suffix(engine: Engine, l
     second = first + [{"role": "assistant", "content": out1.text}, {"role": "user", "content": "What is my name?"}]
     p2 = chat_tokens(lfm, second)
     shared = common_prefix_length(held, p2)
-    expected = shared if shared == len(held) else len(p1) - 1  # the reply re-tokenized differently: checkpoint
+    expected = shared if shared == len(held) else len(p1)  # the reply re-tokenized differently: checkpoint
     out2 = run(engine, p2, slot=0)
     assert out2.n_cached_tokens == expected and out2.timings.prompt_n == len(p2) - expected
     assert out2.token_ids == uncached(engine, p2, 1)
@@ -115,11 +123,21 @@ def test_trimmed_history_reuses_the_system_message(engine: Engine, lfm: NativeMo
     assert out.token_ids == uncached(engine, prompt, 1)
 
 
-def test_regenerating_the_last_reply_reuses_all_but_the_last_token(engine: Engine, lfm: NativeModel) -> None:
+def test_seeded_sampling_from_kept_logits_matches_a_fresh_run(engine: Engine, lfm: NativeModel) -> None:
+    prompt = chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "Surprise me."}])
+    seeded = SamplingParams(temperature=1.0, top_k=40, top_p=0.9, min_p=0.05, seed=1234)
+    first = run(engine, prompt, slot=0, sampling=seeded, n=12)
+    again = run(engine, prompt, slot=0, sampling=seeded, n=12)  # samples its first token from the kept logits
+    fresh = run(engine, prompt, slot=0, sampling=seeded, n=12, cache=False)
+    assert again.n_cached_tokens == len(prompt) and fresh.n_cached_tokens == 0
+    assert first.token_ids == again.token_ids == fresh.token_ids
+
+
+def test_regenerating_the_last_reply_decodes_nothing_before_sampling(engine: Engine, lfm: NativeModel) -> None:
     prompt = chat_tokens(lfm, [SYSTEM, *turn(1), {"role": "user", "content": "Again please."}])
     first = run(engine, prompt, slot=0)
     again = run(engine, prompt, slot=0)
-    assert again.n_cached_tokens == len(prompt) - 1 and again.timings.prompt_n == 1
+    assert again.n_cached_tokens == len(prompt) and again.timings.prompt_n == 0  # sampled from the kept logits
     assert first.token_ids == again.token_ids == uncached(engine, prompt, 1)
 
 
@@ -158,7 +176,7 @@ def test_an_evicted_sequence_comes_back_from_ram(lfm: NativeModel) -> None:
         assert engine.stats.n_ram_saves == 1 and len(engine.ram_cache.entries) == 1
         again = run(engine, prompt)
         assert engine.stats.n_ram_restores == 1
-        assert again.n_cached_tokens == len(prompt) - 1 and again.token_ids == first.token_ids
+        assert again.n_cached_tokens == len(prompt) and again.token_ids == first.token_ids
     finally:
         engine.close()
 
@@ -205,7 +223,7 @@ def test_sliding_window_model_uses_the_same_checkpoints(gemma: tuple[NativeModel
     base = tuple(model.tokenize(story, add_special=True, parse_special=True))
     assert len(base) > 300
     first = run(engine, base, slot=0)
-    assert run(engine, base, slot=0).n_cached_tokens == len(base) - 1
+    assert run(engine, base, slot=0).n_cached_tokens == len(base)
     edited = base[:280] + tuple(model.tokenize(" Then it rained for days.", add_special=False, parse_special=False))
     out = run(engine, edited, slot=0)
     assert out.n_cached_tokens == 256  # the every-256-tokens checkpoint before the edit

@@ -79,27 +79,38 @@ def test_another_slot_or_ram_wins_when_it_shares_more() -> None:
     assert plan(Slot(0, tokens=list(system)), prompt, others=[twin]).source == "own"
 
 
-def test_checkpoint_positions_at_message_boundaries_every_256_and_before_the_last_token() -> None:
+def test_checkpoint_positions_at_message_boundaries_and_every_256() -> None:
     end, nl = 7, 24
     system = [1, 6] + [100] * 10 + [end, nl]  # a message ends at 14
     long_user = [6] + [101] * 600 + [end, nl]  # 603 tokens: ends at 617
     prompt = system + long_user + [6, 102, 103]  # 620 tokens
     positions = checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl)
-    # 617 ends the last user message, 2 tokens before the last one: the checkpoint at 619 covers it
-    assert positions == [(14, True), (270, False), (526, False), (619, False)]
-    assert checkpoint_positions(prompt, 600, turn_ends={end}, newline=nl) == [(619, False)]
+    # 617 ends the last user message, 3 tokens before the end: the engine's end-of-prompt checkpoint covers it
+    assert positions == [(14, True), (270, False), (526, False)]
+    assert checkpoint_positions(prompt, 600, turn_ends={end}, newline=nl) == []
     longer = prompt + [7, nl] + [6] + [104] * 20
-    assert checkpoint_positions(longer, 600, turn_ends={end}, newline=nl) == [(617, True), (622, True), (642, False)]
-    assert checkpoint_positions(prompt, 619, turn_ends={end}, newline=nl) == []
+    assert checkpoint_positions(longer, 600, turn_ends={end}, newline=nl) == [(617, True), (622, True)]
 
 
 def test_no_checkpoint_splits_off_a_short_stretch_before_the_next() -> None:
     end, nl = 7, 24
-    user = [6] + [101] * 300 + [end, nl]  # 303 tokens: 256 + 47 would leave a 47-token call
+    user = [6] + [101] * 300 + [end, nl]  # 303 tokens: 256 + 51 would leave a 51-token call
     prompt = [1] + user + [6, 102, 103]
-    assert checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl) == [(306, False)]
-    longer = [1] + [6] + [101] * 340 + [end, nl] + [6, 102, 103]  # 256 + 89: worth the split
-    assert checkpoint_positions(longer, 0, turn_ends={end}, newline=nl) == [(256, False), (346, False)]
+    assert checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl) == []
+    longer = [1] + [6] + [101] * 340 + [end, nl] + [6, 102, 103]  # 256 + 91: worth the split
+    assert checkpoint_positions(longer, 0, turn_ends={end}, newline=nl) == [(256, False)]
+
+
+def test_the_same_prompt_again_reuses_it_all_from_a_checkpoint_with_logits() -> None:
+    prompt = [1, 2, 3, 4, 5]
+    with_logits = Checkpoint(5, b"s", logits=b"l" * 8)
+    slot = Slot(0, tokens=prompt + [9, 9], checkpoints=[cp(2), with_logits])
+    assert plan(slot, prompt) == ReusePlan("own", 5, with_logits)  # nothing left to decode
+    assert plan(slot, prompt, needs_logits=False) == ReusePlan("own", 5, with_logits)
+    assert plan(slot, [1, 2, 3, 4, 5, 6]) == ReusePlan("own", 5, with_logits)  # a longer prompt continues from it
+    without = Slot(0, tokens=prompt + [9], checkpoints=[cp(2), Checkpoint(5, b"s")])
+    assert plan(without, prompt) == ReusePlan("own", 2, cp(2))  # the last token must be decoded again
+    assert with_logits.n_bytes == 9
 
 
 def test_checkpoints_are_bounded_thinning_the_densest_and_keeping_boundaries() -> None:

@@ -295,7 +295,7 @@ def test_cached_tokens_count_a_continued_conversation(tiny_server: ServerThread)
     first = post(tiny_server, "/v1/chat/completions", {"messages": messages, **GREEDY, "id_slot": 3}).json()
     messages += [{"role": "assistant", "content": "Hello Ada."}, {"role": "user", "content": "What is my name?"}]
     second = post(tiny_server, "/v1/chat/completions", {"messages": messages, **GREEDY, "id_slot": 3}).json()
-    shared = first["usage"]["prompt_tokens"] - 1  # the checkpoint before the first prompt's last token
+    shared = first["usage"]["prompt_tokens"]  # the checkpoint at the end of the first prompt
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == shared
     assert second["timings"]["cache_n"] == shared
     assert second["timings"]["prompt_n"] == second["usage"]["prompt_tokens"] - shared

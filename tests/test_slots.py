@@ -40,15 +40,19 @@ def test_slots_report_context_cache_and_checkpoints(server: ServerThread) -> Non
 
 
 def test_slot_save_restore_erase(server: ServerThread) -> None:
-    body = {**CHAT, "id_slot": 2, "max_tokens": 1}
+    ask = [{"role": "user", "content": "Keep this in slot two"}]  # a prompt no other slot holds
+    body = {**CHAT, "messages": ask, "id_slot": 2, "max_tokens": 1}
     first = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).json()
     saved = httpx.post(server.url + "/slots/2?action=save", json={"filename": "s2.bin"}).json()
     assert saved["id_slot"] == 2 and saved["n_saved"] == first["usage"]["prompt_tokens"] and saved["n_written"] > 0
     assert httpx.post(server.url + "/slots/2?action=erase").json() == {"id_slot": 2, "n_erased": saved["n_saved"]}
     restored = httpx.post(server.url + "/slots/2?action=restore", json={"filename": "s2.bin"}).json()
     assert (restored["n_restored"], restored["n_read"]) == (saved["n_saved"], saved["n_written"])
-    again = httpx.post(server.url + "/v1/chat/completions", json={**body, "max_tokens": 4}, timeout=60).json()
-    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == saved["n_saved"] - 1
+    # The conversation goes on from exactly where the saved slot stopped: all of it is reused.
+    reply = {"role": "assistant", "content": first["choices"][0]["message"]["content"]}
+    longer = [*ask, reply, {"role": "user", "content": "And then?"}]
+    again = httpx.post(server.url + "/v1/chat/completions", json={**body, "messages": longer}, timeout=60).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == saved["n_saved"]
 
 
 @pytest.mark.parametrize("filename", ["../escape.bin", "a/b.bin", ".hidden", "", "x" * 300])
