@@ -106,7 +106,7 @@ async def throughput(client: httpx.AsyncClient, n_streams: int, tokens: int, sal
     t0 = time.perf_counter()
     streams = await asyncio.gather(
         *(
-            chat(client, [{"role": "user", "content": text(12, f"user{n_streams}-{i}")}], tokens)
+            chat(client, [{"role": "user", "content": text(12, f"{salt}user{n_streams}-{i}")}], tokens)
             for i in range(n_streams)
         )
     )
