@@ -313,16 +313,16 @@ def test_a_think_block_cut_off_is_all_reasoning(tools_server: ServerThread) -> N
 
 
 def test_logprobs_in_chat_native_and_legacy_shapes(client: openai.OpenAI, tools_server: ServerThread) -> None:
-    response = client.chat.completions.create(
-        model="tiny",
-        messages=ASK,
-        max_tokens=6,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=3,
-        extra_body={"ignore_eos": True},
-    )
-    choice = response.choices[0]
+    request: dict[str, Any] = {
+        "model": "tiny",
+        "messages": ASK,
+        "max_tokens": 6,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "extra_body": {"ignore_eos": True},
+    }
+    choice = client.chat.completions.create(**request).choices[0]
     assert choice.logprobs is not None and choice.logprobs.content is not None
     steps = choice.logprobs.content
     assert len(steps) == 6 and "".join(s.token for s in steps) == choice.message.content
@@ -331,16 +331,7 @@ def test_logprobs_in_chat_native_and_legacy_shapes(client: openai.OpenAI, tools_
         assert step.logprob == pytest.approx(step.top_logprobs[0].logprob) and step.logprob <= 0
         assert [t.logprob for t in step.top_logprobs] == sorted((t.logprob for t in step.top_logprobs), reverse=True)
         assert bytes(step.bytes or []).decode("utf-8", "replace") == step.token
-    streamed = client.chat.completions.create(
-        model="tiny",
-        messages=ASK,
-        max_tokens=6,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=3,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
+    streamed = client.chat.completions.create(**request, stream=True)
     streamed_steps = [
         s for c in streamed if c.choices and c.choices[0].logprobs for s in c.choices[0].logprobs.content or []
     ]
