@@ -181,10 +181,6 @@ class AssistantOutputParser:
         self._reasoning = _ReasoningSplitter(in_reasoning=starts_in_reasoning) if split_reasoning else None
         self._calls = _ToolCallSplitter() if parse_tool_calls else None
 
-    @property
-    def passthrough(self) -> bool:
-        return self._reasoning is None and self._calls is None
-
     def feed(self, text: str) -> list[OutputDelta]:
         if self._reasoning is None:
             return self._route([OutputDelta(content=text)] if text else [])

@@ -245,8 +245,11 @@ class Serving:
             message["reasoning_content"] = parsed.reasoning
         if parsed.calls:
             message["tool_calls"] = [call.to_json() for call in parsed.calls]
-        finish = "tool_calls" if parsed.calls and out.finish_reason == "stop" else out.finish_reason
-        choice: dict[str, Any] = {"finish_reason": finish, "index": 0, "message": message}
+        choice: dict[str, Any] = {
+            "finish_reason": _finish_reason(out, bool(parsed.calls)),
+            "index": 0,
+            "message": message,
+        }
         if body.logprobs:
             choice["logprobs"] = self._chat_logprobs(body, done.logprobs)
         return {
@@ -279,10 +282,7 @@ class Serving:
             if first:
                 pending.append(chunk({"role": "assistant", "content": None}))
                 first = False
-            if parser.passthrough:
-                deltas = [OutputDelta(content=out.text)] if out.text else []
-            else:
-                deltas = parser.feed(out.text) + (parser.finish() if out.finished else [])
+            deltas = parser.feed(out.text) + (parser.finish() if out.finished else [])
             for delta in deltas:
                 any_calls = any_calls or delta.call is not None
                 pending += [chunk(d) for d in _delta_json(delta)]
@@ -296,8 +296,7 @@ class Serving:
                 for item in pending:
                     item["timings"] = out.timings.to_json()
             if out.finished:
-                finish = "tool_calls" if any_calls and out.finish_reason == "stop" else out.finish_reason
-                pending.append(chunk({}, finish))
+                pending.append(chunk({}, _finish_reason(out, any_calls)))
                 if unsent:
                     pending[-1]["choices"][0]["logprobs"] = self._chat_logprobs(body, unsent)
                 if body.stream_options is not None and body.stream_options.include_usage:
@@ -478,6 +477,11 @@ def _is_prompt_list(prompt: Any) -> bool:
         and all(isinstance(p, list) for p in prompt)
         or (isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt))
     )
+
+
+def _finish_reason(out: EngineOutput, has_calls: bool) -> str | None:
+    """OpenAI's ``tool_calls`` when the answer ended by itself with calls (cut off, it stays ``length``)."""
+    return "tool_calls" if has_calls and out.finish_reason == "stop" else out.finish_reason
 
 
 def _delta_json(delta: OutputDelta) -> list[dict[str, Any]]:

@@ -164,7 +164,6 @@ def test_streaming_one_character_at_a_time() -> None:
 def test_reasoning_format_none_and_no_tools_pass_text_through() -> None:
     text = f"<think>x</think>{S}[f()]{E}"
     parser = AssistantOutputParser(split_reasoning=False, parse_tool_calls=False)
-    assert parser.passthrough
     assert _summary(parser.parse(text)) == {"content": text, "reasoning": "", "calls": []}
     calls_only = AssistantOutputParser(split_reasoning=False, parse_tool_calls=True).parse(text)
     assert (calls_only.content, [c.name for c in calls_only.calls]) == ("<think>x</think>", ["f"])
