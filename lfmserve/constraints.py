@@ -119,9 +119,7 @@ def _lltokenizer(model: NativeModel) -> llguidance.LLTokenizer:
     user-defined tokens such as ``<think>`` are text that llama.cpp always prints, so a grammar's
     ``"<think>"`` must be able to match them, or the tokenizer's own forced tokens break the grammar.
     """
-    tokens = [
-        (b"\xff" if model.is_control(t) else b"") + model.token_to_piece(t, special=True) for t in range(model.n_vocab)
-    ]
+    tokens = [(b"\xff" if model.is_control(t) else b"") + piece for t, piece in enumerate(model.all_pieces())]
     tokenize = ctypes.cast(llama._lib.llama_tokenize, ctypes.c_void_p).value
     tokenizer: llguidance.LLTokenizer = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
         tokens=tokens,
@@ -143,7 +141,7 @@ class Grammars:
 
     @property
     def tokenizer(self) -> llguidance.LLTokenizer:
-        with self._lock:  # built on first use: most servers never see a constrained request
+        with self._lock:  # requests may arrive on several threads before it exists (the loader prepares it)
             if self._tokenizer is None:
                 self._tokenizer = _lltokenizer(self._model)
             return self._tokenizer

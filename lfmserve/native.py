@@ -201,6 +201,10 @@ class NativeModel:
             piece = self._pieces[key] = self._read_piece(token, special)
         return piece
 
+    def all_pieces(self) -> list[bytes]:
+        """Every token's bytes (special tokens spelled out), in id order; read once, not cached."""
+        return [self._read_piece(token, True) for token in range(self.n_vocab)]
+
     def _read_piece(self, token: int, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(64)
         n = llama.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
