@@ -533,15 +533,12 @@ class Engine:
         slot.tokens.extend(job.prompt[done : done + n])
         if job.checkpoints_due and job.checkpoints_due[0][0] == len(slot.tokens):
             _, boundary = job.checkpoints_due.pop(0)
-            state = self._ctx.get_state(slot.id, partial=True)
-            slot.add_checkpoint(
-                Checkpoint(len(slot.tokens), state, boundary),
-                max_count=self.config.max_checkpoints,
-                max_bytes=self.config.max_checkpoint_bytes,
-            )
-            self.stats.n_checkpoints_saved += 1
+            self._checkpoint(slot, boundary=boundary)
         if len(slot.tokens) == len(job.prompt) and n > 0 and not self._can_truncate:
-            self._save_prompt_end(job)
+            # The end of the prompt, with its logits: the same prompt again (a regenerated reply) samples at
+            # once, and no prefill is split before its last token for the sake of a checkpoint.
+            logits = self._ctx.logits(job.batch_index).tobytes() if job.batch_index >= 0 else None
+            self._checkpoint(slot, boundary=False, logits=logits)
         if len(slot.tokens) == len(job.prompt):
             job.timings.prompt_n = len(job.prompt) - job.n_cached
             job.timings.prompt_ms = 1e3 * (now - job.t_prompt_start)
@@ -551,15 +548,10 @@ class Engine:
             if job.request.max_tokens == 0:
                 self._finish(job, "", (), "length", "limit")
 
-    def _save_prompt_end(self, job: _Job) -> None:
-        """Checkpoint the state after the whole prompt with its logits: the same prompt again (a
-        regenerated reply) then samples at once, and no prefill is split before its last token."""
-        assert job.slot is not None
-        logits = None
-        if job.batch_index >= 0:
-            logits = self._ctx.logits(job.batch_index).tobytes()
-        job.slot.add_checkpoint(
-            Checkpoint(len(job.prompt), self._ctx.get_state(job.slot.id, partial=True), logits=logits),
+    def _checkpoint(self, slot: Slot, *, boundary: bool, logits: bytes | None = None) -> None:
+        state = self._ctx.get_state(slot.id, partial=True)
+        slot.add_checkpoint(
+            Checkpoint(len(slot.tokens), state, boundary, logits),
             max_count=self.config.max_checkpoints,
             max_bytes=self.config.max_checkpoint_bytes,
         )
