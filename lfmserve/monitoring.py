@@ -28,9 +28,10 @@ def slots_json(engine: Engine) -> list[dict[str, Any]]:
                 "params": request.sampling.to_json() | {"n_predict": request.max_tokens} if request else {},
                 "n_prompt_tokens_cache": len(slot.tokens),
                 "checkpoints": [
-                    {"n_tokens": c.n_tokens, "size": len(c.state), "boundary": c.boundary} for c in checkpoints
+                    {"n_tokens": c.n_tokens, "size": c.n_bytes, "boundary": c.boundary, "logits": c.logits is not None}
+                    for c in checkpoints
                 ],
-                "checkpoints_size": sum(len(c.state) for c in checkpoints),
+                "checkpoints_size": sum(c.n_bytes for c in checkpoints),
             }
         )
     return out

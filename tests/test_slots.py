@@ -36,6 +36,8 @@ def test_slots_report_context_cache_and_checkpoints(server: ServerThread) -> Non
     one = slots[1]
     assert one["n_prompt_tokens_cache"] > 0 and one["checkpoints"] and one["checkpoints_size"] > 0
     assert one["checkpoints"][-1]["n_tokens"] <= one["n_prompt_tokens_cache"]
+    end = one["checkpoints"][-1]  # the end of the prompt, kept with its logits (475 floats for the tiny vocabulary)
+    assert end["logits"] is True and end["size"] > 4 * 475 and one["checkpoints_size"] >= end["size"]
     assert httpx.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200
 
 
