@@ -80,25 +80,21 @@ def _plan_tools(plan: ChatPlan, body: ChatCompletionRequest, choice: str | Named
         raise InvalidRequest("tools cannot be combined with a response format or grammar", param="tools")
     plan.tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
     plan.parse_tool_calls = True
-    markers = _known(grammars, CALL_START, CALL_END)
-    plan.keep_special |= markers
+    start, end = grammars.special_token(CALL_START), grammars.special_token(CALL_END)
+    plan.keep_special |= _known(grammars, CALL_START, CALL_END)
+    markers_are_tokens = start is not None and end is not None
     only = None if isinstance(choice, str) else choice.function.name
     if only is not None and only not in {tool["function"]["name"] for tool in plan.tools}:
         raise InvalidRequest(f"tool_choice names '{only}', which is not in 'tools'", param="tool_choice")
     lazy = choice == "auto"
     if not lazy:
         plan.split_reasoning = False  # the output is one call block from its first token
-    elif len(markers) < 2:
+    elif not markers_are_tokens:
         return  # the calls are parsed, but there is no token to start constraining at
     grammar = tool_call_grammar(
-        plan.tools, only=only, parallel=body.parallel_tool_calls and only is None, markers_are_tokens=len(markers) == 2
+        plan.tools, only=only, parallel=body.parallel_tool_calls and only is None, markers_are_tokens=markers_are_tokens
     )
-    plan.mask = grammars.lark(
-        grammar,
-        param="tools",
-        trigger=grammars.special_token(CALL_START) if lazy else None,
-        release=grammars.special_token(CALL_END) if lazy else None,
-    )
+    plan.mask = grammars.lark(grammar, param="tools", trigger=start if lazy else None, release=end if lazy else None)
 
 
 def _known(grammars: Grammars, *texts: str) -> frozenset[int]:

@@ -138,6 +138,7 @@ class Grammars:
         self._model = model
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
+        self._special: dict[str, int | None] = {}
 
     @property
     def tokenizer(self) -> llguidance.LLTokenizer:
@@ -152,14 +153,12 @@ class Grammars:
 
     def special_token(self, text: str) -> int | None:
         """The id of the control token written as ``text``, or None when the vocabulary has no such token."""
-        ids = self._model.tokenize(text, add_special=False, parse_special=True)
-        if (
-            len(ids) == 1
-            and self._model.is_control(ids[0])
-            and self._model.token_to_piece(ids[0], special=True) == text.encode()
-        ):
-            return ids[0]
-        return None
+        if text not in self._special:  # asked on every chat request: looked up once
+            ids = self._model.tokenize(text, add_special=False, parse_special=True)
+            control = len(ids) == 1 and self._model.is_control(ids[0])
+            found = control and self._model.token_to_piece(ids[0], special=True) == text.encode()
+            self._special[text] = ids[0] if found else None
+        return self._special[text]
 
     def json_schema(self, schema: Any, *, param: str) -> TokenMask:
         if not isinstance(schema, dict | bool):
