@@ -26,6 +26,7 @@ from .errors import EngineError
 from .penalties import LogitAdjuster
 from .records import TokenLogprob
 from .sampling import GGUF_SAMPLING_KEYS, SamplingParams
+from .scheduler import StateBuffer
 
 if TYPE_CHECKING:
     from .constraints import TokenMask
@@ -397,26 +398,33 @@ class NativeContext:
     def seq_pos_max(self, seq_id: int) -> int:
         return int(llama.llama_memory_seq_pos_max(self._memory, seq_id))
 
-    def get_state(self, seq_id: int, *, partial: bool) -> bytes:
-        """The sequence's state; ``partial`` keeps only the recurrent / sliding-window part."""
+    def get_state(self, seq_id: int, *, partial: bool) -> StateBuffer:
+        """The sequence's state; ``partial`` keeps only the recurrent / sliding-window part.
+
+        Written straight into an uninitialised array: a zeroed buffer plus a copy to ``bytes`` cost
+        30 ms for a 28 MiB state, the read itself 2 ms.
+        """
         flags = llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
         size = llama.llama_state_seq_get_size_ext(self._ctx, seq_id, flags)
-        buf = (ctypes.c_uint8 * size)()
-        written = llama.llama_state_seq_get_data_ext(self._ctx, buf, size, seq_id, flags)
+        buf = np.empty(size, dtype=np.uint8)
+        written = llama.llama_state_seq_get_data_ext(self._ctx, _bytes_pointer(buf), size, seq_id, flags)
         if written != size:
             raise EngineError(f"state read of sequence {seq_id} wrote {written} of {size} bytes")
-        return bytes(buf)
+        return buf
 
-    def set_state(self, seq_id: int, data: bytes, *, partial: bool) -> None:
+    def set_state(self, seq_id: int, data: StateBuffer, *, partial: bool) -> None:
         flags = llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if llama.llama_state_seq_set_data_ext(self._ctx, buf, len(data), seq_id, flags) != len(data):
+        if llama.llama_state_seq_set_data_ext(self._ctx, _bytes_pointer(data), data.size, seq_id, flags) != data.size:
             raise EngineError(f"state restore of sequence {seq_id} failed")
 
     def close(self) -> None:
         if self._ctx:
             llama.llama_free(self._ctx)
             self._ctx = None
+
+
+def _bytes_pointer(buffer: StateBuffer) -> Any:
+    return buffer.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
 
 
 #: ``llama_token_data``: a candidate token for the samplers.

@@ -1,8 +1,9 @@
 """Host-RAM prompt cache (``--cache-ram``): sequence states that left their slot, least recently used first out.
 
-When a slot's memory is about to be replaced by an unrelated prompt, the engine saves the sequence's
-full state here; a later prompt that shares a longer prefix with an entry than with any slot restores
-it instead of prefilling again. Bounded by bytes; an entry that another entry extends is redundant.
+When a request starts, the engine moves every idle slot's full state here (and a slot's own, when an
+unrelated prompt is about to replace it), so that the KV cache holds only running sequences; a later
+prompt that shares a longer prefix with an entry than with any slot restores it instead of prefilling.
+Bounded by bytes; an entry that another entry extends is redundant.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
+
+#: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it.
+StateBuffer = npt.NDArray[np.uint8]
 
 #: Within a long message, a checkpoint every this many tokens.
 CHECKPOINT_EVERY = 256
@@ -30,7 +34,7 @@ class Checkpoint:
     """A saved partial state (recurrent / sliding-window part) after the first ``n_tokens`` tokens."""
 
     n_tokens: int
-    state: bytes
+    state: StateBuffer
     #: Taken at a chat message boundary (kept longer than the every-256-tokens ones).
     boundary: bool = False
     #: The logits after the last of the ``n_tokens`` (float32 bytes), kept at the end of a prompt: the
@@ -101,7 +105,7 @@ class CachedSequence:
     """A sequence state kept in host RAM after it left its slot (``--cache-ram``)."""
 
     tokens: tuple[int, ...]
-    state: bytes
+    state: StateBuffer
     checkpoints: tuple[Checkpoint, ...] = ()
 
     @property

@@ -181,6 +181,34 @@ def test_an_evicted_sequence_comes_back_from_ram(lfm: NativeModel) -> None:
         engine.close()
 
 
+def test_idle_slots_move_to_ram_when_another_request_starts(lfm: NativeModel) -> None:
+    engine = make_engine(lfm, n_slots=2)
+    try:
+        prompt = chat_tokens(lfm, [SYSTEM, *turn(1), {"role": "user", "content": "Park me."}])
+        first = run(engine, prompt, slot=0)
+        held = engine.slot_tokens(0)
+        run(engine, chat_tokens(lfm, [{"role": "user", "content": "Meanwhile, something else."}]), slot=1)
+        assert engine.slot_tokens(0) == [] and [list(e.tokens) for e in engine.ram_cache.entries] == [held]
+        again = run(engine, prompt, slot=0)
+        assert engine.stats.n_ram_restores == 1 and again.n_cached_tokens == len(prompt)
+        assert again.token_ids == first.token_ids
+    finally:
+        engine.close()
+
+
+def test_without_a_ram_cache_idle_slots_keep_their_memory(lfm: NativeModel) -> None:
+    engine = make_engine(lfm, n_slots=2, cache_ram_bytes=0)
+    try:
+        prompt = chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "Stay here."}])
+        run(engine, prompt, slot=0)
+        held = engine.slot_tokens(0)
+        run(engine, chat_tokens(lfm, [{"role": "user", "content": "Meanwhile, something else."}]), slot=1)
+        assert engine.slot_tokens(0) == held and engine.ram_cache.entries == ()
+        assert run(engine, prompt, slot=0).n_cached_tokens == len(prompt)
+    finally:
+        engine.close()
+
+
 def test_a_saved_slot_continues_exactly_where_it_stopped(engine: Engine, lfm: NativeModel, tmp_path: Path) -> None:
     messages = [SYSTEM, *turn(1), {"role": "user", "content": "Keep going."}]
     prompt = chat_tokens(lfm, messages)
