@@ -258,6 +258,7 @@ def main() -> int:
     parser.add_argument("--ctx-size", type=int, default=16384)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2, help="runs of each scenario per server (medians reported)")
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS), help="(default: all)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
 
@@ -290,13 +291,15 @@ def main() -> int:
                 ready_path="/v1/models",
             )
         )
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {srv.name: {name: [] for name in SCENARIOS} for srv in servers}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        srv.name: {name: [] for name in args.scenarios} for srv in servers
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack, (args.out / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w") as log:
         urls = {srv.name: stack.enter_context(srv) for srv in servers}  # all loaded; only one is sent work at a time
-        for name in SCENARIOS:  # interleaved, so the machine's drift hits every server alike
+        for name in args.scenarios:  # interleaved, so the machine's drift hits every server alike
             for rep in range(args.repeats):
-                for srv in servers:
+                for srv in servers if rep % 2 == 0 else servers[::-1]:  # neither server always goes first
                     result = asyncio.run(run_scenario(urls[srv.name], name, args, rep))
                     runs[srv.name][name].append(result)
                     row = {"server": srv.name, "scenario": name, "rep": rep, **result}

@@ -395,6 +395,10 @@ class Engine:
         job.detokenizer = StreamingDetokenizer(self._piece_function(request.keep_special))
         job.stopper = StopMatcher(request.stop)
         if not self._can_truncate:
+            if job.n_cached and all(c.n_tokens != job.n_cached for c in slot.checkpoints):
+                # Free (no decode call): the memory is exact where prefilling starts, typically the end of
+                # the previous reply, so an edit of the message that follows needs nothing recomputed before it.
+                self._checkpoint(slot, boundary=False)
             job.checkpoints_due = checkpoint_positions(
                 job.prompt, job.n_cached, turn_ends=self._turn_ends, newline=self._newline
             )

@@ -113,6 +113,25 @@ def test_a_continued_conversation_prefills_only_the_new_suffix(engine: Engine, l
     assert out2.token_ids == uncached(engine, p2, 1)
 
 
+def test_a_reply_kept_token_for_token_is_continued_in_one_call_and_checkpointed_for_free(
+    engine: Engine, lfm: NativeModel
+) -> None:
+    run(engine, chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "Tell me something."}]), slot=0)
+    held = tuple(engine.slot_tokens(0))  # the prompt and the reply as generated (a real model's history)
+
+    def next_turn(question: str) -> tuple[int, ...]:
+        text = f"<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+        return held + tuple(lfm.tokenize(text, add_special=False, parse_special=True))
+
+    calls = engine.stats.n_decode_calls
+    out = run(engine, next_turn("And then?"), slot=0, n=1)
+    # The message boundary 2 tokens in is not worth its own decode call; the start is checkpointed instead.
+    assert out.n_cached_tokens == len(held) and engine.stats.n_decode_calls == calls + 1
+    edited = next_turn("An edited question instead?")
+    out = run(engine, edited, slot=0)
+    assert out.n_cached_tokens == len(held) and out.token_ids == uncached(engine, edited, 1)
+
+
 def test_trimmed_history_reuses_the_system_message(engine: Engine, lfm: NativeModel) -> None:
     history = [SYSTEM, *turn(1), *turn(2), *turn(3), {"role": "user", "content": "And now?"}]
     run(engine, chat_tokens(lfm, history), slot=0)

@@ -81,15 +81,24 @@ def test_another_slot_or_ram_wins_when_it_shares_more() -> None:
 
 def test_checkpoint_positions_at_message_boundaries_and_every_256() -> None:
     end, nl = 7, 24
-    system = [1, 6] + [100] * 10 + [end, nl]  # a message ends at 14
-    long_user = [6] + [101] * 600 + [end, nl]  # 603 tokens: ends at 617
-    prompt = system + long_user + [6, 102, 103]  # 620 tokens
+    system = [1, 6] + [100] * 30 + [end, nl]  # a message ends at 34
+    long_user = [6] + [101] * 600 + [end, nl]  # 603 tokens: ends at 637
+    prompt = system + long_user + [6, 102, 103]  # 640 tokens
     positions = checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl)
-    # 617 ends the last user message, 3 tokens before the end: the engine's end-of-prompt checkpoint covers it
-    assert positions == [(14, True), (270, False), (526, False)]
+    # 637 ends the last user message, 3 tokens before the end: the engine's end-of-prompt checkpoint covers it
+    assert positions == [(34, True), (290, False), (546, False)]
     assert checkpoint_positions(prompt, 600, turn_ends={end}, newline=nl) == []
-    longer = prompt + [7, nl] + [6] + [104] * 20
-    assert checkpoint_positions(longer, 600, turn_ends={end}, newline=nl) == [(617, True), (622, True)]
+    longer = prompt + [104] * 20 + [end, nl] + [6] + [105] * 40
+    assert checkpoint_positions(longer, 600, turn_ends={end}, newline=nl) == [(637, True), (662, True)]
+
+
+def test_no_checkpoint_at_a_boundary_a_few_tokens_after_the_last() -> None:
+    end, nl = 7, 24
+    # A continued conversation: prefilling starts after the reply, 2 tokens before the next message starts.
+    prompt = [1] + [100] * 40 + [end, nl] + [6] + [101] * 40 + [end, nl] + [6, 102, 103] * 10
+    assert checkpoint_positions(prompt, 41, turn_ends={end}, newline=nl) == [(86, True)]  # not 43
+    short_system = [1, 6, 100, end, nl] + [6] + [101] * 40 + [end, nl] + [6, 102, 103] * 10
+    assert checkpoint_positions(short_system, 0, turn_ends={end}, newline=nl) == [(48, True)]  # not 5
 
 
 def test_no_checkpoint_splits_off_a_short_stretch_before_the_next() -> None:
