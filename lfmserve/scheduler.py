@@ -239,9 +239,9 @@ def checkpoint_positions(
     candidates = sorted(b for b in boundaries if start < b < len(prompt) - NEAR_END)
     # Each checkpoint splits the prefill into another decode call (measured: 6-12% slower on a cold
     # 2,200-token chat). So boundaries closer than ``every`` to the previous checkpoint are skipped,
-    # except the first (the system prompt, for trimmed and shared prompts) and the last two (the
-    # messages a client edits or continues).
-    always = set(candidates[:1] + candidates[-2:])
+    # except the prompt's first (the end of the system prompt, for trimmed and shared prompts) and the
+    # last two (the messages a client edits or continues).
+    always = {min(boundaries, default=0), *candidates[-2:]}
     for p in candidates:
         while p - last >= every + MIN_STRETCH:
             last += every

@@ -92,6 +92,16 @@ def test_checkpoint_positions_at_message_boundaries_and_every_256() -> None:
     assert checkpoint_positions(longer, 600, turn_ends={end}, newline=nl) == [(637, True), (662, True)]
 
 
+def test_a_trimmed_history_gets_no_forced_checkpoint_after_the_restored_system_prompt() -> None:
+    end, nl = 7, 24
+    system = [1] + [100] * 40 + [end, nl]  # ends at 43, where a trimmed history restores
+    messages = ([6] + [101] * 67 + [end, nl]) * 6  # boundaries at 113, 183, ..., 463
+    prompt = system + messages + [6] + [102] * 30
+    # Only the 256-spaced boundary and the last two: the message right after the system prompt is no split.
+    assert checkpoint_positions(prompt, 43, turn_ends={end}, newline=nl) == [(323, True), (393, True), (463, True)]
+    assert checkpoint_positions(prompt, 0, turn_ends={end}, newline=nl)[0] == (43, True)
+
+
 def test_no_checkpoint_at_a_boundary_a_few_tokens_after_the_last() -> None:
     end, nl = 7, 24
     # A continued conversation: prefilling starts after the reply, 2 tokens before the next message starts.
