@@ -8,7 +8,10 @@ greedy ``/v1/chat/completions`` streams. Scenarios:
 * inter-token latency p95 of a running stream while another request's long prompt prefills;
 * an 8-turn conversation under a ~800-token system prompt (TTFT of each turn);
 * the same conversation with its 4 oldest turns trimmed (system message kept);
-* 8 users sending the same 2,000-token system prompt at once (TTFT).
+* 8 users sending the same 2,000-token system prompt at once (TTFT);
+* then, with all servers reloaded on the real Gemma-3-270M the tests use, a 5-turn conversation whose
+  replies are real text (TTFT of each turn): random weights write replies that do not re-tokenize to
+  the generated tokens, so the conversation above recomputes every reply in every server.
 
 Results go to ``bench/results/serve-*.jsonl`` and a markdown table with ratios to llama-server.
 
@@ -33,6 +36,8 @@ from typing import Any
 import httpx
 from common import Server, bench_model, build_llama_server, lfmserve_command
 
+from lfmserve.testing import gemma3_270m_path
+
 GREEDY = {"temperature": 0, "top_k": 1, "repeat_penalty": 1.0}
 WORDS = "the ocean is wide and the waves are blue while the model learns from data about the world".split()
 
@@ -56,19 +61,21 @@ class Stream:
         return self.t_tokens[0] - self.t_start if self.t_tokens else float("nan")
 
 
-async def chat(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int) -> Stream:
-    stream = await _chat(client, messages, max_tokens)
+async def chat(
+    client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int, *, ignore_eos: bool = True
+) -> Stream:
+    stream = await _chat(client, messages, max_tokens, ignore_eos)
     if stream.error and "RemoteProtocolError" in stream.error and not stream.t_tokens:
-        stream = await _chat(client, messages, max_tokens)  # a kept-alive connection the server had closed
+        stream = await _chat(client, messages, max_tokens, ignore_eos)  # a kept-alive connection the server had closed
     return stream
 
 
-async def _chat(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int) -> Stream:
+async def _chat(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int, ignore_eos: bool) -> Stream:
     body = {
         "messages": messages,
         "max_tokens": max_tokens,
         "stream": True,
-        "ignore_eos": True,
+        "ignore_eos": ignore_eos,
         "stream_options": {"include_usage": True},
         **GREEDY,
     }
@@ -163,6 +170,29 @@ async def conversation(client: httpx.AsyncClient, args: argparse.Namespace, salt
     }
 
 
+QUESTIONS = (
+    "What is the capital of France?",
+    "Which river runs through it?",
+    "Name a famous museum there.",
+    "What is that museum best known for?",
+    "And which food is the city famous for?",
+)
+
+
+async def real_conversation(client: httpx.AsyncClient, salt: str) -> dict[str, Any]:
+    """Five turns with a real model, whose replies re-tokenize to the tokens it generated (unlike random weights)."""
+    messages = [{"role": "system", "content": f"{salt}: you are a helpful assistant who answers in two sentences."}]
+    ttfts: list[float] = []
+    failed = 0
+    for question in QUESTIONS:
+        messages.append({"role": "user", "content": question})
+        stream = await chat(client, messages, 48, ignore_eos=False)
+        failed += stream.error is not None
+        ttfts.append(stream.ttft)
+        messages.append({"role": "assistant", "content": stream.content})
+    return {"turn_ttft": ttfts, "turn_ttft_median_2_on": statistics.median(ttfts[1:]), "failed": failed}
+
+
 async def shared_system_prompt(client: httpx.AsyncClient, users: int, system_words: int, salt: str) -> dict[str, Any]:
     system = {"role": "system", "content": text(system_words, f"{salt}shared")}
     streams = await asyncio.gather(
@@ -178,6 +208,8 @@ async def shared_system_prompt(client: httpx.AsyncClient, users: int, system_wor
 
 
 SCENARIOS = ("shared_prompt", "throughput_1", "throughput_2", "throughput_4", "throughput_8", "itl", "conversation")
+#: Run on Gemma-3-270M (the real model the tests use), after the others.
+REAL_MODEL_SCENARIOS = ("real_conversation",)
 
 
 async def run_scenario(url: str, name: str, args: argparse.Namespace, rep: int) -> dict[str, Any]:
@@ -190,6 +222,8 @@ async def run_scenario(url: str, name: str, args: argparse.Namespace, rep: int) 
             return await throughput(client, int(name.split("_")[1]), args.tokens, f"r{rep}")
         if name == "itl":
             return await itl_during_prefill(client, args.intruder_words, f"r{rep}")
+        if name == "real_conversation":
+            return await real_conversation(client, f"r{rep}")
         return await conversation(client, args, f"r{rep}")
 
 
@@ -216,6 +250,7 @@ def table(all_results: dict[str, dict[str, Any]]) -> str:
         ("worst inter-token gap s during that prefill", "itl.itl_max", False),
         ("multi-turn TTFT s (median of turns 2-8)", "conversation.turn_ttft_median_2_on", False),
         ("TTFT s after trimming the oldest turns", "conversation.trimmed_ttft", False),
+        ("multi-turn TTFT s, real model (median of turns 2-5)", "real_conversation.turn_ttft_median_2_on", False),
         ("TTFT s, 8 users sharing a 2,000-token system prompt (mean)", "shared_prompt.ttft_mean", False),
         ("failed requests", "failed", False),
     ]
@@ -244,28 +279,8 @@ def _fmt(value: float) -> str:
     return "—" if value != value else (f"{value:.3f}" if value < 10 else f"{value:.1f}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--llama-server", type=Path, help="llama-server binary (default: build it with --build)")
-    parser.add_argument("--build", action="store_true", help="build llama-server from the pinned sdist if needed")
-    parser.add_argument("--skip-llama-cpp-python", action="store_true", help="leave out llama-cpp-python's server")
-    parser.add_argument("--tokens", type=int, default=64, help="tokens per stream in the throughput runs")
-    parser.add_argument(
-        "--system-words", type=int, default=1500, help="words of the shared system prompt (~2,000 tokens)"
-    )
-    parser.add_argument("--intruder-words", type=int, default=1200)
-    parser.add_argument("--preamble-words", type=int, default=600, help="system prompt words of the conversation")
-    parser.add_argument("--ctx-size", type=int, default=16384)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each scenario per server (medians reported)")
-    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS), help="(default: all)")
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = parser.parse_args()
-
-    binary = args.llama_server or (build_llama_server() if args.build else None)
-    if binary is None or not Path(binary).exists():
-        parser.error("pass --llama-server PATH or --build")
-    model = str(bench_model())
+def make_servers(model: str, binary: Path, args: argparse.Namespace) -> list[Server]:
+    """The servers compared, each loading ``model`` with the same context and threads."""
     flags = ["-m", model, "-c", str(args.ctx_size), "-t", str(args.threads)]
     servers = [
         Server("llama-server", [str(binary), *flags, "--jinja"]),
@@ -291,20 +306,55 @@ def main() -> int:
                 ready_path="/v1/models",
             )
         )
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        srv.name: {name: [] for name in args.scenarios} for srv in servers
-    }
+    return servers
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-server", type=Path, help="llama-server binary (default: build it with --build)")
+    parser.add_argument("--build", action="store_true", help="build llama-server from the pinned sdist if needed")
+    parser.add_argument("--skip-llama-cpp-python", action="store_true", help="leave out llama-cpp-python's server")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per stream in the throughput runs")
+    parser.add_argument(
+        "--system-words", type=int, default=1500, help="words of the shared system prompt (~2,000 tokens)"
+    )
+    parser.add_argument("--intruder-words", type=int, default=1200)
+    parser.add_argument("--preamble-words", type=int, default=600, help="system prompt words of the conversation")
+    parser.add_argument("--ctx-size", type=int, default=16384)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each scenario per server (medians reported)")
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        choices=SCENARIOS + REAL_MODEL_SCENARIOS,
+        default=list(SCENARIOS + REAL_MODEL_SCENARIOS),
+        help="(default: all)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args()
+
+    binary = args.llama_server or (build_llama_server() if args.build else None)
+    if binary is None or not Path(binary).exists():
+        parser.error("pass --llama-server PATH or --build")
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     args.out.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack, (args.out / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w") as log:
-        urls = {srv.name: stack.enter_context(srv) for srv in servers}  # all loaded; only one is sent work at a time
-        for name in args.scenarios:  # interleaved, so the machine's drift hits every server alike
-            for rep in range(args.repeats):
-                for srv in servers if rep % 2 == 0 else servers[::-1]:  # neither server always goes first
-                    result = asyncio.run(run_scenario(urls[srv.name], name, args, rep))
-                    runs[srv.name][name].append(result)
-                    row = {"server": srv.name, "scenario": name, "rep": rep, **result}
-                    log.write(json.dumps(row) + "\n")
-                    print(json.dumps(row), flush=True)
+    groups = [(bench_model, SCENARIOS), (gemma3_270m_path, REAL_MODEL_SCENARIOS)]
+    with (args.out / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w") as log:
+        for model, scenarios in groups:
+            names = [name for name in args.scenarios if name in scenarios]
+            if not names:
+                continue
+            servers = make_servers(str(model()), Path(binary), args)
+            with contextlib.ExitStack() as stack:
+                urls = {srv.name: stack.enter_context(srv) for srv in servers}  # all loaded; one is sent work at a time
+                for name in names:  # interleaved, so the machine's drift hits every server alike
+                    for rep in range(args.repeats):
+                        for srv in servers if rep % 2 == 0 else servers[::-1]:  # neither server always goes first
+                            result = asyncio.run(run_scenario(urls[srv.name], name, args, rep))
+                            runs.setdefault(srv.name, {}).setdefault(name, []).append(result)
+                            row = {"server": srv.name, "scenario": name, "rep": rep, **result}
+                            log.write(json.dumps(row) + "\n")
+                            print(json.dumps(row), flush=True)
     all_results = {srv: {name: median_result(r) for name, r in by.items()} for srv, by in runs.items()}
     print(table(all_results))
     return 0
