@@ -49,6 +49,7 @@ from .scheduler import (
     choose_slot,
     common_prefix_length,
     plan_reuse,
+    shifted_chunks,
 )
 from .stop import StopMatcher
 from .stream import OutputSink
@@ -74,6 +75,8 @@ class EngineConfig:
     max_checkpoint_bytes: int = 256 * 2**20
     #: Host RAM for sequences evicted from slots (0 = off).
     cache_ram_bytes: int = 8192 * 2**20
+    #: ``--cache-reuse``: shortest cached run moved by KV shifting (0 = off; attention-only models).
+    cache_reuse: int = 0
 
 
 @dataclass(slots=True)
@@ -95,6 +98,7 @@ class EngineStats:
     n_slot_copies: int = 0
     n_ram_saves: int = 0
     n_ram_restores: int = 0
+    n_shifted_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -161,6 +165,8 @@ class Engine:
         #: Each slot's limit: the context divided among the slots, as llama-server's -np.
         self.n_ctx_slot = self.n_ctx // config.n_slots
         self._can_truncate = not model.info.needs_checkpoints
+        #: ``--cache-reuse`` applies to attention-only models whose memory can shift (not hybrid or SWA ones).
+        self._shifting = config.cache_reuse > 0 and self._can_truncate and self._ctx.can_shift
         self._turn_ends = model.eog_tokens
         newline = model.tokenize("\n", add_special=False, parse_special=False)
         self._newline = newline[0] if len(newline) == 1 else None
@@ -202,6 +208,11 @@ class Engine:
     @property
     def slots(self) -> tuple[Slot, ...]:
         return tuple(self._slots)
+
+    @property
+    def shifts_kv(self) -> bool:
+        """Whether ``--cache-reuse`` is in effect (attention-only models whose memory can shift)."""
+        return self._shifting
 
     @property
     def n_waiting(self) -> int:
@@ -379,8 +390,10 @@ class Engine:
     def _start(self, job: _Job, slot: Slot, plan: ReusePlan) -> None:
         if plan.keep < len(slot.tokens) / 2:  # most of the slot's cache is about to go (llama-server's rule)
             self._save_to_ram(slot)
-        self._apply(slot, plan)
         request = job.request
+        if self._shifting and plan.source == "own":
+            plan = replace(plan, keep=self._shift_cached_chunks(slot, job.prompt, plan.keep, request.max_tokens != 0))
+        self._apply(slot, plan)
         slot.busy = True
         self._park_idle_slots()
         job.slot = slot
@@ -446,6 +459,26 @@ class Engine:
             if not self._ctx.seq_rm(slot.id, plan.keep, -1):
                 raise EngineError(f"could not truncate slot {slot.id} to {plan.keep} tokens")
             slot.truncate(plan.keep)
+
+    def _shift_cached_chunks(self, slot: Slot, prompt: tuple[int, ...], keep: int, needs_logits: bool) -> int:
+        """``--cache-reuse``: move the cached runs the prompt repeats after its common prefix into place.
+
+        Returns the longer prefix the slot's memory now holds. Attention-only models only: the moved
+        keys are re-rotated to their new positions, an approximation llama-server makes too (the moved
+        tokens were computed after other context).
+        """
+        n_past = keep
+        for shift in shifted_chunks(slot.tokens, prompt, keep, self.config.cache_reuse):
+            self._ctx.seq_rm(slot.id, shift.target, shift.source)
+            self._ctx.seq_shift(slot.id, shift.source, shift.source + shift.n, shift.target - shift.source)
+            n_past = shift.target + shift.n
+        n_past = min(n_past, len(prompt) - 1 if needs_logits else len(prompt))
+        if n_past > keep:
+            if not self._ctx.seq_rm(slot.id, n_past, -1):
+                raise EngineError(f"could not truncate slot {slot.id} to {n_past} tokens")
+            slot.tokens = list(prompt[:n_past])
+            self.stats.n_shifted_tokens += n_past - keep
+        return n_past
 
     def _park_idle_slots(self) -> None:
         """Move the idle slots' sequences to host RAM, so that the KV cache holds only running ones.

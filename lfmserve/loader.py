@@ -52,6 +52,7 @@ def engine_config(settings: Settings) -> EngineConfig:
         max_queue=settings.max_queue,
         max_checkpoints=settings.ctx_checkpoints,
         cache_ram_bytes=settings.cache_ram * 2**20,
+        cache_reuse=settings.cache_reuse,
         n_ctx=settings.ctx_size,
         n_slots=settings.parallel,
         n_batch=settings.batch_size,
@@ -85,10 +86,10 @@ def load_serving(settings: Settings, path: str) -> Serving:
     for name, value in defaults.params.to_json().items():
         if name in defaults.sources:
             logger.info("sampling default %s = %s (%s)", name, value, defaults.sources[name])
-    if settings.cache_reuse > 0:
+    if settings.cache_reuse > 0 and not engine.shifts_kv:
         logger.info(
-            "--cache-reuse %d ignored: KV shifting is not implemented; prefixes are reused through "
-            "checkpoints and slot copies instead",
+            "--cache-reuse %d ignored: this model's memory cannot shift exactly (hybrid or sliding-window); "
+            "prefixes are reused through checkpoints and slot copies instead",
             settings.cache_reuse,
         )
     serving = Serving(

@@ -363,6 +363,14 @@ class NativeContext:
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
         return bool(llama.llama_memory_seq_rm(self._memory, seq_id, p0, p1))
 
+    def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Move positions [p0, p1) of a sequence by ``delta`` (KV shifting: the keys are re-rotated)."""
+        llama.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
+
+    @property
+    def can_shift(self) -> bool:
+        return bool(llama.llama_memory_can_shift(self._memory))
+
     def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
         """Make ``dst`` hold ``src``'s first ``n_tokens`` (KV cells are shared, not copied)."""
         llama.llama_memory_seq_cp(self._memory, src, dst, 0, n_tokens)

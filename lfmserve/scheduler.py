@@ -217,6 +217,35 @@ def plan_reuse(
     return best
 
 
+@dataclass(frozen=True, slots=True)
+class Shift:
+    """A run of cached tokens that reappears later in the prompt: cached positions [source, source + n)
+    move to [target, target + n)."""
+
+    source: int
+    target: int
+    n: int
+
+
+def shifted_chunks(cached: Sequence[int], prompt: Sequence[int], start: int, min_chunk: int) -> list[Shift]:
+    """llama-server's ``--cache-reuse``: after the common prefix ``start``, the cached runs of at least
+    ``min_chunk`` tokens that the prompt continues with, in order (greedy: a run is taken where it
+    first matches, and skipped cached tokens are dropped)."""
+    shifts: list[Shift] = []
+    head_c = head_p = start
+    while head_c < len(cached) and head_p < len(prompt):
+        n = 0
+        while head_c + n < len(cached) and head_p + n < len(prompt) and cached[head_c + n] == prompt[head_p + n]:
+            n += 1
+        if n >= min_chunk:
+            shifts.append(Shift(head_c, head_p, n))
+            head_c += n
+            head_p += n
+        else:
+            head_c += 1
+    return shifts
+
+
 def checkpoint_positions(
     prompt: Sequence[int], start: int, *, turn_ends: Collection[int], newline: int | None, every: int = CHECKPOINT_EVERY
 ) -> list[tuple[int, bool]]:

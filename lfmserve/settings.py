@@ -156,7 +156,11 @@ class Settings:
     )
     cache_reuse: int = field(
         default=0,
-        metadata=_flag("--cache-reuse", help="KV shifting chunk size (accepted; see README)", type=int),
+        metadata=_flag(
+            "--cache-reuse",
+            help="min chunk size to reuse from the cache by KV shifting (attention-only models; 0 = off)",
+            type=int,
+        ),
     )
     slots_endpoint: bool = field(
         default=True,

@@ -109,6 +109,9 @@ class TinyLfm2:
     n_dense_lead: int = 1
     weight_scale: float = 0.5
     dtype: type = np.float32
+    #: ``"llama"`` writes a plain attention-only model instead (every layer attention, no short
+    #: convolutions), for the paths a hybrid model cannot take, such as KV shifting.
+    arch: str = "lfm2"
 
 
 def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
@@ -211,10 +214,14 @@ def _write_metadata(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> No
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(spec.n_ff)
     writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv([spec.n_head_kv if a else 0 for a in spec.attention_layers])
+    if spec.arch == "llama":
+        writer.add_head_count_kv(spec.n_head_kv)
+        writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    else:
+        writer.add_head_count_kv([spec.n_head_kv if a else 0 for a in spec.attention_layers])
+        writer.add_shortconv_l_cache(3)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(1_000_000.0)
-    writer.add_shortconv_l_cache(3)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == np.float16 else gguf.LlamaFileType.ALL_F32)
     if spec.n_expert:
@@ -259,8 +266,10 @@ def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> Non
 
     d, ff, head_dim = spec.n_embd, spec.n_ff, spec.n_embd // spec.n_head
     add("token_embd.weight", n_vocab, d)
-    add("token_embd_norm.weight", d, ones=True)
+    add("output_norm.weight" if spec.arch == "llama" else "token_embd_norm.weight", d, ones=True)
     for i, is_attention in enumerate(spec.attention_layers):
+        if spec.arch == "llama":
+            is_attention = True
         p = f"blk.{i}"
         add(f"{p}.attn_norm.weight", d, ones=True)
         add(f"{p}.ffn_norm.weight", d, ones=True)
@@ -280,8 +289,9 @@ def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> Non
             add(f"{p}.attn_k.weight", kv, d)
             add(f"{p}.attn_v.weight", kv, d)
             add(f"{p}.attn_output.weight", d, d)
-            add(f"{p}.attn_q_norm.weight", head_dim, ones=True)
-            add(f"{p}.attn_k_norm.weight", head_dim, ones=True)
+            if spec.arch != "llama":
+                add(f"{p}.attn_q_norm.weight", head_dim, ones=True)
+                add(f"{p}.attn_k_norm.weight", head_dim, ones=True)
         else:
             add(f"{p}.shortconv.conv.weight", d, 3, f32=True)
             add(f"{p}.shortconv.in_proj.weight", 3 * d, d)
@@ -292,7 +302,7 @@ def write_lfm2_gguf(path: str | Path, spec: TinyLfm2 | None = None) -> Path:
     """Write a random-weight LFM2 (or LFM2-MoE) GGUF to ``path`` and return the path."""
     spec = spec or TinyLfm2()
     path = Path(path)
-    writer = gguf.GGUFWriter(str(path), "lfm2moe" if spec.n_expert else "lfm2")
+    writer = gguf.GGUFWriter(str(path), "lfm2moe" if spec.n_expert else spec.arch)
     n_vocab = _write_tokenizer(writer, spec)
     _write_metadata(writer, spec, n_vocab)
     _write_tensors(writer, spec, n_vocab)

@@ -34,6 +34,12 @@ def tiny_gguf(models_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_gguf(models_dir: Path) -> Path:
+    """An attention-only model (llama architecture), for KV shifting, which hybrid models cannot do."""
+    return write_lfm2_gguf(models_dir / "tiny-llama.gguf", TinyLfm2(seed=2, arch="llama", name="Tiny-Llama-Test"))
+
+
+@pytest.fixture(scope="session")
 def gemma_gguf() -> Path:
     return gemma3_270m_path()
 

@@ -290,3 +290,43 @@ def test_sliding_window_model_gives_the_same_tokens_alone_and_batched(gemma: tup
     for p, s in zip(prompts, streams, strict=True):
         engine.submit(EngineRequest(prompt_tokens=p, sampling=GREEDY, max_tokens=8, cache_prompt=False), s)
     assert [tuple(t for o in s for t in o.token_ids) for s in streams] == alone
+
+
+def test_cache_reuse_shifts_a_repeated_run_into_place_on_an_attention_only_model(tiny_llama_gguf: Path) -> None:
+    model = NativeModel(tiny_llama_gguf)
+    shifting = make_engine(model, n_slots=1, cache_reuse=16)
+    plain = make_engine(model, n_slots=1)
+    try:
+        assert shifting.shifts_kv and not plain.shifts_kv
+        words = [
+            tuple(model.tokenize(f" part {name} " + "and more words " * 10, add_special=False, parse_special=False))
+            for name in "abcd"
+        ]
+        bos = tuple(model.tokenize("", add_special=True, parse_special=False))
+        first = bos + words[0] + words[1] + words[2]
+        trimmed = bos + words[0] + words[2] + words[3]  # the middle part cut out
+        for engine in (shifting, plain):
+            run(engine, first)
+        moved = run(shifting, trimmed)
+        reused = len(bos + words[0] + words[2])
+        shared = common_prefix_length(first, trimmed)  # " part " begins both the cut part and the moved one
+        assert moved.n_cached_tokens == reused and shifting.stats.n_shifted_tokens == reused - shared
+        assert moved.timings.prompt_n == len(words[3]) and moved.n_decoded == 8
+        assert shifting.slot_tokens(0)[: len(trimmed)] == list(trimmed)
+        assert run(plain, trimmed).n_cached_tokens == shared
+    finally:
+        shifting.close()
+        plain.close()
+        model.close()
+
+
+def test_cache_reuse_is_off_for_hybrid_and_sliding_window_models(
+    lfm: NativeModel, gemma: tuple[NativeModel, Engine]
+) -> None:
+    hybrid = make_engine(lfm, n_slots=1, cache_reuse=16)
+    swa = make_engine(gemma[0], n_slots=1, cache_reuse=16)
+    try:
+        assert not hybrid.shifts_kv and not swa.shifts_kv
+    finally:
+        hybrid.close()
+        swa.close()

@@ -5,11 +5,13 @@ from lfmserve.scheduler import (
     CachedSequence,
     Checkpoint,
     ReusePlan,
+    Shift,
     Slot,
     checkpoint_positions,
     choose_slot,
     common_prefix_length,
     plan_reuse,
+    shifted_chunks,
 )
 
 
@@ -154,3 +156,13 @@ def test_ram_cache_is_lru_by_bytes_and_drops_what_an_entry_extends() -> None:
     cache.touch(b)
     assert cache.put(CachedSequence((9,), b"v" * 8)) and cache.entries == (b, CachedSequence((9,), b"v" * 8))
     assert not cache.put(CachedSequence((8,), b"u" * 30))  # larger than the whole cache
+
+
+def test_shifted_chunks_take_the_cached_runs_the_prompt_repeats_in_order() -> None:
+    cached = [1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32]
+    trimmed = [1, 2, 3, 20, 21, 22, 23, 30, 31, 32, 40]  # the 10-13 run was cut out
+    assert shifted_chunks(cached, trimmed, 3, 3) == [Shift(7, 3, 7)]
+    assert shifted_chunks(cached, trimmed, 3, 8) == []  # shorter than the minimum
+    two_runs = [1, 2, 3, 10, 11, 12, 99, 30, 31, 32]  # 13 and 20-23 went, 99 is new
+    assert shifted_chunks(cached, two_runs, 3, 3) == [Shift(3, 3, 3)]  # after 99 the prompt never matches again
+    assert shifted_chunks(cached, cached, len(cached), 1) == []
