@@ -86,6 +86,9 @@ class EngineCollector:
         yield counter("lfmserve:slot_copies", "Prefixes copied from another slot.", s.n_slot_copies)
         yield counter("lfmserve:ram_cache_saves", "Sequences kept in host RAM.", s.n_ram_saves)
         yield counter("lfmserve:ram_cache_restores", "Sequences restored from host RAM.", s.n_ram_restores)
+        yield counter(
+            "lfmserve:shifted_tokens", "Cached tokens reused by KV shifting (--cache-reuse).", s.n_shifted_tokens
+        )
         yield gauge("lfmserve:ram_cache_bytes", "Host RAM held by the prompt cache.", self.engine.ram_cache.n_bytes)
 
 
