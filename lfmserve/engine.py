@@ -391,7 +391,10 @@ class Engine:
         if plan.keep < len(slot.tokens) / 2:  # most of the slot's cache is about to go (llama-server's rule)
             self._save_to_ram(slot)
         request = job.request
-        if self._shifting and plan.source == "own":
+        if self._shifting and plan.source in ("own", "ram"):
+            if plan.ram_entry is not None:  # the whole parked sequence back first, then shift within it
+                self._apply(slot, replace(plan, keep=len(plan.ram_entry.tokens)))
+                plan = ReusePlan("own", plan.keep)
             plan = replace(plan, keep=self._shift_cached_chunks(slot, job.prompt, plan.keep, request.max_tokens != 0))
         self._apply(slot, plan)
         slot.busy = True

@@ -317,6 +317,15 @@ def test_cache_reuse_shifts_a_repeated_run_into_place_on_an_attention_only_model
     finally:
         shifting.close()
         plain.close()
+    parking = make_engine(model, n_slots=2, cache_reuse=16)
+    try:  # a sequence parked in RAM comes back whole, then shifts the same way
+        run(parking, first, slot=0)
+        run(parking, bos + words[3], slot=1)
+        assert parking.slot_tokens(0) == []
+        back = run(parking, trimmed, slot=0)
+        assert parking.stats.n_ram_restores == 1 and back.n_cached_tokens == reused
+    finally:
+        parking.close()
         model.close()
 
 
