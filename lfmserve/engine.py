@@ -489,25 +489,30 @@ class Engine:
         Attention reads every used cell of the unified cache, whichever sequence it belongs to: 2,000
         idle cells slow single-stream decoding from 125 to 95 tok/s on LFM2-350M (llama-bench at that
         depth). llama-server clears idle slots the same way (``--cache-idle-slots``). A parked
-        sequence comes back from RAM with one copy; without a RAM cache it stays where it is.
+        sequence comes back from RAM with one copy; one that RAM cannot take (no RAM cache, or bigger than
+        all of it) stays where it is rather than be lost.
         """
-        if self._ram.max_bytes <= 0:
-            return
         for slot in self._slots:
-            if not slot.busy and slot.tokens:
-                self._save_to_ram(slot)
+            if not slot.busy and slot.tokens and self._save_to_ram(slot):
                 self._reset_slot(slot)
 
-    def _save_to_ram(self, slot: Slot) -> None:
-        """Keep a slot's sequence in host RAM before its memory is replaced (if it is worth keeping)."""
-        if self._ram.max_bytes <= 0 or len(slot.tokens) < 32 or self._ram.covers(slot.tokens):
-            return
+    def _save_to_ram(self, slot: Slot) -> bool:
+        """Keep a slot's sequence in host RAM before its memory is replaced (if it is worth keeping).
+
+        False when the sequence is worth keeping but the RAM cache cannot take it (off, or too big).
+        """
+        if len(slot.tokens) < 32 or self._ram.covers(slot.tokens):
+            return True
         if any(o is not slot and common_prefix_length(o.tokens, slot.tokens) == len(slot.tokens) for o in self._slots):
-            return  # another slot holds it all
+            return True  # another slot holds it all
+        if self._ram.max_bytes <= 0:
+            return False
         entry = CachedSequence(tuple(slot.tokens), self._ctx.get_state(slot.id, partial=False), tuple(slot.checkpoints))
-        if self._ram.put(entry):
-            self.stats.n_ram_saves += 1
-            logger.debug("slot %d: %d tokens kept in RAM (%.1f MiB)", slot.id, len(slot.tokens), entry.n_bytes / 2**20)
+        if not self._ram.put(entry):
+            return False
+        self.stats.n_ram_saves += 1
+        logger.debug("slot %d: %d tokens kept in RAM (%.1f MiB)", slot.id, len(slot.tokens), entry.n_bytes / 2**20)
+        return True
 
     def _piece_function(self, keep_special: frozenset[int]) -> Callable[[int], bytes]:
         to_piece = self.model.token_to_piece

@@ -215,8 +215,9 @@ def test_idle_slots_move_to_ram_when_another_request_starts(lfm: NativeModel) ->
         engine.close()
 
 
-def test_without_a_ram_cache_idle_slots_keep_their_memory(lfm: NativeModel) -> None:
-    engine = make_engine(lfm, n_slots=2, cache_ram_bytes=0)
+@pytest.mark.parametrize("ram_bytes", [0, 4096])  # none, or smaller than one sequence's state
+def test_idle_slots_that_ram_cannot_take_keep_their_memory(lfm: NativeModel, ram_bytes: int) -> None:
+    engine = make_engine(lfm, n_slots=2, cache_ram_bytes=ram_bytes)
     try:
         prompt = chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "Stay here."}])
         run(engine, prompt, slot=0)
