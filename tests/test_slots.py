@@ -114,6 +114,7 @@ def test_eight_streams_on_four_slots_all_complete_and_four_wait(server: ServerTh
 
 
 def test_metrics_use_llama_server_names(server: ServerThread) -> None:
+    httpx.post(server.url + "/v1/chat/completions", json=CHAT, timeout=60)  # something to count
     text = httpx.get(server.url + "/metrics").text
     for name in (
         "llamacpp:prompt_tokens_total",
