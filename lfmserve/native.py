@@ -24,9 +24,8 @@ import numpy.typing as npt
 
 from .errors import EngineError
 from .penalties import LogitAdjuster
-from .records import TokenLogprob
+from .records import StateBuffer, TokenLogprob
 from .sampling import GGUF_SAMPLING_KEYS, SamplingParams
-from .scheduler import StateBuffer
 
 if TYPE_CHECKING:
     from .constraints import TokenMask

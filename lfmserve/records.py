@@ -5,11 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from .sampling import SamplingParams
 
 if TYPE_CHECKING:
     from .constraints import TokenMask
 
+#: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it (checkpoints, the RAM cache).
+StateBuffer = npt.NDArray[np.uint8]
 FinishReason = Literal["stop", "length"]
 #: How generation ended, with llama-server's names: end of generation token, stop string, limit.
 StopType = Literal["eos", "word", "limit"]

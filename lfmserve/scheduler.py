@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
-#: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it.
-StateBuffer = npt.NDArray[np.uint8]
+from .records import StateBuffer
 
 #: Within a long message, a checkpoint every this many tokens.
 CHECKPOINT_EVERY = 256
