@@ -267,9 +267,8 @@ def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> Non
     d, ff, head_dim = spec.n_embd, spec.n_ff, spec.n_embd // spec.n_head
     add("token_embd.weight", n_vocab, d)
     add("output_norm.weight" if spec.arch == "llama" else "token_embd_norm.weight", d, ones=True)
-    for i, is_attention in enumerate(spec.attention_layers):
-        if spec.arch == "llama":
-            is_attention = True
+    layers = (True,) * len(spec.attention_layers) if spec.arch == "llama" else spec.attention_layers
+    for i, is_attention in enumerate(layers):
         p = f"blk.{i}"
         add(f"{p}.attn_norm.weight", d, ones=True)
         add(f"{p}.ffn_norm.weight", d, ones=True)
