@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -16,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from lfmserve.testing import lfm2_350m_shape, quantize_q4_k_m, write_lfm2_gguf
+from lfmserve.llama.quantize import quantize_q4_k_m
+from lfmserve.testing import free_port, lfm2_350m_shape, write_lfm2_gguf
 
 PINNED = "llama-cpp-python==0.3.36"
 CACHE = Path(os.environ.get("LFMSERVE_BENCH_CACHE", Path.home() / ".cache" / "lfmserve-bench"))
@@ -70,12 +70,6 @@ def build_llama_server() -> Path:
             ["cmake", "--build", str(build), "--target", "llama-server", "-j", str(os.cpu_count() or 2)], check=True
         )
     return binary
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -1,22 +1,47 @@
 """lfmserve: llama-server's HTTP API and an in-process chat API for LFM (and any GGUF) models on CPUs.
 
-Public names only; see README.md for the server and ``lfmserve.chat`` for the in-process API.
+Public names only, loaded on first use: ``import lfmserve.errors`` (or a future client library)
+does not load llama.cpp. See README.md for the server and :mod:`lfmserve.local` for the in-process API.
 """
 
-from .chat import Chat, Model, TurnStats
-from .errors import (
-    AuthenticationFailed,
-    ContextLengthExceeded,
-    EngineError,
-    InvalidRequest,
-    LfmError,
-    NotFound,
-    NotSupported,
-    RequestCancelled,
-    TemplateError,
-    Unavailable,
-)
-from .settings import Settings
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import (
+        AuthenticationFailed,
+        ContextLengthExceeded,
+        EngineError,
+        InvalidRequest,
+        LfmError,
+        NotFound,
+        NotSupported,
+        RequestCancelled,
+        TemplateError,
+        Unavailable,
+    )
+    from .local import Chat, Model, TurnStats
+    from .settings import Settings
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "AuthenticationFailed": "errors",
+    "Chat": "local",
+    "ContextLengthExceeded": "errors",
+    "EngineError": "errors",
+    "InvalidRequest": "errors",
+    "LfmError": "errors",
+    "Model": "local",
+    "NotFound": "errors",
+    "NotSupported": "errors",
+    "RequestCancelled": "errors",
+    "Settings": "settings",
+    "TemplateError": "errors",
+    "TurnStats": "local",
+    "Unavailable": "errors",
+}
 
 __all__ = [
     "AuthenticationFailed",
@@ -34,3 +59,15 @@ __all__ = [
     "TurnStats",
     "Unavailable",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'lfmserve' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -9,26 +9,15 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import uvicorn
 
+from .api.app import create_app
 from .errors import LfmError
-from .hub import resolve_hf_model
-from .loader import load_serving
-from .server import create_app
-from .settings import DEFAULT_HF_REPO, Settings
+from .models.loader import load_serving, resolve_model_path
+from .settings import Settings
 
 logger = logging.getLogger("lfmserve")
-
-
-def resolve_model_path(settings: Settings) -> str:
-    """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model)."""
-    if settings.model:
-        if not Path(settings.model).is_file():
-            raise LfmError(f"model file not found: {settings.model}")
-        return settings.model
-    return resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,13 +8,12 @@ LfmError                        500 server_error
 |- AuthenticationFailed         401 authentication_error
 |- NotFound                     404 not_found_error
 |- NotSupported                 501 not_supported_error
-|- Unavailable                  503 unavailable_error (model loading, queue full)
-|- RequestCancelled             the client has gone; nothing is sent
+|- Unavailable                  503 unavailable_error (model loading, queue full, shutting down)
+|- RequestCancelled             the caller has gone; nothing is sent
 '- EngineError                  500 server_error (llama_decode return codes, load failures)
 ```
 
-Each class carries its HTTP status and error type, so the server needs one handler and the
-client can turn a body back into the same class (:func:`error_from_body`).
+Each class carries its HTTP status and error type, so the server needs one handler for all of them.
 """
 
 from __future__ import annotations
@@ -90,33 +89,8 @@ class Unavailable(LfmError):
 
 
 class RequestCancelled(LfmError):
-    """The request was cancelled (client gone, engine closing); there is nobody to answer."""
+    """The request was cancelled because its caller has gone: there is nobody to answer."""
 
 
 class EngineError(LfmError):
     """llama.cpp failed: a load, a decode or an allocation."""
-
-
-_BY_TYPE: dict[str, type[LfmError]] = {
-    cls.error_type: cls
-    for cls in (
-        LfmError,
-        InvalidRequest,
-        ContextLengthExceeded,
-        AuthenticationFailed,
-        NotFound,
-        NotSupported,
-        Unavailable,
-    )
-}
-
-
-def error_from_body(body: Any) -> LfmError:
-    """Turn an error body (ours or llama-server's) back into the matching exception."""
-    error = body.get("error", {}) if isinstance(body, dict) else {}
-    if not isinstance(error, dict):
-        error = {"message": str(error)}
-    cls = _BY_TYPE.get(str(error.get("type")), LfmError)
-    if cls is ContextLengthExceeded:
-        return ContextLengthExceeded(int(error.get("n_prompt_tokens", 0)), int(error.get("n_ctx", 0)))
-    return cls(str(error.get("message", "unknown error")), param=error.get("param"))

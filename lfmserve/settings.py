@@ -22,20 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 DEFAULT_HF_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M"
-#: Settings field -> request field, for the sampling defaults the command line can set.
-SAMPLING_FIELDS = {
-    "temp": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "repeat_penalty": "repeat_penalty",
-    "repeat_last_n": "repeat_last_n",
-    "seed": "seed",
-}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
 
 
-def _flag(*names: str, help: str, **argparse_kwargs: Any) -> dict[str, Any]:
-    return {"flags": names, "help": help, "argparse": argparse_kwargs}
+def _flag(*names: str, help: str, sampling: bool = False, **argparse_kwargs: Any) -> dict[str, Any]:
+    """Field metadata: its flags and help; ``sampling`` marks a default for the request field of the same name."""
+    return {"flags": names, "help": help, "sampling": sampling, "argparse": argparse_kwargs}
 
 
 def physical_cores() -> int:
@@ -188,20 +181,32 @@ class Settings:
         default=False,
         metadata=_flag("-v", "--verbose", help="log per-step detail and llama.cpp's own log", action="store_true"),
     )
-    # -- sampling defaults (None = not set here: the GGUF, the LFM family table or llama-server decides)
-    temp: float | None = field(
-        default=None, metadata=_flag("--temp", "--temperature", help="default temperature", type=float)
+    # -- sampling defaults (None = not set here: the GGUF, the LFM family table or llama-server decides);
+    # each is named as the request field it is the default of.
+    temperature: float | None = field(
+        default=None,
+        metadata=_flag("--temp", "--temperature", help="default temperature", sampling=True, type=float),
     )
-    top_k: int | None = field(default=None, metadata=_flag("--top-k", help="default top-k (0 = off)", type=int))
-    top_p: float | None = field(default=None, metadata=_flag("--top-p", help="default top-p (1.0 = off)", type=float))
-    min_p: float | None = field(default=None, metadata=_flag("--min-p", help="default min-p (0.0 = off)", type=float))
+    top_k: int | None = field(
+        default=None, metadata=_flag("--top-k", help="default top-k (0 = off)", sampling=True, type=int)
+    )
+    top_p: float | None = field(
+        default=None, metadata=_flag("--top-p", help="default top-p (1.0 = off)", sampling=True, type=float)
+    )
+    min_p: float | None = field(
+        default=None, metadata=_flag("--min-p", help="default min-p (0.0 = off)", sampling=True, type=float)
+    )
     repeat_penalty: float | None = field(
-        default=None, metadata=_flag("--repeat-penalty", help="default repeat penalty (1.0 = off)", type=float)
+        default=None,
+        metadata=_flag("--repeat-penalty", help="default repeat penalty (1.0 = off)", sampling=True, type=float),
     )
     repeat_last_n: int | None = field(
-        default=None, metadata=_flag("--repeat-last-n", help="default penalty window (-1 = context)", type=int)
+        default=None,
+        metadata=_flag("--repeat-last-n", help="default penalty window (-1 = context)", sampling=True, type=int),
     )
-    seed: int | None = field(default=None, metadata=_flag("-s", "--seed", help="default seed (-1 = random)", type=int))
+    seed: int | None = field(
+        default=None, metadata=_flag("-s", "--seed", help="default seed (-1 = random)", sampling=True, type=int)
+    )
 
     @property
     def api_keys(self) -> tuple[str, ...]:
@@ -212,9 +217,9 @@ class Settings:
                 keys += [line.strip() for line in handle]
         return tuple(k for k in keys if k)
 
-    def cli_sampling(self) -> dict[str, float | int]:
-        """Sampling defaults given on the command line, under the request's field names."""
-        return {wire: getattr(self, attr) for attr, wire in SAMPLING_FIELDS.items() if getattr(self, attr) is not None}
+    def sampling_defaults(self) -> dict[str, float | int]:
+        """The sampling defaults set here (on the command line), by request field name."""
+        return {name: getattr(self, name) for name in sampling_fields() if getattr(self, name) is not None}
 
     @classmethod
     def from_argv(cls, argv: Sequence[str] | None = None) -> Settings:
@@ -224,7 +229,7 @@ class Settings:
             allow_abbrev=False,
             description="Serve LFM (and other GGUF) models with llama-server's HTTP API.",
         )
-        env_defaults = _environment_defaults()
+        env_defaults = _environment_defaults(parser)
         for f in dataclasses.fields(cls):
             meta = f.metadata
             kwargs = dict(meta["argparse"])
@@ -241,19 +246,33 @@ class _OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _environment_defaults() -> dict[str, Any]:
-    """``LFMSERVE_<FIELD>`` values, converted to the field's type."""
+def sampling_fields() -> tuple[str, ...]:
+    """The Settings fields that are sampling defaults (named as the request fields they default)."""
+    return tuple(f.name for f in dataclasses.fields(Settings) if f.metadata["sampling"])
+
+
+def _environment_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """``LFMSERVE_<FIELD>`` values, converted to the field's type; a value that does not convert is an error."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(Settings):
-        raw = os.environ.get(f"LFMSERVE_{f.name.upper()}")
+        variable = f"LFMSERVE_{f.name.upper()}"
+        raw = os.environ.get(variable)
         if raw is None:
             continue
         kind = f.metadata["argparse"].get("type")
         action = f.metadata["argparse"].get("action")
         if action in ("store_true", argparse.BooleanOptionalAction):
-            out[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            value = raw.strip().lower()
+            if value not in _TRUE + _FALSE:
+                parser.error(f"environment variable {variable} has value {raw!r}: not a valid bool")
+            out[f.name] = value in _TRUE
         elif action == "append":
             out[f.name] = [raw]
+        elif kind is not None:
+            try:
+                out[f.name] = kind(raw)
+            except ValueError:
+                parser.error(f"environment variable {variable} has value {raw!r}: not a valid {kind.__name__}")
         else:
-            out[f.name] = kind(raw) if kind else raw
+            out[f.name] = raw
     return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -14,13 +13,30 @@ import httpx
 import pytest
 import uvicorn
 
-from lfmserve.loader import load_serving
-from lfmserve.server import create_app
-from lfmserve.serving import Serving
+from lfmserve.api.app import create_app
+from lfmserve.chat.serving import Serving
+from lfmserve.models.loader import load_serving
 from lfmserve.settings import Settings
-from lfmserve.testing import TinyLfm2, gemma3_270m_path, write_lfm2_gguf
+from lfmserve.testing import TinyLfm2, free_port, gemma3_270m_path, write_lfm2_gguf
 
-FIXTURE_TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
+#: The LFM chat templates are the models' data, kept out of the repository: in ``../shared/fixtures`` beside
+#: the checkout, or where ``LFMSERVE_TEMPLATE_FIXTURES`` points.
+_SHARED_TEMPLATES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "chat-templates"
+
+
+def fixture_template(name: str) -> Path:
+    """An LFM chat template fixture; the test skips when there are none (fails under ``LFMSERVE_REQUIRE_FIXTURES``)."""
+    folder = Path(os.environ.get("LFMSERVE_TEMPLATE_FIXTURES", _SHARED_TEMPLATES))
+    path = folder / name
+    if not path.is_file():
+        reason = (
+            f"chat template fixture {name} not found in {folder} "
+            f"(put the templates in {_SHARED_TEMPLATES} or set LFMSERVE_TEMPLATE_FIXTURES)"
+        )
+        if os.environ.get("LFMSERVE_REQUIRE_FIXTURES"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +119,6 @@ def server_factory() -> Iterator[Callable[..., ServerThread]]:
 @pytest.fixture(scope="module")
 def tiny_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
     return server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=4, threads=2))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import Running, free_port, wait_healthy
+from lfmserve.testing import free_port
+from tests.conftest import Running, wait_healthy
 
 LFMSERVE = shutil.which("lfmserve")
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import httpx
 
 from lfmserve.settings import Settings
-
-from .conftest import ServerThread
+from tests.conftest import ServerThread
 
 
 def completion(server: ServerThread, **body: object) -> dict[str, object]:

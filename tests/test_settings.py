@@ -60,7 +60,7 @@ def test_llama_server_flags_and_short_forms() -> None:
         99,
     )
     assert (s.host, s.port, s.alias, s.jinja) == ("0.0.0.0", 9000, "lfm", False)
-    assert s.cli_sampling() == {
+    assert s.sampling_defaults() == {
         "temperature": 0.1,
         "top_k": 50,
         "top_p": 0.9,

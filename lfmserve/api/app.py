@@ -1,0 +1,67 @@
+"""The app factory: llama-server's routes behind the gate, one error handler per kind, and the loading state.
+
+``create_app(settings, load)`` returns a FastAPI app whose lifespan runs ``load`` in a thread; until it
+returns, every route answers 503 ``Loading model`` (as llama-server does). Handlers parse bodies,
+call :class:`~lfmserve.chat.serving.Serving`, and choose JSON or SSE; every error reaches the client
+as ``{"error": {...}}`` (:mod:`~lfmserve.api.handlers`), and no traceback ever does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ..chat.serving import Serving
+from ..settings import Settings
+from .gate import Gate
+from .handlers import install_error_handlers
+from .monitoring import metrics_registry
+from .native.router import router as native_router
+from .openai.router import router as openai_router
+from .slots import router as slots_router
+from .state import AppState
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings, load: Callable[[], Serving], on_load_error: Callable[[BaseException], None] | None = None
+) -> FastAPI:
+    """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server)."""
+    state = AppState(settings, tuple(k.encode() for k in settings.api_keys))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, AppState]]:
+        loading = asyncio.create_task(_load(state, load, on_load_error))
+        try:
+            yield {"app_state": state}
+        finally:
+            loading.cancel()
+            if state.serving is not None:
+                await asyncio.to_thread(state.serving.engine.close)
+
+    app = FastAPI(title="lfmserve", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(Gate, state=state)
+    install_error_handlers(app)
+    for router in (native_router, openai_router, slots_router):
+        app.include_router(router)
+    return app
+
+
+async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable[[BaseException], None] | None) -> None:
+    t0 = time.perf_counter()
+    try:
+        serving = await asyncio.to_thread(load)
+        state.metrics = metrics_registry(serving.engine)
+        state.serving = serving
+        logger.info("model loaded in %.1f s; server is ready", time.perf_counter() - t0)
+    except Exception as exc:
+        state.load_error = exc
+        logger.error("model failed to load: %s", exc)
+        if on_error is not None:
+            on_error(exc)

@@ -1,0 +1,146 @@
+"""Request-body parsing shared by every API family, and the generation fields every generation route takes.
+
+Bodies are pydantic models parsed from the raw bytes in JSON mode with strict types, so
+``"temperature": "hot"`` or ``"stream": 1`` is a 400, not a silent coercion; unknown fields are
+ignored, as llama-server and the OpenAI API do. Wire names are converted once, when a body is adapted
+into the chat layer's neutral records (``max_completion_tokens`` / ``max_tokens`` / ``n_predict`` ->
+``max_tokens``). Pydantic appears in the API layer only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..chat.request import GenerationOptions
+from ..engine.records import SAMPLING_NAMES
+from ..errors import InvalidRequest
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+TokenCount = Annotated[int, Field(ge=-1)]
+
+#: The sampling fields a body sets by name; logit_bias is resolved against the vocabulary separately.
+_SAMPLING_FIELDS = set(SAMPLING_NAMES - {"logit_bias"})
+
+
+class Body(BaseModel):
+    """Strict types, unknown fields ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class StreamOptions(Body):
+    include_usage: bool = False
+
+
+class SamplingFields(Body):
+    """The sampling and generation fields shared by every generation route (named as SamplingParams' fields)."""
+
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    top_p: Probability | None = None
+    min_p: Probability | None = None
+    typical_p: Probability | None = None
+    repeat_penalty: float | None = Field(default=None, ge=0.0)
+    repeat_last_n: int | None = Field(default=None, ge=-1)
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    seed: int | None = None
+    logit_bias: dict[str, float | bool] | list[list[int | float | bool | str]] | None = None
+    ignore_eos: bool = False
+    stop: str | list[str] | None = None
+    n_predict: TokenCount | None = None
+    max_tokens: TokenCount | None = None
+    cache_prompt: bool = True
+    id_slot: int = Field(default=-1, ge=-1)
+    timings_per_token: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(default=1, ge=1, le=1)
+    model: str | None = None
+    #: llama-server's native constraints: a JSON schema or a GBNF grammar (not both).
+    json_schema: dict[str, Any] | bool | None = None
+    grammar: str | None = None
+    #: llama-server's native probabilities: the top ``n_probs`` tokens at each step.
+    n_probs: int = Field(default=0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> SamplingFields:
+        if self.json_schema is not None and self.grammar is not None:
+            raise ValueError("use either 'json_schema' or 'grammar', not both")
+        return self
+
+    @field_validator("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", mode="after")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens if self.max_tokens is not None else self.n_predict
+
+    def top_probs(self) -> int | None:
+        """How many alternatives to report per token, or None when no probabilities were asked for."""
+        return self.n_probs or None
+
+    def generation_options(self) -> GenerationOptions:
+        """The fields as the chat layer takes them."""
+        return GenerationOptions(
+            sampling=self.model_dump(include=_SAMPLING_FIELDS, exclude_none=True),
+            logit_bias=self._logit_bias_pairs(),
+            max_tokens=self.requested_max_tokens(),
+            stop=(self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ()),
+            cache_prompt=self.cache_prompt,
+            id_slot=self.id_slot,
+            json_schema=self.json_schema,
+            grammar=self.grammar,
+            n_probs=self.top_probs(),
+        )
+
+    def _logit_bias_pairs(self) -> tuple[tuple[Any, Any], ...]:
+        """OpenAI's ``{"id": bias}`` or llama-server's ``[[id or text, bias or false], ...]``, as pairs."""
+        raw = self.logit_bias
+        if not raw:
+            return ()
+        pairs = list(raw.items()) if isinstance(raw, dict) else [tuple(p) for p in raw]
+        if any(len(pair) != 2 for pair in pairs):
+            raise InvalidRequest("logit_bias entries must be [token, bias] pairs", param="logit_bias")
+        return tuple((key, bias) for key, bias in pairs)
+
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
+
+
+def parse_body(model: type[BodyT], raw: bytes) -> BodyT:
+    """Validate a raw JSON body; the first problem becomes an :class:`InvalidRequest` naming the field."""
+    try:
+        return model.model_validate_json(raw or b"")
+    except ValidationError as exc:
+        raise invalid_request(exc.errors(include_url=False)[0]) from None
+
+
+def invalid_request(error: Any) -> InvalidRequest:
+    """One pydantic (or FastAPI) validation error as a 400 naming its field and the value given."""
+    location = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "json_invalid":
+        return InvalidRequest(f"Invalid JSON body: {error['msg']}")
+    if error["type"] == "missing":
+        return InvalidRequest(f"Missing required field '{location}'", param=location)
+    if not location:
+        return InvalidRequest(f"Invalid request body: {error['msg']}")
+    return InvalidRequest(
+        f"Invalid value for '{location}': {error['msg']} (got {_short(error.get('input'))})", param=location
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

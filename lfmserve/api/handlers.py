@@ -1,0 +1,64 @@
+"""Every error a client can see, as the API's JSON error body with the right status.
+
+lfmserve's own errors carry their status and type (:mod:`lfmserve.errors`); FastAPI's validation of
+query and path values is a 400 naming the parameter; Starlette's 404 and 405 keep their status;
+anything unexpected is a 500 with no traceback. A cancelled request has nobody to answer, so it
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import InvalidRequest, LfmError, NotFound, RequestCancelled
+from .body import invalid_request
+
+logger = logging.getLogger(__name__)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestCancelled, _cancelled)  # type: ignore[arg-type]
+    app.add_exception_handler(LfmError, _lfm_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)
+
+
+def error_response(error: LfmError) -> JSONResponse:
+    return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
+async def _cancelled(_: Request, exc: RequestCancelled) -> None:
+    logger.debug("%s", exc)  # the client has gone: there is no response to write
+
+
+async def _lfm_error(_: Request, exc: LfmError) -> Response:
+    return error_response(exc)
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+    """A query or path value FastAPI could not convert (``/slots?fail_on_no_slot=x``, ``/slots/abc``)."""
+    error = dict(exc.errors()[0])
+    location = tuple(error.get("loc", ()))
+    if location and location[0] in ("query", "path", "body", "header"):
+        location = location[1:]
+    return error_response(invalid_request({**error, "loc": location}))
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    if exc.status_code == 404:
+        return error_response(NotFound(f"File Not Found: {request.url.path}"))
+    error = InvalidRequest(str(exc.detail)) if exc.status_code < 500 else LfmError(str(exc.detail))
+    body = error.to_body()
+    body["error"]["code"] = exc.status_code
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(_: Request, exc: Exception) -> Response:
+    logger.exception("unexpected error")
+    return error_response(LfmError(f"Internal server error: {type(exc).__name__}"))

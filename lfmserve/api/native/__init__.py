@@ -1,0 +1,2 @@
+"""llama-server's own routes: ``/health``, ``/props``, ``/completion``, ``/tokenize``, ``/detokenize``,
+``/apply-template``."""

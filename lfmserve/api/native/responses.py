@@ -1,0 +1,124 @@
+"""llama-server's native response bodies: ``/completion`` (whole and streamed), ``/props``, ``/tokenize``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ...chat.logprobs import native_probabilities
+from ...chat.serving import Collected, Serving
+from ...engine.records import EngineOutput, EngineRequest, TokenLogprob
+from .protocol import CompletionRequest
+
+
+def props(serving: Serving) -> dict[str, Any]:
+    """``GET /props``: the generation defaults, slots, template and model, as llama-server reports them."""
+    info = serving.model.info
+    return {
+        "default_generation_settings": {
+            "n_ctx": serving.engine.n_ctx_slot,
+            "params": {
+                **serving.defaults.params.to_json(),
+                "n_predict": serving.default_max_tokens,
+                "max_tokens": serving.default_max_tokens,
+            },
+        },
+        "sampling_sources": serving.defaults.sources,
+        "lfm_family": serving.defaults.family,
+        "total_slots": serving.engine.n_slots,
+        "model_alias": serving.model_name,
+        "model_path": info.path,
+        "modalities": {"vision": False, "audio": False},
+        "chat_template": serving.template.source,
+        "chat_template_caps": serving.template.caps.to_json(),
+        "bos_token": info.bos_token,
+        "eos_token": info.eos_token,
+        "build_info": serving.fingerprint,
+        "is_sleeping": False,
+        "model": info.to_json(),
+    }
+
+
+def tokens(serving: Serving, ids: Sequence[int], *, with_pieces: bool) -> dict[str, Any]:
+    """``/tokenize``'s answer: the ids, or ids with their text (bytes as a list when not UTF-8)."""
+    if not with_pieces:
+        return {"tokens": list(ids)}
+    pieces: list[dict[str, Any]] = []
+    for token in ids:
+        raw = serving.model.token_to_piece(token, special=True)
+        try:
+            piece: Any = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        pieces.append({"id": token, "piece": piece})
+    return {"tokens": pieces}
+
+
+def completion_result(
+    serving: Serving,
+    body: CompletionRequest,
+    request: EngineRequest,
+    done: Collected | None,
+    out: EngineOutput,
+    *,
+    index: int = 0,
+) -> dict[str, Any]:
+    """llama-server's final /completion object (``content`` is empty after a stream)."""
+    return {
+        "index": index,
+        "content": done.text if done else "",
+        "tokens": [],
+        "id_slot": out.id_slot,
+        "stop": True,
+        "model": serving.model_name,
+        "tokens_predicted": out.n_decoded,
+        "tokens_evaluated": out.n_prompt_tokens,
+        "generation_settings": {
+            **request.sampling.to_json(),
+            "n_predict": request.max_tokens,
+            "stop": list(request.stop),
+            "stream": body.stream,
+            "cache_prompt": request.cache_prompt,
+        },
+        "prompt": serving.model.detokenize(request.prompt_tokens, special=True),
+        "has_new_line": "\n" in done.text if done else False,
+        "truncated": False,
+        "stop_type": out.stop_type,
+        "stopping_word": out.stopping_word,
+        "tokens_cached": out.n_prompt_tokens + max(out.n_decoded - 1, 0),
+        "timings": out.timings.to_json(),
+        **_probabilities(serving, body, done.logprobs if done else ()),
+    }
+
+
+async def completion_chunks(
+    serving: Serving, body: CompletionRequest, request: EngineRequest, outputs: AsyncIterator[EngineOutput]
+) -> AsyncIterator[dict[str, Any]]:
+    """A partial chunk per output, then the final object (llama-server's stream has no ``[DONE]``)."""
+    async for out in outputs:
+        if not out.finished or out.text:
+            yield _partial(serving, body, out)
+        if out.finished:
+            yield completion_result(serving, body, request, None, out)
+
+
+def _partial(serving: Serving, body: CompletionRequest, out: EngineOutput) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "index": 0,
+        "content": out.text,
+        "tokens": list(out.token_ids),
+        "stop": False,
+        "id_slot": out.id_slot,
+        "tokens_predicted": out.n_decoded,
+        "tokens_evaluated": out.n_prompt_tokens,
+        **_probabilities(serving, body, out.logprobs),
+    }
+    if body.timings_per_token:
+        chunk["timings"] = out.timings.to_json()
+    return chunk
+
+
+def _probabilities(serving: Serving, body: CompletionRequest, steps: Sequence[TokenLogprob]) -> dict[str, Any]:
+    if body.n_probs <= 0:
+        return {}
+    return {"completion_probabilities": native_probabilities(steps, serving.piece, body.n_probs)}

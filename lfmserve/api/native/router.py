@@ -1,0 +1,65 @@
+"""llama-server's own routes: each handler parses its body, calls the chat layer, and answers JSON or SSE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..body import parse_body
+from ..openai.protocol import ApplyTemplateRequest
+from ..sse import sse, until_disconnect
+from ..state import serving
+from . import responses
+from .protocol import CompletionRequest, DetokenizeRequest, TokenizeRequest
+
+router = APIRouter()
+
+
+@router.get("/health")
+@router.get("/v1/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/props")
+async def props(request: Request) -> dict[str, Any]:
+    return responses.props(serving(request))
+
+
+@router.post("/completion")
+@router.post("/completions")
+async def completion(request: Request) -> Response:
+    body = parse_body(CompletionRequest, await request.body())
+    served = serving(request)
+    engine_requests = served.prepare_completion(body.prompts(), body.generation_options(), stream=body.stream)
+    if body.stream:
+        chunks = responses.completion_chunks(served, body, engine_requests[0], served.start(engine_requests[0]))
+        return sse(chunks, done_marker=False)
+    results = await until_disconnect(request, served.run_all(engine_requests))
+    out = [
+        responses.completion_result(served, body, engine_request, done, done.last, index=i)
+        for i, (engine_request, done) in enumerate(zip(engine_requests, results, strict=True))
+    ]
+    return JSONResponse(out[0] if len(out) == 1 else out)
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request) -> dict[str, Any]:
+    body = parse_body(TokenizeRequest, await request.body())
+    served = serving(request)
+    ids = served.model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    return responses.tokens(served, ids, with_pieces=body.with_pieces)
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request) -> dict[str, Any]:
+    body = parse_body(DetokenizeRequest, await request.body())
+    return {"content": serving(request).detokenize(body.tokens)}
+
+
+@router.post("/apply-template")
+async def apply_template(request: Request) -> dict[str, Any]:
+    body = parse_body(ApplyTemplateRequest, await request.body())
+    return {"prompt": serving(request).render_chat(body.to_chat_request())}

@@ -1,0 +1,176 @@
+"""OpenAI's request bodies (chat completions, text completions) with llama-server's extras, and their adapters.
+
+Each body validates its wire shape (see :mod:`lfmserve.api.body`) and turns itself into the chat
+layer's neutral :class:`~lfmserve.chat.request.ChatRequest` once, in ``to_chat_request``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from ...chat.request import ChatRequest, ContentPart, Message, NamedTool, ReasoningEffort, ReasoningFormat, ToolChoice
+from ..body import Body, SamplingFields, TokenCount
+from ..native.protocol import CompletionRequest
+
+
+class TextPart(Body):
+    type: Literal["text"]
+    text: str
+
+
+class MediaPart(Body):
+    type: Literal["image_url", "input_audio", "image"]
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    def to_part(self) -> ContentPart:
+        return ContentPart("audio" if self.type == "input_audio" else "image")
+
+
+class ToolFunction(Body):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class Tool(Body):
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class ChatMessage(Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart | MediaPart] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _content_required(self) -> ChatMessage:
+        if self.content is None and self.role != "assistant":
+            raise ValueError(f"'{self.role}' messages need 'content'")
+        return self
+
+    def to_message(self) -> Message:
+        content = self.content
+        return Message(
+            role="system" if self.role == "developer" else self.role,
+            content=content
+            if not isinstance(content, list)
+            else tuple(ContentPart("text", p.text) if isinstance(p, TextPart) else p.to_part() for p in content),
+            name=self.name,
+            tool_calls=tuple(self.tool_calls or ()),
+            tool_call_id=self.tool_call_id,
+            reasoning_content=self.reasoning_content,
+        )
+
+
+class NamedFunction(Body):
+    name: str
+
+
+class NamedToolChoice(Body):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(Body):
+    name: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(Body):
+    """OpenAI's ``response_format``; llama-server also reads a ``schema`` beside ``type: json_object``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> ResponseFormat:
+        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
+            raise ValueError("type 'json_schema' needs json_schema.schema")
+        return self
+
+    def output_schema(self) -> dict[str, Any] | bool | None:
+        """The schema the output must follow, or None for free text."""
+        if self.type == "json_schema":
+            return self.json_schema.schema_ if self.json_schema else None
+        if self.type == "json_object":
+            return self.schema_ if self.schema_ is not None else {"type": "object"}
+        return None
+
+
+class ChatPrompt(Body):
+    """The fields that decide a chat prompt: chat completions have them, and so has ``/apply-template``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    add_generation_prompt: bool = True
+
+    def prompt_fields(self) -> dict[str, Any]:
+        """These fields under :class:`~lfmserve.chat.request.ChatRequest`'s names."""
+        return {
+            "messages": tuple(m.to_message() for m in self.messages),
+            "tools": tuple(tool.model_dump(exclude_none=True) for tool in self.tools or ()),
+            "reasoning_effort": self.reasoning_effort,
+            "template_kwargs": self.chat_template_kwargs or {},
+            "add_generation_prompt": self.add_generation_prompt,
+        }
+
+
+class ChatCompletionRequest(SamplingFields, ChatPrompt):
+    max_completion_tokens: TokenCount | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    reasoning_format: ReasoningFormat | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def requested_max_tokens(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return super().requested_max_tokens()
+
+    def top_probs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else super().top_probs()
+
+    def to_chat_request(self) -> ChatRequest:
+        return ChatRequest(
+            **self.prompt_fields(),
+            tool_choice=self._tool_choice(),
+            parallel_tool_calls=self.parallel_tool_calls,
+            response_schema=self.response_format.output_schema() if self.response_format else None,
+            reasoning_format=self.reasoning_format,
+            generation=self.generation_options(),
+        )
+
+    def _tool_choice(self) -> ToolChoice:
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            return NamedTool(choice.function.name)
+        return choice or "auto"
+
+
+class TextCompletionRequest(CompletionRequest):
+    """``POST /v1/completions``: the native completion body plus OpenAI's legacy fields."""
+
+    #: OpenAI's legacy completions: the number of alternatives per token (0 = only the chosen one's).
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def top_probs(self) -> int | None:
+        return self.logprobs if self.logprobs is not None else super().top_probs()
+
+
+class ApplyTemplateRequest(ChatPrompt):
+    """llama-server's ``POST /apply-template``: the prompt a chat body renders to."""
+
+    def to_chat_request(self) -> ChatRequest:
+        return ChatRequest(**self.prompt_fields())

@@ -1,0 +1,202 @@
+"""OpenAI's response bodies and stream chunks, shaped as llama-server writes them.
+
+A chat stream is llama-server's chunk sequence: the role, then one chunk per piece of content,
+reasoning or tool call, the finish reason, an optional ``usage`` chunk (``choices: []``), ``timings``
+on the last chunk (on every chunk with ``timings_per_token``), then ``[DONE]`` (added by the SSE framing).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ...chat.logprobs import chat_logprobs, legacy_logprobs
+from ...chat.output import AssistantOutputParser, OutputDelta
+from ...chat.serving import Collected, Serving
+from ...engine.records import EngineOutput, TokenLogprob
+from .protocol import ChatCompletionRequest, TextCompletionRequest
+
+
+def completion_id(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(24).replace("-", "a").replace("_", "b")[:32]
+
+
+def usage(out: EngineOutput) -> dict[str, Any]:
+    return {
+        "completion_tokens": out.n_decoded,
+        "prompt_tokens": out.n_prompt_tokens,
+        "total_tokens": out.n_decoded + out.n_prompt_tokens,
+        "prompt_tokens_details": {"cached_tokens": out.n_cached_tokens},
+    }
+
+
+def model_list(serving: Serving, alias: str | None) -> dict[str, Any]:
+    """``GET /v1/models``: the one model served, in OpenAI's list and llama-server's ``models`` list."""
+    entry = {
+        "id": serving.model_name,
+        "aliases": [alias] if alias else [],
+        "tags": [],
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "llamacpp",
+        "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+        "meta": serving.model.info.meta_json(serving.engine.n_ctx_slot),
+    }
+    card = {"name": serving.model_name, "model": serving.model_name, "type": "model", "capabilities": ["completion"]}
+    return {"object": "list", "data": [entry], "models": [card]}
+
+
+def _envelope(serving: Serving, cid: str, obj: str, created: int) -> dict[str, Any]:
+    return {
+        "created": created,
+        "id": cid,
+        "model": serving.model_name,
+        "system_fingerprint": serving.fingerprint,
+        "object": obj,
+    }
+
+
+# -- chat completions ------------------------------------------------------------------------------
+def chat_completion(
+    serving: Serving, body: ChatCompletionRequest, done: Collected, parser: AssistantOutputParser
+) -> dict[str, Any]:
+    """The whole answer: the message split into content, reasoning and tool calls."""
+    out = done.last
+    parsed = parser.parse(done.text)
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning:
+        message["reasoning_content"] = parsed.reasoning
+    if parsed.calls:
+        message["tool_calls"] = [call.to_json() for call in parsed.calls]
+    choice: dict[str, Any] = {"finish_reason": _finish_reason(out, bool(parsed.calls)), "index": 0, "message": message}
+    if body.logprobs:
+        choice["logprobs"] = _chat_logprobs(serving, body, done.logprobs)
+    return {
+        "choices": [choice],
+        **_envelope(serving, completion_id("chatcmpl-"), "chat.completion", int(time.time())),
+        "usage": usage(out),
+        "timings": out.timings.to_json(),
+    }
+
+
+async def chat_chunks(
+    serving: Serving,
+    body: ChatCompletionRequest,
+    parser: AssistantOutputParser,
+    outputs: AsyncIterator[EngineOutput],
+) -> AsyncIterator[dict[str, Any]]:
+    """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last."""
+    cid, created = completion_id("chatcmpl-"), int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+            **_envelope(serving, cid, "chat.completion.chunk", created),
+        }
+
+    first, any_calls = True, False
+    unsent: list[TokenLogprob] = []  # probabilities wait for a chunk while the parser holds text back
+    async for out in outputs:
+        pending: list[dict[str, Any]] = []
+        if first:
+            pending.append(chunk({"role": "assistant", "content": None}))
+            first = False
+        for delta in parser.feed(out.text) + (parser.finish() if out.finished else []):
+            any_calls = any_calls or delta.call is not None
+            pending += [chunk(d) for d in _delta_json(delta)]
+        if body.logprobs:
+            unsent += out.logprobs
+            carrier = next((c for c in reversed(pending) if "role" not in c["choices"][0]["delta"]), None)
+            if carrier is not None:
+                carrier["choices"][0]["logprobs"] = _chat_logprobs(serving, body, unsent)
+                unsent = []
+        if body.timings_per_token:
+            for item in pending:
+                item["timings"] = out.timings.to_json()
+        if out.finished:
+            pending.append(chunk({}, _finish_reason(out, any_calls)))
+            if unsent:
+                pending[-1]["choices"][0]["logprobs"] = _chat_logprobs(serving, body, unsent)
+            if body.include_usage:
+                pending.append(
+                    {"choices": [], **_envelope(serving, cid, "chat.completion.chunk", created), "usage": usage(out)}
+                )
+            pending[-1]["timings"] = out.timings.to_json()
+        for item in pending:
+            yield item
+
+
+def _chat_logprobs(serving: Serving, body: ChatCompletionRequest, steps: Sequence[TokenLogprob]) -> dict[str, Any]:
+    return chat_logprobs(serving.shown_steps(steps), serving.piece, body.top_logprobs or 0)
+
+
+def _finish_reason(out: EngineOutput, has_calls: bool) -> str | None:
+    """OpenAI's ``tool_calls`` when the answer ended by itself with calls (cut off, it stays ``length``)."""
+    return "tool_calls" if has_calls and out.finish_reason == "stop" else out.finish_reason
+
+
+def _delta_json(delta: OutputDelta) -> list[dict[str, Any]]:
+    """A parsed piece as OpenAI stream deltas; a call is a header, then its arguments."""
+    if delta.call is None:
+        return [{"reasoning_content": delta.reasoning} if delta.reasoning else {"content": delta.content}]
+    call = delta.call
+    header = {"index": call.index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+    arguments = {"index": call.index, "function": {"arguments": call.arguments}}
+    return [{"tool_calls": [header]}, {"tool_calls": [arguments]}]
+
+
+# -- text completions ------------------------------------------------------------------------------
+def text_completion(serving: Serving, body: TextCompletionRequest, results: Sequence[Collected]) -> dict[str, Any]:
+    """Every prompt's answer as one ``text_completion`` object, usage summed over them."""
+    choices = [
+        {
+            "text": done.text,
+            "index": i,
+            "logprobs": _legacy_logprobs(serving, body, done.logprobs),
+            "finish_reason": done.last.finish_reason,
+        }
+        for i, done in enumerate(results)
+    ]
+    outs = [done.last for done in results]
+    n_completion = sum(o.n_decoded for o in outs)
+    n_prompt = sum(o.n_prompt_tokens for o in outs)
+    return {
+        "choices": choices,
+        **_envelope(serving, completion_id("cmpl-"), "text_completion", int(time.time())),
+        "usage": {
+            "completion_tokens": n_completion,
+            "prompt_tokens": n_prompt,
+            "total_tokens": n_completion + n_prompt,
+            "prompt_tokens_details": {"cached_tokens": sum(o.n_cached_tokens for o in outs)},
+        },
+        "timings": outs[-1].timings.to_json(),
+    }
+
+
+async def text_completion_chunks(
+    serving: Serving, body: TextCompletionRequest, outputs: AsyncIterator[EngineOutput]
+) -> AsyncIterator[dict[str, Any]]:
+    cid, created = completion_id("cmpl-"), int(time.time())
+    offset = 0
+    async for out in outputs:
+        logprobs = _legacy_logprobs(serving, body, out.logprobs, offset)
+        offset += len(out.text)
+        item = {
+            "choices": [{"text": out.text, "index": 0, "logprobs": logprobs, "finish_reason": out.finish_reason}],
+            **_envelope(serving, cid, "text_completion", created),
+        }
+        if out.finished:
+            item["usage"] = usage(out)
+        if out.finished or body.timings_per_token:
+            item["timings"] = out.timings.to_json()
+        yield item
+
+
+def _legacy_logprobs(
+    serving: Serving, body: TextCompletionRequest, steps: Sequence[TokenLogprob], text_offset: int = 0
+) -> dict[str, Any] | None:
+    if body.logprobs is None:
+        return None
+    return legacy_logprobs(serving.shown_steps(steps), serving.piece, body.logprobs, text_offset=text_offset)

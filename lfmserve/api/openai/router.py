@@ -1,0 +1,46 @@
+"""OpenAI's routes: each handler parses its body, adapts it for the chat layer, and answers JSON or SSE."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..body import parse_body
+from ..sse import sse, until_disconnect
+from ..state import app_state, serving
+from . import responses
+from .protocol import ChatCompletionRequest, TextCompletionRequest
+
+router = APIRouter()
+
+
+@router.get("/v1/models")
+@router.get("/models")
+async def models(request: Request) -> dict[str, Any]:
+    return responses.model_list(serving(request), app_state(request).settings.alias)
+
+
+@router.post("/v1/chat/completions")
+@router.post("/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    body = parse_body(ChatCompletionRequest, await request.body())
+    served = serving(request)
+    engine_request, parser = served.prepare_chat(body.to_chat_request())
+    if body.stream:
+        return sse(responses.chat_chunks(served, body, parser, served.start(engine_request)), done_marker=True)
+    done = await until_disconnect(request, served.run(engine_request))
+    return JSONResponse(responses.chat_completion(served, body, done, parser))
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    body = parse_body(TextCompletionRequest, await request.body())
+    served = serving(request)
+    engine_requests = served.prepare_completion(body.prompts(), body.generation_options(), stream=body.stream)
+    if body.stream:
+        outputs = served.start(engine_requests[0])
+        return sse(responses.text_completion_chunks(served, body, outputs), done_marker=True)
+    results = await until_disconnect(request, served.run_all(engine_requests))
+    return JSONResponse(responses.text_completion(served, body, results))

@@ -1,0 +1,113 @@
+"""What a chat request asks beyond plain text: tools, a response format, reasoning; decided once per request.
+
+:func:`plan_chat` turns ``tools``/``tool_choice``/``parallel_tool_calls``, ``response_format`` (or the
+native ``json_schema``/``grammar``), ``reasoning_format``/``reasoning_effort`` and
+``chat_template_kwargs`` into a :class:`ChatPlan`: the variables the template receives, the token mask
+that constrains sampling, the special tokens whose text the parser must see, and how to parse the
+output. Everything invalid is a 400 here, before the engine sees the request.
+
+Tool choice, as llama-server: ``none`` hides the tools (nothing is parsed); ``auto`` parses calls and
+constrains each one to the declared schemas once the model opens it; ``required`` and a named
+function constrain the whole output to one call block (and, unlike llama-server, allow no free text
+before it), so the answer is always a valid call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.constraints import Grammars, TokenMask
+from ..errors import InvalidRequest
+from .output import THINK_END, THINK_START, AssistantOutputParser
+from .render import template_kwargs
+from .request import ChatRequest, GenerationOptions, NamedTool, ToolChoice
+from .tool_calls import CALL_END, CALL_START
+from .tool_grammar import tool_call_grammar
+
+
+@dataclass(slots=True)
+class ChatPlan:
+    """What the template, the sampler and the output parser are given for one chat request."""
+
+    tools: list[dict[str, Any]] | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    constraint: TokenMask | None = None
+    split_reasoning: bool = True
+    parse_tool_calls: bool = False
+    keep_special: frozenset[int] = frozenset()
+
+    def parser(self, prompt: str) -> AssistantOutputParser:
+        """A fresh output parser; a prompt that ends by opening a think block starts in reasoning."""
+        return AssistantOutputParser(
+            split_reasoning=self.split_reasoning,
+            parse_tool_calls=self.parse_tool_calls,
+            starts_in_reasoning=self.split_reasoning and prompt.rstrip().endswith(THINK_START),
+        )
+
+
+def native_constraint(options: GenerationOptions, grammars: Grammars) -> TokenMask | None:
+    """llama-server's native ``json_schema`` / ``grammar`` fields (every generation route has them)."""
+    if options.json_schema is not None:
+        return grammars.json_schema(options.json_schema, param="json_schema")
+    if options.grammar is not None:
+        return grammars.gbnf(options.grammar, param="grammar")
+    return None
+
+
+def plan_chat(request: ChatRequest, grammars: Grammars, *, reasoning_format: str) -> ChatPlan:
+    """Decide the template variables, constraint and parser; every conflict or bad value is a 400 here."""
+    plan = ChatPlan(template_kwargs=template_kwargs(request))
+    plan.split_reasoning = (request.reasoning_format or reasoning_format) != "none"
+    plan.keep_special = _known(grammars, THINK_START, THINK_END)
+    plan.constraint = native_constraint(request.generation, grammars)
+    schema = request.response_schema
+    if schema is not None:
+        if plan.constraint is not None:
+            raise InvalidRequest(
+                "use either 'response_format' or 'json_schema'/'grammar', not both", param="response_format"
+            )
+        plan.constraint = grammars.json_schema(schema, param="response_format")
+    if schema is not None or request.generation.json_schema is not None:
+        plan.split_reasoning = False  # the output is JSON from its first token; a "<think>" in it is text
+    choice = request.tool_choice
+    if request.tools and choice != "none":
+        _plan_tools(plan, request, choice, grammars)
+    elif choice not in ("auto", "none"):
+        raise InvalidRequest(f"tool_choice {_choice_name(choice)!r} needs 'tools'", param="tool_choice")
+    return plan
+
+
+def _plan_tools(plan: ChatPlan, request: ChatRequest, choice: ToolChoice, grammars: Grammars) -> None:
+    if plan.constraint is not None:
+        raise InvalidRequest("tools cannot be combined with a response format or grammar", param="tools")
+    plan.tools = [dict(tool) for tool in request.tools]
+    plan.parse_tool_calls = True
+    start, end = grammars.special_token(CALL_START), grammars.special_token(CALL_END)
+    plan.keep_special |= _known(grammars, CALL_START, CALL_END)
+    markers_are_tokens = start is not None and end is not None
+    only = choice.name if isinstance(choice, NamedTool) else None
+    if only is not None and only not in {tool["function"]["name"] for tool in plan.tools}:
+        raise InvalidRequest(f"tool_choice names '{only}', which is not in 'tools'", param="tool_choice")
+    lazy = choice == "auto"
+    if not lazy:
+        plan.split_reasoning = False  # the output is one call block from its first token
+    elif not markers_are_tokens:
+        return  # the calls are parsed, but there is no token to start constraining at
+    grammar = tool_call_grammar(
+        plan.tools,
+        only=only,
+        parallel=request.parallel_tool_calls and only is None,
+        markers_are_tokens=markers_are_tokens,
+    )
+    trigger, release = (start, end) if lazy else (None, None)
+    plan.constraint = grammars.lark(grammar, param="tools", trigger=trigger, release=release)
+
+
+def _known(grammars: Grammars, *texts: str) -> frozenset[int]:
+    """The ids of those of ``texts`` that are control tokens of the vocabulary."""
+    return frozenset(t for t in map(grammars.special_token, texts) if t is not None)
+
+
+def _choice_name(choice: ToolChoice) -> str:
+    return choice.name if isinstance(choice, NamedTool) else choice

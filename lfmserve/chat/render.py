@@ -1,0 +1,88 @@
+"""A chat request as the template renders it: messages in the shape templates read, tools, template variables.
+
+Assistant tool calls in the history reach the template with their arguments as mappings; a template
+that ignores ``tool_calls`` (the LFM2 and LFM2.5-1.2B ones) gets them written into the assistant's
+content in the model's own markup, exactly as it generated them, so the prompt cache reuses the
+whole earlier turn. A past ``reasoning_content`` is also passed as ``thinking``, the name
+LFM2.5-8B-A1B's template reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidRequest
+from .request import ChatRequest, ContentPart, Message
+from .template import ChatFormatter
+from .tool_calls import format_calls
+
+if TYPE_CHECKING:
+    from .plan import ChatPlan
+
+
+def render_chat(template: ChatFormatter, request: ChatRequest, plan: ChatPlan | None = None) -> str:
+    """The prompt text; ``plan`` decides which tools and variables the template sees (all, without one)."""
+    if plan is None:
+        tools = [dict(tool) for tool in request.tools] or None
+        extra = template_kwargs(request)
+    else:
+        tools, extra = plan.tools, plan.template_kwargs
+    messages = [template_message(template, m) for m in request.messages]
+    return template.render(messages, tools=tools, add_generation_prompt=request.add_generation_prompt, extra=extra)
+
+
+def template_kwargs(request: ChatRequest) -> dict[str, Any]:
+    """``chat_template_kwargs`` plus ``reasoning_effort`` ("none" turns thinking off unless the kwargs say)."""
+    kwargs: dict[str, Any] = dict(request.template_kwargs)
+    if request.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", request.reasoning_effort)
+        if request.reasoning_effort == "none":
+            kwargs.setdefault("enable_thinking", False)
+    return kwargs
+
+
+def template_message(template: ChatFormatter, message: Message) -> dict[str, Any]:
+    """One message as templates read it (HF transformers' conventions)."""
+    content: Any = message.content
+    if isinstance(content, tuple):
+        content = template.normalize_content([_template_part(part) for part in content])
+    out: dict[str, Any] = {"role": message.role, "content": content if content is not None else ""}
+    for key in ("name", "tool_call_id", "reasoning_content"):
+        if getattr(message, key) is not None:
+            out[key] = getattr(message, key)
+    if message.reasoning_content is not None:
+        out["thinking"] = message.reasoning_content  # the name LFM2.5-8B-A1B's template reads
+    if message.tool_calls:
+        calls = [_tool_call_for_template(call) for call in message.tool_calls]
+        out["tool_calls"] = calls
+        if not template.caps.supports_tool_calls:  # the template would drop them: write them as generated
+            out["content"] = _with_text(out["content"], format_calls(calls))
+    return out
+
+
+def _template_part(part: ContentPart) -> dict[str, Any]:
+    """A content part as templates read it: media parts are ``{"type": "image"}`` (or ``audio``) items."""
+    if part.type == "text":
+        return {"type": "text", "text": part.text}
+    return {"type": part.type}
+
+
+def _with_text(content: Any, text: str) -> Any:
+    """Content (a string or typed parts) with ``text`` appended."""
+    if isinstance(content, list):
+        return [*content, {"type": "text", "text": text}]
+    return (content or "") + text
+
+
+def _tool_call_for_template(call: Mapping[str, Any]) -> dict[str, Any]:
+    """Templates read ``function.arguments`` as a mapping; OpenAI sends it as a JSON string."""
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"tool call arguments are not valid JSON: {exc}", param="messages") from exc
+    return {**call, "function": function}

@@ -1,0 +1,97 @@
+"""The neutral request records the chat layer takes, whatever API family the body arrived in.
+
+An API family validates its own wire body and adapts it here once: names are the chat layer's, values
+already checked for type and range. What is left to check needs the model (a token id, a grammar,
+a template) and is checked by the chat layer, as a 400 naming the wire field.
+
+Example::
+
+    ChatRequest(
+        messages=(Message(role="user", content="Hi"),),
+        generation=GenerationOptions(sampling={"temperature": 0.1}, max_tokens=64),
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+#: Where ``<think>`` text goes: ``none`` leaves it in the content (llama-server's names).
+ReasoningFormat = Literal["auto", "deepseek", "deepseek-legacy", "none"]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
+#: A completion prompt: text, token ids, or a mix of both (text pieces are tokenized in place).
+Prompt = str | Sequence[int | str]
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPart:
+    """A piece of a message's content: text, or a media item (image or audio)."""
+
+    type: Literal["text", "image", "audio"]
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    role: Role
+    #: A string, typed parts, or None (an assistant message that only calls tools).
+    content: str | tuple[ContentPart, ...] | None = None
+    name: str | None = None
+    #: OpenAI-shaped calls of an earlier assistant turn (``function.arguments`` as JSON text or a mapping).
+    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    @property
+    def has_media(self) -> bool:
+        return isinstance(self.content, tuple) and any(part.type != "text" for part in self.content)
+
+
+@dataclass(frozen=True, slots=True)
+class NamedTool:
+    """``tool_choice`` naming the one function the answer must call."""
+
+    name: str
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedTool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationOptions:
+    """How to continue a prompt, as the request asked; None (or empty) means the server's default."""
+
+    #: Sampling knobs the request set, under :data:`~lfmserve.engine.records.SAMPLING_NAMES` (not ``logit_bias``).
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    #: ``(token id or text, bias or False)`` pairs as sent; text is tokenized, ``False`` bans the token.
+    logit_bias: tuple[tuple[int | str, float | bool], ...] = ()
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    cache_prompt: bool = True
+    id_slot: int = -1
+    #: llama-server's native constraints (at most one): a JSON schema, or a GBNF grammar.
+    json_schema: dict[str, Any] | bool | None = None
+    grammar: str | None = None
+    #: Alternatives to report per token; None = no probabilities at all, 0 = only the chosen token's.
+    n_probs: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatRequest:
+    messages: tuple[Message, ...]
+    #: OpenAI-shaped tools (``{"type": "function", "function": {...}}``), as the template receives them.
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
+    #: The schema the whole answer must follow (``response_format``), or None for free text.
+    response_schema: dict[str, Any] | bool | None = None
+    #: None: the server's ``--reasoning-format``.
+    reasoning_format: ReasoningFormat | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    #: Extra template variables (``chat_template_kwargs``).
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    add_generation_prompt: bool = True
+    generation: GenerationOptions = field(default_factory=GenerationOptions)

@@ -1,0 +1,193 @@
+"""One loaded model's serving logic, shared by every API family: neutral requests in, engine outputs out.
+
+No HTTP and no wire shapes here: :class:`Serving` renders the chat template, tokenizes, resolves
+sampling defaults and logit biases, submits to the engine and follows what comes back. The API
+families shape the outputs into their JSON. A non-streaming answer is the collected stream, so both
+modes share one path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from ..engine.constraints import Grammars
+from ..engine.core import Engine
+from ..engine.records import EngineOutput, EngineRequest, ResolvedDefaults, TokenLogprob
+from ..engine.stream import AsyncStream, CollectingStream
+from ..errors import InvalidRequest
+from ..llama.model import NativeModel
+from .output import AssistantOutputParser
+from .plan import ChatPlan, native_constraint, plan_chat
+from .render import render_chat
+from .request import ChatRequest, GenerationOptions, Prompt
+from .template import ChatFormatter
+
+
+@dataclass(slots=True)
+class Collected:
+    """A whole generation: the joined text and the last output (finish reason, counts, timings)."""
+
+    text: str
+    tokens: list[int]
+    last: EngineOutput
+    logprobs: list[TokenLogprob]
+
+
+class Serving:
+    """Example::
+
+    request, parser = serving.prepare_chat(chat_request)
+    done = await serving.run(request)
+    message = parser.parse(done.text)
+    """
+
+    def __init__(
+        self,
+        model: NativeModel,
+        engine: Engine,
+        template: ChatFormatter,
+        *,
+        model_name: str,
+        defaults: ResolvedDefaults,
+        default_max_tokens: int,
+        fingerprint: str,
+        reasoning_format: str = "auto",
+    ) -> None:
+        self.model = model
+        self.engine = engine
+        self.template = template
+        self.grammars = Grammars(model)
+        self.reasoning_format = reasoning_format
+        self.model_name = model_name
+        self.defaults = defaults
+        self.default_max_tokens = default_max_tokens
+        self.fingerprint = fingerprint
+
+    # -- chat ------------------------------------------------------------------------------------
+    def render_chat(self, request: ChatRequest) -> str:
+        """The prompt a chat request renders to, every tool and template variable included (/apply-template)."""
+        return render_chat(self.template, request)
+
+    def prepare_chat(self, request: ChatRequest) -> tuple[EngineRequest, AssistantOutputParser]:
+        """The engine request for a chat, and a fresh parser for its output."""
+        if any(message.has_media for message in request.messages):
+            raise InvalidRequest(
+                "image and audio input are not supported: this model has no multimodal projector", param="messages"
+            )
+        plan = plan_chat(request, self.grammars, reasoning_format=self.reasoning_format)
+        prompt = render_chat(self.template, request, plan)
+        engine_request = self.engine_request(request.generation, self.model.tokenize_chat(prompt), plan)
+        return engine_request, plan.parser(prompt)
+
+    # -- completions -----------------------------------------------------------------------------
+    def prepare_completion(
+        self, prompts: Sequence[Prompt], options: GenerationOptions, *, stream: bool
+    ) -> list[EngineRequest]:
+        """One engine request per prompt, each a text, token ids, or a mix of both; a stream follows one."""
+        requests = [self.engine_request(options, self.tokenize_prompt(prompt)) for prompt in prompts]
+        if stream and len(requests) > 1:
+            raise InvalidRequest("streaming is supported for a single prompt only", param="prompt")
+        return requests
+
+    def tokenize_prompt(self, prompt: Prompt) -> list[int]:
+        """A completion prompt's tokens: text, token ids, or a mix of both (llama-server's tokenize_mixed)."""
+        if isinstance(prompt, str):
+            return self.model.tokenize(prompt, add_special=True, parse_special=True)
+        tokens: list[int] = []
+        for i, piece in enumerate(prompt):
+            if isinstance(piece, int):
+                tokens.append(piece)
+            else:
+                tokens += self.model.tokenize(piece, add_special=i == 0, parse_special=True)
+        return tokens
+
+    # -- engine requests ---------------------------------------------------------------------------
+    def engine_request(
+        self, options: GenerationOptions, prompt_tokens: Sequence[int], plan: ChatPlan | None = None
+    ) -> EngineRequest:
+        sampling = self.defaults.params.updated(options.sampling)
+        sampling = sampling.updated({"logit_bias": self._logit_bias(options.logit_bias)})
+        return EngineRequest(
+            prompt_tokens=tuple(prompt_tokens),
+            sampling=sampling,
+            max_tokens=self.default_max_tokens if options.max_tokens is None else options.max_tokens,
+            stop=options.stop,
+            cache_prompt=options.cache_prompt,
+            id_slot=options.id_slot,
+            keep_special=plan.keep_special if plan else frozenset(),
+            constraint=plan.constraint if plan else native_constraint(options, self.grammars),
+            n_probs=0 if options.n_probs is None else max(options.n_probs, 1),
+        )
+
+    def _logit_bias(self, pairs: Sequence[tuple[int | str, float | bool]]) -> tuple[tuple[int, float], ...]:
+        """Token ids (or text, tokenized) and biases; ``False`` bans a token, as in llama-server."""
+        out: list[tuple[int, float]] = []
+        for key, bias in pairs:
+            value = float("-inf") if bias is False else float(bias)
+            if isinstance(key, str) and not key.lstrip("-").isdigit():
+                ids = self.model.tokenize(key, add_special=False, parse_special=False)
+            else:
+                ids = [int(key)]
+            for token in ids:
+                if not self.model.is_valid_token(token):
+                    raise InvalidRequest(
+                        f"logit_bias token id {token} is out of range (vocabulary has {self.model.n_vocab} tokens)",
+                        param="logit_bias",
+                    )
+                out.append((token, value))
+        return tuple(out)
+
+    # -- running ---------------------------------------------------------------------------------
+    async def run(self, request: EngineRequest) -> Collected:
+        """Generate to the end and return the whole text (the client waits for it all)."""
+        stream = CollectingStream()
+        request_id = self.engine.submit(request, stream)
+        try:
+            last = await stream.last()
+        except asyncio.CancelledError:
+            self.engine.cancel(request_id)
+            raise
+        return Collected("".join(stream.texts), stream.tokens, last, stream.logprobs)
+
+    async def run_all(self, requests: Sequence[EngineRequest]) -> list[Collected]:
+        """Several requests at once, run concurrently in the engine's slots."""
+        return list(await asyncio.gather(*(self.run(r) for r in requests)))
+
+    def start(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        """Submit now (so invalid requests raise before any response starts) and follow the outputs.
+
+        Leaving the iteration early (the client has gone) cancels the request in the engine.
+        """
+        stream = AsyncStream()
+        request_id = self.engine.submit(request, stream)
+        return self._follow(stream, request_id)
+
+    async def _follow(self, stream: AsyncStream, request_id: int) -> AsyncIterator[EngineOutput]:
+        finished = False
+        try:
+            async for out in stream:
+                finished = out.finished
+                yield out
+        finally:
+            if not finished:
+                self.engine.cancel(request_id)
+
+    # -- what the API families show --------------------------------------------------------------
+    def piece(self, token: int) -> bytes:
+        """A token's text as the output shows it (kept markers are parsed away before they are shown)."""
+        return self.model.token_to_piece(token)
+
+    def shown_steps(self, steps: Sequence[TokenLogprob]) -> list[TokenLogprob]:
+        """The steps of the message itself: the end-of-generation token is not part of it."""
+        return [step for step in steps if not self.model.is_eog(step.token)]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Token ids as text (special tokens spelled out); an id outside the vocabulary is a 400."""
+        bad = [t for t in tokens if not self.model.is_valid_token(t)]
+        if bad:
+            raise InvalidRequest(
+                f"Invalid token id {bad[0]} (vocabulary has {self.model.n_vocab} tokens)", param="tokens"
+            )
+        return self.model.detokenize(tokens, special=True)

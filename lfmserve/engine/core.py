@@ -1,0 +1,320 @@
+"""The engine thread: the only code that decodes, with three verbs, ``submit``, ``cancel``, ``close``.
+
+One thread owns the llama context. Requests arrive through a queue; each step the engine gives waiting
+requests a slot (starting each from the longest cached prefix it can reuse: :mod:`~lfmserve.engine.memory`),
+then decodes one batch over every running generation (:mod:`~lfmserve.engine.step`), whose new text
+goes to the request's sink (:mod:`~lfmserve.engine.generation`). Callers never wait on the engine and
+the engine never waits on them.
+
+Example::
+
+    engine = Engine(model, EngineConfig(n_ctx=4096, n_slots=4))
+    stream = SyncStream()
+    engine.submit(EngineRequest(prompt_tokens=(1, 6, ...)), stream)
+    text = "".join(out.text for out in stream)
+    engine.close()
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled, Unavailable
+from ..llama.context import NativeContext
+from ..llama.model import NativeModel
+from .generation import Generation, Limits, Submission
+from .memory import SlotMemory
+from .prompt_cache import RamPromptCache
+from .records import EngineConfig, EngineRequest, EngineStats
+from .sampling import Sampler
+from .scheduler import ReusePlan, Slot, checkpoint_positions, choose_slot, common_prefix_length
+from .step import BatchStep
+from .stream import OutputSink
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: A request waits for another slot to finish computing a prefix they share when it is this much longer
+#: than what the request could reuse now: computed once, then copied.
+SHARED_PREFIX_WAIT = 64
+
+
+class Engine:
+    """Continuous batching over ``n_slots`` sequences of one shared llama context."""
+
+    def __init__(self, model: NativeModel, config: EngineConfig) -> None:
+        self.model = model
+        self.config = config
+        self._ctx = NativeContext(
+            model,
+            n_ctx=config.n_ctx,
+            n_batch=config.n_batch,
+            n_ubatch=config.n_ubatch,
+            n_seq_max=config.n_slots,
+            n_threads=config.n_threads,
+            n_threads_batch=config.n_threads_batch or config.n_threads,
+        )
+        self.n_ctx = self._ctx.n_ctx
+        self.stats = EngineStats()
+        self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints)
+        self.n_ctx_slot = self._memory.n_ctx_slot
+        self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch)
+        self._limits = Limits(self.n_ctx_slot, model.eog_tokens)
+        newline = model.tokenize("\n", add_special=False, parse_special=False)
+        self._newline = newline[0] if len(newline) == 1 else None
+        self._waiting: list[Submission] = []
+        self._running: dict[int, Generation] = {}
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._ids = itertools.count(1)
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="lfmserve-engine", daemon=True)
+        self._thread.start()
+
+    # -- the three verbs (any thread) ----------------------------------------------------------
+    def submit(self, request: EngineRequest, sink: OutputSink) -> int:
+        """Queue a request; its outputs arrive on ``sink``. Invalid requests raise here, at once."""
+        self._validate(request)
+        submission = Submission(next(self._ids), request, sink)
+        self._inbox.put(lambda: self._accept(submission))
+        return submission.id
+
+    def cancel(self, request_id: int) -> None:
+        """Stop a request at the next step and free its slot; no-op when it already finished."""
+        self._inbox.put(lambda: self._cancel(request_id))
+
+    def close(self) -> None:
+        """Finish the thread (pending requests get :class:`Unavailable`), then free the context."""
+        if not self._closing:
+            self._inbox.put(self._stop)
+            self._thread.join()
+            self._ctx.close()
+
+    # -- introspection (/slots, /metrics, the in-process API) ------------------------------------
+    @property
+    def n_slots(self) -> int:
+        return len(self._memory.slots)
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        return self._memory.slots
+
+    @property
+    def shifts_kv(self) -> bool:
+        """Whether ``--cache-reuse`` is in effect (attention-only models whose memory can shift)."""
+        return self._memory.shifts_kv
+
+    @property
+    def n_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def ram_cache(self) -> RamPromptCache:
+        return self._memory.ram
+
+    def slot_request(self, slot_id: int) -> EngineRequest | None:
+        """The request a slot is running, if any."""
+        slot = self._memory.slots[slot_id]
+        return next((g.request for g in list(self._running.values()) if g.slot is slot), None)
+
+    def slot_tokens(self, slot_id: int) -> list[int]:
+        """A copy of the tokens slot ``slot_id`` holds in memory (its prompt cache)."""
+        return list(self._memory.slots[slot_id].tokens)
+
+    # -- slot commands (any thread; they wait until the engine has run them between steps) -------
+    def clear_slot(self, slot_id: int) -> int:
+        """Forget an idle slot's cache; returns how many tokens it held."""
+        return self._call(lambda: self._memory.erase(slot_id))
+
+    def save_slot(self, slot_id: int, path: str) -> tuple[int, int]:
+        """Write an idle slot's sequence to ``path``: (tokens saved, bytes written)."""
+        return self._call(lambda: self._memory.save_file(slot_id, path))
+
+    def restore_slot(self, slot_id: int, path: str) -> tuple[int, int]:
+        """Load a saved sequence into an idle slot: (tokens restored, bytes read)."""
+        return self._call(lambda: self._memory.restore_file(slot_id, path))
+
+    def _call(self, command: Callable[[], T]) -> T:
+        """Run ``command`` on the engine thread between steps and return its result here."""
+        done = threading.Event()
+        box: list[T | BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(command())
+            except BaseException as exc:  # delivered to the caller
+                box.append(exc)
+            done.set()
+
+        self._inbox.put(run)
+        done.wait()
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    # -- validation (caller's thread) ----------------------------------------------------------
+    def _validate(self, request: EngineRequest) -> None:
+        if self._closing:
+            raise Unavailable("the server is shutting down")
+        n = len(request.prompt_tokens)
+        if n == 0:
+            raise InvalidRequest("The prompt is empty", param="prompt")
+        if n >= self.n_ctx_slot:
+            raise ContextLengthExceeded(n, self.n_ctx_slot)
+        bad = next((t for t in request.prompt_tokens if not self.model.is_valid_token(t)), None)
+        if bad is not None:
+            raise InvalidRequest(
+                f"Invalid token id {bad} in the prompt (vocabulary has {self.model.n_vocab})", param="prompt"
+            )
+        if request.id_slot >= self.n_slots:
+            raise InvalidRequest(
+                f"id_slot {request.id_slot} does not exist (there are {self.n_slots} slots)", param="id_slot"
+            )
+        if len(self._waiting) >= self.config.max_queue:
+            raise Unavailable(f"the server is busy: {len(self._waiting)} requests are waiting for a slot")
+
+    # -- engine thread -------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._closing:
+            self._drain_inbox(block=not self._waiting and not self._running)
+            if self._closing:
+                break
+            try:
+                self._start_waiting()
+                if self._running:
+                    self._step.run(list(self._running.values()))
+            except Exception as exc:  # a bug must cost the requests in flight, never the engine
+                logger.exception("engine step failed; failing the active requests")
+                for gen in self._running.values():
+                    if not gen.done:
+                        self._memory.reset(gen.slot)
+                        gen.fail(EngineError(f"internal engine error: {exc}"))
+            self._running = {gen.id: gen for gen in self._running.values() if not gen.done}
+        shutting_down = Unavailable("the server is shutting down")
+        for gen in self._running.values():
+            gen.fail(shutting_down)
+        for submission in self._waiting:
+            submission.sink.put(shutting_down)
+
+    def _drain_inbox(self, *, block: bool) -> None:
+        try:
+            command = self._inbox.get(block=block)
+            while True:
+                command()
+                command = self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _stop(self) -> None:
+        self._closing = True
+
+    def _accept(self, submission: Submission) -> None:
+        self._waiting.append(submission)
+        self.stats.n_requests += 1
+
+    def _cancel(self, request_id: int) -> None:
+        cancelled = RequestCancelled(f"request {request_id} was cancelled")
+        gen = self._running.get(request_id)
+        if gen is not None and not gen.done:
+            gen.fail(cancelled)
+            return
+        for submission in self._waiting:
+            if submission.id == request_id:
+                self._waiting.remove(submission)
+                submission.sink.put(cancelled)
+                return
+
+    # -- starting requests -----------------------------------------------------------------------
+    def _start_waiting(self) -> None:
+        """Give waiting requests a slot, oldest first; the others keep waiting (and count as deferred)."""
+        waiting, self._waiting = self._waiting, []
+        for submission in waiting:
+            request = submission.request
+            slot = choose_slot(self._memory.slots, request.prompt_tokens, request.id_slot, self.config.slot_similarity)
+            plan = self._plan(request, slot) if slot is not None else None
+            if slot is None or plan is None:
+                self._waiting.append(submission)
+                if not submission.deferred:
+                    submission.deferred = True
+                    self.stats.n_requests_deferred += 1
+                continue
+            try:
+                self._start(submission, slot, plan)
+            except Exception as exc:
+                logger.exception("request %d could not start", submission.id)
+                self._memory.reset(slot)
+                error = exc if isinstance(exc, EngineError) else EngineError(str(exc))
+                gen = self._running.pop(submission.id, None)
+                if gen is not None:
+                    if not gen.done:
+                        gen.fail(error)
+                else:
+                    slot.busy = False
+                    submission.sink.put(error)
+
+    def _plan(self, request: EngineRequest, slot: Slot) -> ReusePlan | None:
+        """The reuse plan, or None when a prefix this prompt shares is being computed in another slot."""
+        prompt = request.prompt_tokens
+        plan = self._memory.plan(slot, prompt, cache_prompt=request.cache_prompt, needs_logits=request.max_tokens != 0)
+        if request.cache_prompt:
+            for other in self._running.values():
+                if other.prefilling:
+                    shared = common_prefix_length(other.prompt, prompt)
+                    if shared > max(plan.keep, len(other.slot.tokens)) + SHARED_PREFIX_WAIT:
+                        return None  # compute the shared prefix once: wait for it, then copy it
+        return plan
+
+    def _start(self, submission: Submission, slot: Slot, plan: ReusePlan) -> None:
+        request = submission.request
+        self._memory.prepare(slot, plan, request.prompt_tokens, needs_logits=request.max_tokens != 0)
+        slot.busy = True
+        self._memory.park_idle()
+        sampler = Sampler(
+            self.model,
+            request.sampling,
+            request.prompt_tokens,
+            self.n_ctx_slot,
+            constraint=request.constraint,
+            n_probs=request.n_probs,
+        )
+        gen = Generation(
+            submission, slot, sampler, limits=self._limits, piece=self._piece_function(request), stats=self.stats
+        )
+        self._running[gen.id] = gen
+        if gen.n_cached:
+            self.stats.n_cache_hits += 1
+            self.stats.n_cached_tokens += gen.n_cached
+        if not self._memory.can_truncate:
+            if gen.n_cached and all(c.n_tokens != gen.n_cached for c in slot.checkpoints):
+                # Free (no decode call): the memory is exact where prefilling starts, typically the end of
+                # the previous reply, so an edit of the message that follows needs nothing recomputed before it.
+                self._memory.checkpoint(slot, boundary=False)
+            gen.checkpoints_due = checkpoint_positions(
+                gen.prompt, gen.n_cached, turn_ends=self.model.eog_tokens, newline=self._newline
+            )
+        logger.debug(
+            "request %d: slot %d, prompt %d tokens, %d reused (%s)",
+            gen.id,
+            slot.id,
+            len(gen.prompt),
+            gen.n_cached,
+            plan.source,
+        )
+        if len(slot.tokens) == len(gen.prompt):  # all cached: prefill-only, or the logits were kept
+            self._step.after_prompt_chunk(gen, 0, gen.t_prompt_start)
+            if not gen.done:
+                assert plan.checkpoint is not None
+                gen.sample(self._ctx, plan.checkpoint.logits_row())
+
+    def _piece_function(self, request: EngineRequest) -> Callable[[int], bytes]:
+        """A token's text as the output shows it: special tokens empty, except those the request keeps."""
+        to_piece = self.model.token_to_piece
+        keep = request.keep_special
+        if not keep:
+            return to_piece
+        return lambda token: to_piece(token, special=token in keep)

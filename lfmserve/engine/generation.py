@@ -1,0 +1,181 @@
+"""One request while the engine runs it: from its slot and sampler to the output that ends it.
+
+A :class:`Submission` waits in the engine's queue; once it has a slot it becomes a :class:`Generation`,
+which prefills its prompt (the batch step feeds it chunks), then turns each sampled token into text
+(detokenizer, then stop strings) and hands it to the request's sink, until end of generation, a stop
+string, a finished grammar or a limit ends it. Engine-thread state only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from ..llama.context import NativeContext
+from .detokenizer import StreamingDetokenizer
+from .records import EngineOutput, EngineRequest, EngineStats, FinishReason, StopType, Timings
+from .sampling import Sampler
+from .scheduler import Slot
+from .stop import StopMatcher
+from .stream import OutputSink
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, eq=False)
+class Submission:
+    """A request the engine has accepted, waiting for a slot."""
+
+    id: int
+    request: EngineRequest
+    sink: OutputSink
+    #: It had to wait at least once (counted once, for /metrics).
+    deferred: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What ends every generation besides its own request: the slot's size and the end-of-generation tokens."""
+
+    n_ctx_slot: int
+    end_tokens: frozenset[int]
+
+
+class Generation:
+    """A request that holds a slot: prefilling, then one sampled token per step until it finishes or fails."""
+
+    def __init__(
+        self,
+        submission: Submission,
+        slot: Slot,
+        sampler: Sampler,
+        *,
+        limits: Limits,
+        piece: Callable[[int], bytes],
+        stats: EngineStats,
+    ) -> None:
+        self.id = submission.id
+        self.request = submission.request
+        self.slot = slot
+        self.sampler = sampler
+        self._sink = submission.sink
+        self._limits = limits
+        self._stats = stats
+        self._detokenizer = StreamingDetokenizer(piece)
+        self._stopper = StopMatcher(self.request.stop)
+        #: Prompt tokens the slot already held when the generation started.
+        self.n_cached = len(slot.tokens)
+        self.timings = Timings(cache_n=self.n_cached)
+        #: The last sampled token, decoded in the next step (None while the prompt is prefilling).
+        self.pending_token: int | None = None
+        #: Where this generation's logits are in the current batch (-1: it wants none this step).
+        self.batch_index = -1
+        self.n_decoded = 0
+        #: Where prefilling stops to checkpoint: (position, is a message boundary).
+        self.checkpoints_due: list[tuple[int, bool]] = []
+        self.t_prompt_start = time.perf_counter()
+        self._t_generation_start = 0.0
+        self.done = False
+
+    @property
+    def prompt(self) -> tuple[int, ...]:
+        return self.request.prompt_tokens
+
+    @property
+    def prefilling(self) -> bool:
+        return not self.done and self.pending_token is None
+
+    def prompt_done(self, now: float) -> None:
+        """The whole prompt is in the slot's memory: generation starts now (or ends, for a prefill-only request)."""
+        self.timings.prompt_n = len(self.prompt) - self.n_cached
+        self.timings.prompt_ms = 1e3 * (now - self.t_prompt_start)
+        self._stats.n_prompt_tokens += self.timings.prompt_n
+        self._stats.prompt_seconds += now - self.t_prompt_start
+        self._t_generation_start = now
+        if self.request.max_tokens == 0:
+            self._finish("", (), "length", "limit")
+
+    def sample(self, ctx: NativeContext, stored_logits: npt.NDArray[np.float32] | None = None) -> None:
+        """Sample the next token from this step's logits (or kept ones) and emit its text, or finish."""
+        token = self.sampler.sample(ctx, self.batch_index, stored_logits)
+        self.n_decoded += 1
+        self.timings.predicted_n = self.n_decoded
+        self.timings.predicted_ms = 1e3 * (time.perf_counter() - self._t_generation_start)
+        detokenizer, stopper = self._detokenizer, self._stopper
+        if token in self._limits.end_tokens and not self.request.sampling.ignore_eos:
+            self._finish(detokenizer.flush() + stopper.flush(), (token,), "stop", "eos")
+            return
+        text, stop_word = stopper.feed(detokenizer.add(token))
+        if stop_word is not None:
+            self._finish(text, (token,), "stop", "word", stop_word)
+        elif self.sampler.grammar_finished:
+            self._finish(text + self._drain(), (token,), "stop", "eos")
+        elif self.n_decoded == self.request.max_tokens or len(self.slot.tokens) + 1 >= self._limits.n_ctx_slot:
+            self._finish(text + self._drain(), (token,), "length", "limit")
+        else:
+            self.pending_token = token
+            self._sink.put(self._output(text, (token,)))
+
+    def fail(self, error: BaseException) -> None:
+        """End with an error the consumer raises (cancelled, or the engine failed it)."""
+        self._sink.put(error)
+        self._release()
+
+    def _drain(self) -> str:
+        """The text still held back (a split character, a partial stop string) when generation ends."""
+        tail, _ = self._stopper.feed(self._detokenizer.flush())
+        return tail + self._stopper.flush()
+
+    def _finish(
+        self, text: str, tokens: tuple[int, ...], reason: FinishReason, stop_type: StopType, stopping_word: str = ""
+    ) -> None:
+        self._sink.put(self._output(text, tokens, reason, stop_type, stopping_word))
+        t = self.timings
+        self._stats.n_predicted_tokens += self.n_decoded
+        self._stats.predicted_seconds += t.predicted_ms / 1e3
+        logger.info(
+            "request %d done: slot %d, prompt %d (cached %d), completion %d, ttft %.0f ms, %.1f tok/s (%s)",
+            self.id,
+            self.slot.id,
+            len(self.prompt),
+            self.n_cached,
+            self.n_decoded,
+            t.prompt_ms,
+            t.to_json()["predicted_per_second"],
+            stop_type,
+        )
+        self._release()
+
+    def _output(
+        self,
+        text: str,
+        tokens: tuple[int, ...],
+        finish_reason: FinishReason | None = None,
+        stop_type: StopType | None = None,
+        stopping_word: str = "",
+    ) -> EngineOutput:
+        logprob = self.sampler.last_logprob if tokens else None
+        return EngineOutput(
+            logprobs=(logprob,) if logprob is not None else (),
+            text=text,
+            token_ids=tokens,
+            id_slot=self.slot.id,
+            n_prompt_tokens=len(self.prompt),
+            n_cached_tokens=self.n_cached,
+            n_decoded=self.n_decoded,
+            timings=replace(self.timings),
+            finish_reason=finish_reason,
+            stop_type=stop_type,
+            stopping_word=stopping_word,
+        )
+
+    def _release(self) -> None:
+        self.sampler.close()
+        self.slot.busy = False
+        self.slot.last_used = time.monotonic()
+        self.done = True

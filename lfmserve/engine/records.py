@@ -1,0 +1,203 @@
+"""The records passed between the chat layer and the engine thread, and the seam the engine sees of a grammar."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+#: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it (checkpoints, the RAM cache).
+StateBuffer = npt.NDArray[np.uint8]
+FinishReason = Literal["stop", "length"]
+#: How generation ended, with llama-server's names: end of generation token, stop string, limit.
+StopType = Literal["eos", "word", "limit"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams:
+    """One request's sampler settings: llama-server's wire names, meanings and defaults (``common/common.h``).
+
+    These field names are the only spelling of the sampling knobs: request bodies, ``Settings`` and the
+    in-process API use them as they are.
+    """
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int = -1
+    #: (token id, bias) pairs; ``-inf`` bans the token.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    ignore_eos: bool = False
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["logit_bias"] = [list(pair) for pair in self.logit_bias]
+        return out
+
+    def updated(self, overrides: Mapping[str, Any]) -> SamplingParams:
+        """A copy with the given (already validated) fields replaced; None values are skipped."""
+        names = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in overrides.items() if k in names and v is not None})
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedDefaults:
+    """The sampling defaults a server applies and, per field, which layer set it (shown by ``/props``)."""
+
+    params: SamplingParams
+    sources: dict[str, str] = field(default_factory=dict)
+    #: The LFM family whose table row matched the model, if any.
+    family: str | None = None
+
+
+#: Every sampling knob's name (the fields of :class:`SamplingParams`).
+SAMPLING_NAMES: frozenset[str] = frozenset(f.name for f in fields(SamplingParams))
+
+
+class TokenConstraint(Protocol):
+    """A grammar the sampled tokens must follow (llguidance's masks implement it: ``engine.constraints``)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether :meth:`apply` would forbid anything now (a lazy grammar waits for its trigger token)."""
+
+    @property
+    def finished(self) -> bool:
+        """A whole-output grammar is complete: nothing may follow, even under ``ignore_eos``."""
+
+    def apply(self, logits: npt.NDArray[np.float32]) -> None:
+        """Set, in place, every token the grammar does not allow next to minus infinity."""
+
+    def accept(self, token: int) -> None:
+        """Advance the grammar past the sampled token."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineRequest:
+    """A tokenized prompt and how to continue it."""
+
+    prompt_tokens: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: Tokens to generate; -1 = until end of generation or the context is full; 0 = only prefill.
+    max_tokens: int = -1
+    stop: tuple[str, ...] = ()
+    cache_prompt: bool = True
+    #: Slot to run in, or -1 for the engine's choice.
+    id_slot: int = -1
+    #: Special tokens whose text is kept in the output (tool-call markers); others render empty.
+    keep_special: frozenset[int] = frozenset()
+    #: Grammar the output must follow (one request's state: a request is submitted once).
+    constraint: TokenConstraint | None = field(default=None, compare=False)
+    #: Report the ``n_probs`` most likely tokens (and the chosen one's log-probability) at each step.
+    n_probs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """A generated token's log-probability under the model, and the most likely alternatives."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(slots=True)
+class Timings:
+    """llama-server's ``timings`` object, filled as the request runs."""
+
+    cache_n: int = 0
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n else 0.0,
+            "prompt_per_second": 1e3 * self.prompt_n / self.prompt_ms if self.prompt_ms > 0 else 0.0,
+            "predicted_n": self.predicted_n,
+            "predicted_ms": self.predicted_ms,
+            "predicted_per_token_ms": self.predicted_ms / self.predicted_n if self.predicted_n else 0.0,
+            "predicted_per_second": 1e3 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else 0.0,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineOutput:
+    """One step of one request: new text and tokens; the last one carries ``finish_reason``."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    id_slot: int
+    n_prompt_tokens: int
+    n_cached_tokens: int
+    n_decoded: int
+    timings: Timings
+    finish_reason: FinishReason | None = None
+    stop_type: StopType | None = None
+    stopping_word: str = ""
+    #: One entry per token in ``token_ids`` when the request asked for probabilities.
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    n_ctx: int = 0
+    n_slots: int = 1
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int = 1
+    n_threads_batch: int | None = None
+    #: Idle slot chosen when its cache shares more than this fraction of the prompt (llama-server's 0.10).
+    slot_similarity: float = 0.10
+    #: Requests waiting for a slot beyond this answer 503.
+    max_queue: int = 1024
+    #: Checkpoints kept per slot, by count and by bytes.
+    max_checkpoints: int = 32
+    max_checkpoint_bytes: int = 256 * 2**20
+    #: Host RAM for sequences evicted from slots (0 = off).
+    cache_ram_bytes: int = 8192 * 2**20
+    #: ``--cache-reuse``: shortest cached run moved by KV shifting (0 = off; attention-only models).
+    cache_reuse: int = 0
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters since start, for /metrics and /slots (written by the engine thread only)."""
+
+    n_prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    n_predicted_tokens: int = 0
+    predicted_seconds: float = 0.0
+    n_decode_calls: int = 0
+    n_busy_slots_sum: int = 0
+    n_requests: int = 0
+    n_requests_deferred: int = 0
+    n_cache_hits: int = 0
+    n_cached_tokens: int = 0
+    n_checkpoints_saved: int = 0
+    n_checkpoints_restored: int = 0
+    n_slot_copies: int = 0
+    n_ram_saves: int = 0
+    n_ram_restores: int = 0
+    n_shifted_tokens: int = 0

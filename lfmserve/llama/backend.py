@@ -1,0 +1,43 @@
+"""llama.cpp's process-wide state: backend initialisation, its log routed to :mod:`logging`, the build linked in."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from importlib.metadata import version
+from typing import Any
+
+import llama_cpp._utils as llama_utils
+import llama_cpp.llama_cpp as llama
+
+# ggml log levels: 3 = warning, 4 = error; everything else (load chatter) goes to DEBUG.
+_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
+_llama_logger = logging.getLogger("lfmserve.llama_cpp")
+_backend_ready = False
+
+
+def _log_llama(level: int, text: bytes, _user_data: Any) -> None:
+    if text:
+        _llama_logger.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", text.decode("utf-8", "replace").rstrip("\n"))
+
+
+_forward_llama_log = llama.llama_log_callback(_log_llama)  # kept referenced: llama.cpp holds the pointer
+
+# llama-cpp-python opens two /dev/null files when its package is imported (for its high-level API, which
+# lfmserve does not use) and never closes them: every interpreter exit warned "unclosed file".
+for _null in (llama_utils.outnull_file, llama_utils.errnull_file):
+    atexit.register(_null.close)
+
+
+def init_backend() -> None:
+    """Initialise llama.cpp once per process and route its log to :mod:`logging`."""
+    global _backend_ready
+    if not _backend_ready:
+        llama.llama_log_set(_forward_llama_log, None)
+        llama.llama_backend_init()
+        _backend_ready = True
+
+
+def build_info() -> str:
+    """The llama.cpp build linked in, named by the pinned llama-cpp-python release."""
+    return f"llama-cpp-python {version('llama-cpp-python')}"

@@ -1,0 +1,137 @@
+"""A llama_context over one model: decoding the batch, each sequence's memory, and saving or restoring its state."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import llama_cpp.llama_cpp as llama
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EngineError
+from .batch import Batch
+from .model import NativeModel
+
+
+class NativeContext:
+    """A llama_context over one model: decoding, per-sequence memory and state."""
+
+    def __init__(
+        self,
+        model: NativeModel,
+        *,
+        n_ctx: int,
+        n_batch: int,
+        n_ubatch: int,
+        n_seq_max: int,
+        n_threads: int,
+        n_threads_batch: int,
+    ) -> None:
+        params = llama.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = min(n_ubatch, n_batch)
+        params.n_seq_max = n_seq_max
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads_batch
+        params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np
+        params.swa_full = False  # llama-server's default: a window-sized SWA cache (checkpoints make it reusable)
+        params.no_perf = True
+        self._ctx = llama.llama_init_from_model(model.handle, params)
+        if not self._ctx:
+            raise EngineError("failed to create the llama.cpp context (out of memory?)")
+        self.model = model
+        self._memory = llama.llama_get_memory(self._ctx)
+        self.n_ctx = llama.llama_n_ctx(self._ctx)
+        self.n_ctx_seq = llama.llama_n_ctx_seq(self._ctx)
+        self.n_batch = llama.llama_n_batch(self._ctx)
+        self.n_seq_max = n_seq_max
+        self.batch = Batch(self.n_batch)
+
+    @property
+    def handle(self) -> Any:
+        return self._ctx
+
+    def decode(self) -> None:
+        """Decode the current batch; raise :class:`EngineError` on failure."""
+        self.batch.struct.n_tokens = self.batch.n_tokens
+        rc = llama.llama_decode(self._ctx, self.batch.struct)
+        if rc != 0:
+            reason = {1: "no room in the KV cache", 2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
+            raise EngineError(f"llama_decode failed: {reason} (code {rc})")
+
+    def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:
+        return bool(llama.llama_memory_seq_rm(self._memory, seq_id, p0, p1))
+
+    def seq_shift(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Move positions [p0, p1) of a sequence by ``delta`` (KV shifting: the keys are re-rotated)."""
+        llama.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
+
+    @property
+    def can_shift(self) -> bool:
+        return bool(llama.llama_memory_can_shift(self._memory))
+
+    def seq_cp(self, src: int, dst: int, n_tokens: int) -> None:
+        """Make ``dst`` hold ``src``'s first ``n_tokens`` (KV cells are shared, not copied)."""
+        llama.llama_memory_seq_cp(self._memory, src, dst, 0, n_tokens)
+
+    def save_seq_file(self, seq_id: int, path: str, tokens: Sequence[int]) -> int:
+        """Write the sequence's full state and its tokens to a file; returns the bytes written."""
+        arr = (llama.llama_token * len(tokens))(*tokens)
+        written = llama.llama_state_seq_save_file(self._ctx, path.encode(), seq_id, arr, len(tokens))
+        if written == 0:
+            raise EngineError(f"could not save sequence {seq_id} to {path}")
+        return int(written)
+
+    def load_seq_file(self, seq_id: int, path: str, capacity: int) -> tuple[list[int], int]:
+        """Restore a saved sequence into ``seq_id``; returns its tokens and the bytes read."""
+        arr = (llama.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        read = llama.llama_state_seq_load_file(self._ctx, path.encode(), seq_id, arr, capacity, ctypes.byref(count))
+        if read == 0:
+            raise EngineError(f"could not restore {path} (not a saved slot of this model, or larger than the slot)")
+        return list(arr[: count.value]), int(read)
+
+    def seq_clear(self, seq_id: int) -> None:
+        if not self.seq_rm(seq_id, -1, -1):
+            raise EngineError(f"could not clear sequence {seq_id}")
+
+    def clear(self) -> None:
+        llama.llama_memory_clear(self._memory, True)
+
+    def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
+        """The logits row of the last decode at ``batch_index`` (a view: it changes with the next decode)."""
+        return np.ctypeslib.as_array(llama.llama_get_logits_ith(self._ctx, batch_index), shape=(self.model.n_vocab,))
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        return int(llama.llama_memory_seq_pos_max(self._memory, seq_id))
+
+    def get_state(self, seq_id: int, *, partial: bool) -> npt.NDArray[np.uint8]:
+        """The sequence's state; ``partial`` keeps only the recurrent / sliding-window part.
+
+        Written straight into an uninitialised array: a zeroed buffer plus a copy to ``bytes`` cost
+        30 ms for a 28 MiB state, the read itself 2 ms.
+        """
+        flags = llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
+        size = llama.llama_state_seq_get_size_ext(self._ctx, seq_id, flags)
+        buf = np.empty(size, dtype=np.uint8)
+        written = llama.llama_state_seq_get_data_ext(self._ctx, _bytes_pointer(buf), size, seq_id, flags)
+        if written != size:
+            raise EngineError(f"state read of sequence {seq_id} wrote {written} of {size} bytes")
+        return buf
+
+    def set_state(self, seq_id: int, data: npt.NDArray[np.uint8], *, partial: bool) -> None:
+        flags = llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
+        if llama.llama_state_seq_set_data_ext(self._ctx, _bytes_pointer(data), data.size, seq_id, flags) != data.size:
+            raise EngineError(f"state restore of sequence {seq_id} failed")
+
+    def close(self) -> None:
+        if self._ctx:
+            llama.llama_free(self._ctx)
+            self._ctx = None
+
+
+def _bytes_pointer(buffer: npt.NDArray[np.uint8]) -> Any:
+    return buffer.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))

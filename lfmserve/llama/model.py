@@ -1,0 +1,247 @@
+"""A loaded GGUF: its weights, vocabulary and what it says about itself.
+
+Thread-safe for tokenizing and reading pieces; decoding needs a :class:`~lfmserve.llama.context.NativeContext`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp.llama_cpp as llama
+
+from ..errors import EngineError
+from .backend import init_backend
+
+_VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What a loaded GGUF says about itself (shown by /props and /v1/models)."""
+
+    path: str
+    architecture: str
+    name: str
+    basename: str | None
+    size_label: str | None
+    description: str
+    n_ctx_train: int
+    n_params: int
+    size_bytes: int
+    n_vocab: int
+    n_embd: int
+    vocab_type: int
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+    add_bos: bool
+    is_hybrid: bool
+    is_recurrent: bool
+    n_swa: int
+
+    @property
+    def vocab_type_name(self) -> str:
+        return _VOCAB_TYPES.get(self.vocab_type, str(self.vocab_type))
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        """Its memory cannot drop a tail by position alone (recurrent state or a sliding window)."""
+        return self.is_hybrid or self.is_recurrent or self.n_swa > 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The model as ``/props`` describes it."""
+        return {
+            "architecture": self.architecture,
+            "name": self.name,
+            "description": self.description,
+            "n_ctx_train": self.n_ctx_train,
+            "n_params": self.n_params,
+            "size": self.size_bytes,
+            "n_vocab": self.n_vocab,
+            "vocab_type": self.vocab_type_name,
+            "is_hybrid": self.is_hybrid,
+            "is_recurrent": self.is_recurrent,
+            "n_swa": self.n_swa,
+        }
+
+    def meta_json(self, n_ctx: int) -> dict[str, Any]:
+        """The model as ``/v1/models`` describes it (``meta``), served with ``n_ctx`` tokens per slot."""
+        return {
+            "vocab_type": self.vocab_type,
+            "n_vocab": self.n_vocab,
+            "n_ctx": n_ctx,
+            "n_ctx_train": self.n_ctx_train,
+            "n_embd": self.n_embd,
+            "n_params": self.n_params,
+            "size": self.size_bytes,
+        }
+
+
+class NativeModel:
+    """A loaded GGUF: weights and vocabulary. Thread-safe for tokenizing; decoding needs a context."""
+
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = -1, vocab_only: bool = False) -> None:
+        init_backend()
+        self.path = str(path)
+        if not Path(self.path).is_file():
+            raise EngineError(f"model file not found: {self.path}")
+        params = llama.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
+        self._model = llama.llama_model_load_from_file(self.path.encode(), params)
+        if not self._model:
+            raise EngineError(f"failed to load model from {self.path}")
+        self._vocab = llama.llama_model_get_vocab(self._model)
+        self.n_vocab: int = llama.llama_vocab_n_tokens(self._vocab)
+        self.bos_id = llama.llama_vocab_bos(self._vocab)
+        self.eos_id = llama.llama_vocab_eos(self._vocab)
+        # Looked up per generated token: answered from Python, so the engine thread does not give up the
+        # GIL (and wait to get it back) for these calls.
+        self._eog = frozenset(t for t in range(self.n_vocab) if llama.llama_vocab_is_eog(self._vocab, t))
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+        self.info = self._read_info()
+
+    @property
+    def handle(self) -> Any:
+        return self._model
+
+    @property
+    def vocab_handle(self) -> Any:
+        return self._vocab
+
+    @property
+    def tokenize_address(self) -> int | None:
+        """The address of ``llama_tokenize``, for native code that tokenizes with this vocabulary (llguidance)."""
+        return ctypes.cast(llama._lib.llama_tokenize, ctypes.c_void_p).value
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as text, or None when the key is absent."""
+        size = 4096
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama.llama_model_meta_val_str(self._model, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", "replace")
+            size = n + 1
+
+    def _read_info(self) -> ModelInfo:
+        m = self._model
+        desc = ctypes.create_string_buffer(256)
+        llama.llama_model_desc(m, desc, 256)
+        template = llama.llama_model_chat_template(m, None)
+        return ModelInfo(
+            path=self.path,
+            architecture=self.meta("general.architecture") or "unknown",
+            name=self.meta("general.name") or Path(self.path).stem,
+            basename=self.meta("general.basename"),
+            size_label=self.meta("general.size_label"),
+            description=desc.value.decode("utf-8", "replace"),
+            n_ctx_train=llama.llama_model_n_ctx_train(m),
+            n_params=llama.llama_model_n_params(m),
+            size_bytes=llama.llama_model_size(m),
+            n_vocab=self.n_vocab,
+            n_embd=llama.llama_model_n_embd(m),
+            vocab_type=llama.llama_vocab_type(self._vocab),
+            chat_template=template.decode("utf-8") if template else None,
+            bos_token=self.token_text(self.bos_id) if self.bos_id >= 0 else "",
+            eos_token=self.token_text(self.eos_id) if self.eos_id >= 0 else "",
+            add_bos=bool(llama.llama_vocab_get_add_bos(self._vocab)),
+            is_hybrid=bool(llama.llama_model_is_hybrid(m)),
+            is_recurrent=bool(llama.llama_model_is_recurrent(m)),
+            n_swa=llama.llama_model_n_swa(m),
+        )
+
+    # -- vocabulary ----------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        raw = text.encode("utf-8")
+        capacity = len(raw) + 8
+        buf = (llama.llama_token * capacity)()
+        n = llama.llama_tokenize(self._vocab, raw, len(raw), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (llama.llama_token * capacity)()
+            n = llama.llama_tokenize(self._vocab, raw, len(raw), buf, capacity, add_special, parse_special)
+        if n < 0:
+            raise EngineError(f"tokenization failed ({n})")
+        return list(buf[:n])
+
+    def tokenize_chat(self, text: str) -> list[int]:
+        """Tokenize a rendered chat prompt; a template that prints BOS itself does not get a second one."""
+        bos = self.info.bos_token
+        return self.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+    def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = self._read_piece(token, special)
+        return piece
+
+    def all_pieces(self) -> list[bytes]:
+        """Every token's bytes (special tokens spelled out), in id order; read once, not cached."""
+        return [self._read_piece(token, True) for token in range(self.n_vocab)]
+
+    def _read_piece(self, token: int, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        """The token's text with special tokens rendered (``<|im_end|>``)."""
+        return self.token_to_piece(token, special=True).decode("utf-8", "replace")
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        if not tokens:
+            return ""
+        arr = (llama.llama_token * len(tokens))(*tokens)
+        capacity = len(tokens) * 16 + 16
+        while True:
+            buf = ctypes.create_string_buffer(capacity)
+            n = llama.llama_detokenize(self._vocab, arr, len(tokens), buf, capacity, False, special)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", "replace")
+            capacity = -n
+
+    def apply_builtin_template(self, template: str, messages: Sequence[tuple[str, str]], *, add_assistant: bool) -> str:
+        """llama.cpp's built-in (non-Jinja) formatting, which recognises common templates by their text."""
+        chat = (llama.llama_chat_message * len(messages))(
+            *[llama.llama_chat_message(role.encode(), content.encode()) for role, content in messages]
+        )
+        size = 4096 + 2 * sum(len(c.encode()) for _, c in messages)
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = llama.llama_chat_apply_template(template.encode(), chat, len(messages), add_assistant, buf, size)
+            if n < 0:
+                raise EngineError("this chat template is not one llama.cpp knows without --jinja")
+            if n <= size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n
+        raise EngineError("chat template output kept growing")
+
+    def is_eog(self, token: int) -> bool:
+        return token in self._eog
+
+    @property
+    def eog_tokens(self) -> frozenset[int]:
+        return self._eog
+
+    def is_control(self, token: int) -> bool:
+        """A control token: printed only when asked for special tokens (``<|im_end|>``, not ``<think>``)."""
+        return bool(llama.llama_vocab_get_attr(self._vocab, token) & llama.LLAMA_TOKEN_ATTR_CONTROL)
+
+    def is_valid_token(self, token: int) -> bool:
+        return 0 <= token < self.n_vocab
+
+    def close(self) -> None:
+        if self._model:
+            llama.llama_model_free(self._model)
+            self._model = None

@@ -1,0 +1,111 @@
+"""``-hf repo[:QUANT]``: find the quant's GGUF in a Hugging Face repo and download it (or use the cache).
+
+Uses huggingface_hub, so ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` and ``HF_HUB_OFFLINE`` work as
+they do everywhere else, downloads show a progress bar, and a file downloaded once is served from
+the cache when the hub cannot be reached.
+
+Example::
+
+    path = resolve_hf_model("LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+import huggingface_hub
+from huggingface_hub import constants
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+from ..errors import LfmError, NotFound
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_QUANT = "Q4_K_M"
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """``"org/repo:q8_0"`` -> ``("org/repo", "Q8_0")``; the quant defaults to Q4_K_M."""
+    repo, _, quant = spec.partition(":")
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise NotFound(f"invalid Hugging Face repo '{spec}': expected owner/name[:quant]")
+    return repo, (quant or DEFAULT_QUANT).upper()
+
+
+def pick_gguf(files: Iterable[str], quant: str) -> list[str]:
+    """The repo files that make up the quant's model: one file, or every part of a split GGUF."""
+    ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower())
+    pattern = re.compile(rf"(^|[-._/]){re.escape(quant)}([-._]|$)", re.IGNORECASE)
+    matches = [f for f in ggufs if pattern.search(os.path.basename(f))]
+    if not matches:
+        raise NotFound(f"no {quant} GGUF in the repo (found: {', '.join(ggufs) or 'no GGUF files'})")
+    first = matches[0]
+    split = _SPLIT.search(first)
+    if split is None:
+        return [first]
+    prefix = first[: split.start()]
+    return [f for f in matches if f.startswith(prefix) and _SPLIT.search(f)]
+
+
+def resolve_hf_model(spec: str, hf_file: str | None = None) -> str:
+    """Local path of the model file (the first part of a split GGUF), downloading what is missing.
+
+    When the hub's host does not answer and the file is cached, the cache is used at once instead of
+    waiting through huggingface_hub's retries.
+    """
+    repo, quant = split_spec(spec)
+    if not _hub_reachable():
+        try:
+            paths = _from_cache(repo, quant, hf_file)
+            logger.warning("the hub at %s cannot be reached; using the cached %s", constants.ENDPOINT, paths[0])
+            return paths[0]
+        except NotFound:
+            pass  # not cached: try the hub anyway (a proxy may reach it)
+    try:
+        files = [hf_file] if hf_file else pick_gguf(huggingface_hub.list_repo_files(repo), quant)
+        paths = [huggingface_hub.hf_hub_download(repo, f) for f in files]
+    except LfmError:
+        raise
+    except HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code in (401, 403, 404):
+            raise NotFound(f"Hugging Face repo or file not found: {repo} ({exc.response.status_code})") from exc
+        logger.warning("the hub failed (%s); looking in the local cache", exc)
+        paths = _from_cache(repo, quant, hf_file)
+    except Exception as exc:  # offline mode, DNS, refused connections: whatever the HTTP stack raises
+        logger.warning("cannot reach the hub (%s); looking in the local cache", exc)
+        paths = _from_cache(repo, quant, hf_file)
+    return paths[0]
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the hub's host accepts a TCP connection (False in offline mode)."""
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_cache(repo: str, quant: str, hf_file: str | None) -> list[str]:
+    try:
+        snapshot = huggingface_hub.snapshot_download(repo, local_files_only=True)
+    except LocalEntryNotFoundError as exc:
+        raise NotFound(f"{repo} is not in the local cache and the hub cannot be reached") from exc
+    cached = [
+        os.path.relpath(os.path.join(root, name), snapshot) for root, _, names in os.walk(snapshot) for name in names
+    ]
+    files = [hf_file] if hf_file else pick_gguf(cached, quant)
+    paths = [os.path.join(snapshot, f) for f in files]
+    if not all(os.path.exists(p) for p in paths):
+        raise NotFound(f"{files[0]} of {repo} is not in the local cache and the hub cannot be reached")
+    return paths

@@ -1,0 +1,121 @@
+"""Turns :class:`Settings` and a GGUF path into a ready :class:`Serving`: model, engine, template, defaults.
+
+Shared by the server (which runs it in a background thread while ``/health`` answers 503) and by
+tests. The startup log names the model, its context and where each sampling default came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..chat.serving import Serving
+from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
+from ..engine.core import Engine
+from ..engine.records import EngineConfig, ResolvedDefaults
+from ..errors import LfmError
+from ..llama.backend import build_info
+from ..llama.model import NativeModel
+from ..settings import DEFAULT_HF_REPO, Settings
+from .defaults import gguf_sampling, model_identity, resolve_defaults
+from .hub import resolve_hf_model
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_model_path(settings: Settings) -> str:
+    """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model)."""
+    if settings.model:
+        if not Path(settings.model).is_file():
+            raise LfmError(f"model file not found: {settings.model}")
+        return settings.model
+    return resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file)
+
+
+def model_name(settings: Settings, path: str) -> str:
+    """The id clients see: ``--alias``, else the file name (llama-server's rule)."""
+    return settings.alias or Path(path).name
+
+
+def sampling_defaults(settings: Settings, model: NativeModel) -> ResolvedDefaults:
+    info = model.info
+    identity = model_identity(
+        info.name, info.basename, info.size_label, model.meta("general.finetune"), Path(info.path).stem
+    )
+    return resolve_defaults(
+        cli=settings.sampling_defaults(), gguf_sampling=gguf_sampling(model.meta), identity=identity
+    )
+
+
+def chat_template(settings: Settings, model: NativeModel) -> ChatFormatter:
+    """``--chat-template-file`` > the GGUF's template > ChatML (llama-server's fallback).
+
+    With ``--no-jinja`` the template is matched to one of llama.cpp's built-in formats instead.
+    """
+    if settings.chat_template_file:
+        source = Path(settings.chat_template_file).read_text(encoding="utf-8")
+    else:
+        source = model.info.chat_template or ("chatml" if not settings.jinja else CHATML_TEMPLATE)
+    if not settings.jinja:
+        return BuiltinTemplate(source, lambda s, m, add: model.apply_builtin_template(s, m, add_assistant=add))
+    return ChatTemplate(source, bos_token=model.info.bos_token, eos_token=model.info.eos_token)
+
+
+def engine_config(settings: Settings) -> EngineConfig:
+    return EngineConfig(
+        slot_similarity=settings.slot_prompt_similarity,
+        max_queue=settings.max_queue,
+        max_checkpoints=settings.ctx_checkpoints,
+        cache_ram_bytes=settings.cache_ram * 2**20,
+        cache_reuse=settings.cache_reuse,
+        n_ctx=settings.ctx_size,
+        n_slots=settings.parallel,
+        n_batch=settings.batch_size,
+        n_ubatch=settings.ubatch_size,
+        n_threads=settings.threads,
+        n_threads_batch=settings.threads_batch,
+    )
+
+
+def load_serving(settings: Settings, path: str) -> Serving:
+    """Load the model and start its engine (seconds to minutes for a large model)."""
+    model = NativeModel(path, n_gpu_layers=settings.n_gpu_layers)
+    template = chat_template(settings, model)
+    engine = Engine(model, engine_config(settings))
+    defaults = sampling_defaults(settings, model)
+    info = model.info
+    logger.info(
+        "loaded %s: %s, %s params, %.1f MiB, n_ctx_train %d; context %d over %d slots (%d per slot), %d threads",
+        path,
+        info.architecture,
+        f"{info.n_params:,}",
+        info.size_bytes / 2**20,
+        info.n_ctx_train,
+        engine.n_ctx,
+        engine.n_slots,
+        engine.n_ctx_slot,
+        settings.threads,
+    )
+    if defaults.family:
+        logger.info("LFM family: %s", defaults.family)
+    for name, value in defaults.params.to_json().items():
+        if name in defaults.sources:
+            logger.info("sampling default %s = %s (%s)", name, value, defaults.sources[name])
+    if settings.cache_reuse > 0 and not engine.shifts_kv:
+        logger.info(
+            "--cache-reuse %d ignored: this model's memory cannot shift exactly (hybrid or sliding-window); "
+            "prefixes are reused through checkpoints and slot copies instead",
+            settings.cache_reuse,
+        )
+    serving = Serving(
+        model,
+        engine,
+        template,
+        model_name=model_name(settings, path),
+        defaults=defaults,
+        default_max_tokens=settings.n_predict,
+        fingerprint=build_info(),
+        reasoning_format=settings.reasoning_format,
+    )
+    serving.grammars.prepare()
+    return serving

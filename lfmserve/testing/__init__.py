@@ -1,0 +1,30 @@
+"""Test models made here, never downloaded: tiny random-weight GGUFs llama.cpp loads like real checkpoints.
+
+Example::
+
+    from lfmserve.testing import TinyLfm2, write_lfm2_gguf
+    path = write_lfm2_gguf(tmp_path / "tiny.gguf", TinyLfm2(seed=1))
+"""
+
+from .lfm2 import (
+    BOS_ID,
+    EOS_ID,
+    LFM2_CHAT_TEMPLATE,
+    LFM2_SPECIAL_TOKENS,
+    TinyLfm2,
+    lfm2_350m_shape,
+    write_lfm2_gguf,
+)
+from .resources import free_port, gemma3_270m_path
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "LFM2_CHAT_TEMPLATE",
+    "LFM2_SPECIAL_TOKENS",
+    "TinyLfm2",
+    "free_port",
+    "gemma3_270m_path",
+    "lfm2_350m_shape",
+    "write_lfm2_gguf",
+]

@@ -1,0 +1,312 @@
+"""Tiny random-weight LFM2 GGUF files (and the LFM2-350M shape) for tests and benchmarks.
+
+The files are written with the ``gguf`` package and loaded by llama.cpp exactly like a real
+checkpoint, so every test exercises the real loading, tokenizing and decoding path. The weights
+are random (deterministic from ``seed``); the tokenizer is a real byte-level BPE whose merges are
+learnt from a fixed text, with LFM2's special tokens at their real ids and LFM2's chat template.
+
+Example::
+
+    from lfmserve.testing import TinyLfm2, write_lfm2_gguf
+    path = write_lfm2_gguf(tmp_path / "tiny.gguf", TinyLfm2(seed=1))
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+#: LFM2's special tokens, at the ids the real LFM2 vocabulary gives them.
+LFM2_SPECIAL_TOKENS: tuple[str, ...] = (
+    "<|pad|>",
+    "<|startoftext|>",
+    "<|endoftext|>",
+    "<|fim_pre|>",
+    "<|fim_mid|>",
+    "<|fim_suf|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|tool_list_start|>",
+    "<|tool_list_end|>",
+    "<|tool_call_start|>",
+    "<|tool_call_end|>",
+    "<|tool_response_start|>",
+    "<|tool_response_end|>",
+)
+BOS_ID = 1
+EOS_ID = 7  # <|im_end|>: end of turn and end of generation
+PAD_ID = 0
+#: Tokens that the thinking and vision variants add; plain text tokens for the tokenizer.
+EXTRA_TOKENS: tuple[str, ...] = ("<think>", "</think>", "<image>", "<|image_start|>", "<|image_end|>")
+
+#: The chat template of LFM2 instruct checkpoints (ChatML with BOS), tools in the system turn.
+LFM2_CHAT_TEMPLATE = (
+    "{{- bos_token -}}"
+    '{%- set ns = namespace(system_prompt="") -%}'
+    '{%- if messages[0]["role"] == "system" -%}'
+    '{%- set ns.system_prompt = messages[0]["content"] -%}'
+    "{%- set messages = messages[1:] -%}"
+    "{%- endif -%}"
+    "{%- if tools -%}"
+    '{%- set ns.system_prompt = ns.system_prompt + ("\\n" if ns.system_prompt else "")'
+    ' + "List of tools: <|tool_list_start|>" + (tools | tojson) + "<|tool_list_end|>" -%}'
+    "{%- endif -%}"
+    "{%- if ns.system_prompt -%}"
+    '{{- "<|im_start|>system\\n" + ns.system_prompt + "<|im_end|>\\n" -}}'
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    '{{- "<|im_start|>" + message["role"] + "\\n" -}}'
+    '{%- set content = message["content"] -%}'
+    "{%- if content is not string -%}{%- set content = content | tojson -%}{%- endif -%}"
+    '{%- if message["role"] == "tool" -%}'
+    '{%- set content = "<|tool_response_start|>" + content + "<|tool_response_end|>" -%}'
+    "{%- endif -%}"
+    '{{- content + "<|im_end|>\\n" -}}'
+    "{%- endfor -%}"
+    '{%- if add_generation_prompt -%}{{- "<|im_start|>assistant\\n" -}}{%- endif -%}'
+)
+
+#: Text the BPE merges are learnt from: chat-like English, so prompts tokenize into few tokens.
+_MERGE_CORPUS = (
+    "You are a helpful assistant. What is machine learning? Machine learning is the study of "
+    "computer programs that learn from data. Write a haiku about the ocean. The ocean is wide and "
+    "the waves are blue. My name is Ada. What is my name? Your name is Ada. Hello there, how are "
+    "you today? I am fine, thank you. The weather in Paris is sunny and warm. Tell me a story about "
+    "a cat and a dog that lived in a small house near the river. Once upon a time there was a "
+    "little model that could answer questions about the world, the people in it and the things "
+    "they make. Please answer in one sentence. Summarize the following text. Translate to French."
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TinyLfm2:
+    """Shape and identity of a random LFM2 model; the defaults make a ~1 MB file."""
+
+    seed: int = 0
+    n_embd: int = 64
+    n_ff: int = 128
+    n_head: int = 4
+    n_head_kv: int = 2
+    #: Per layer: True for attention, False for a short-convolution layer.
+    attention_layers: tuple[bool, ...] = (False, True, False, True)
+    n_merges: int = 200
+    #: Total vocabulary; tokens past the learnt ones are fillers the tokenizer never produces.
+    n_vocab: int | None = None
+    context_length: int = 4096
+    name: str = "Tiny-LFM2-Test"
+    basename: str | None = None
+    size_label: str | None = None
+    chat_template: str | None = LFM2_CHAT_TEMPLATE
+    #: ``general.sampling.*`` keys to write, e.g. ``{"temp": 0.5, "top_k": 7}``.
+    sampling: dict[str, float | int] = field(default_factory=dict)
+    #: Mixture of experts (``lfm2moe``): experts per MoE layer, 0 for the dense ``lfm2``.
+    n_expert: int = 0
+    n_expert_used: int = 2
+    n_dense_lead: int = 1
+    weight_scale: float = 0.5
+    dtype: type = np.float32
+    #: ``"llama"`` writes a plain attention-only model instead (every layer attention, no short
+    #: convolutions), for the paths a hybrid model cannot take, such as KV shifting.
+    arch: str = "lfm2"
+
+
+def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
+    """LFM2-350M's real shape (FACTS.md) with random weights, for benchmarks."""
+    attention = {2, 5, 8, 10, 12, 14}
+    return TinyLfm2(
+        seed=seed,
+        n_embd=1024,
+        n_ff=4608,
+        n_head=16,
+        n_head_kv=8,
+        attention_layers=tuple(i in attention for i in range(16)),
+        n_merges=2000,
+        n_vocab=65536,
+        context_length=32768,
+        name="LFM2-350M-random",
+        weight_scale=0.02,
+        dtype=np.float16,
+    )
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2's printable stand-ins for the 256 bytes, in byte order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def _learn_merges(n_merges: int) -> list[tuple[str, str]]:
+    """Byte-level BPE training on the fixed corpus: the most frequent pair wins, ties by order."""
+    alphabet = _byte_alphabet()
+    words = collections.Counter(
+        tuple(alphabet[b] for b in (" " + w if i else w).encode()) for i, w in enumerate(_MERGE_CORPUS.split(" "))
+    )
+    merges: list[tuple[str, str]] = []
+    for _ in range(n_merges):
+        pairs: collections.Counter[tuple[str, str]] = collections.Counter()
+        for word, count in words.items():
+            for pair in zip(word, word[1:], strict=False):
+                pairs[pair] += count
+        if not pairs:
+            break
+        best = max(pairs.items(), key=lambda item: item[1])[0]
+        merges.append(best)
+        merged: collections.Counter[tuple[str, ...]] = collections.Counter()
+        for word, count in words.items():
+            out: list[str] = []
+            i = 0
+            while i < len(word):
+                if i + 1 < len(word) and (word[i], word[i + 1]) == best:
+                    out.append(word[i] + word[i + 1])
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] += count
+        words = merged
+    return merges
+
+
+def _vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
+    """Tokens, token types and merges: specials first (real ids), then bytes, merges, extras."""
+    merges = _learn_merges(spec.n_merges)
+    tokens = list(LFM2_SPECIAL_TOKENS)
+    types = [gguf.TokenType.CONTROL] * len(tokens)
+    seen = set(tokens)
+    for piece in _byte_alphabet() + [a + b for a, b in merges]:
+        if piece not in seen:
+            seen.add(piece)
+            tokens.append(piece)
+            types.append(gguf.TokenType.NORMAL)
+    for extra in EXTRA_TOKENS:
+        tokens.append(extra)
+        types.append(gguf.TokenType.USER_DEFINED)
+    if spec.n_vocab is not None:
+        if spec.n_vocab < len(tokens):
+            raise ValueError(f"n_vocab {spec.n_vocab} is smaller than the {len(tokens)} tokens learnt")
+        for i in range(len(tokens), spec.n_vocab):
+            # Plain text that no merge produces: a random model that samples one still streams visible text.
+            tokens.append(f"f{i}")
+            types.append(gguf.TokenType.NORMAL)
+    return tokens, [int(t) for t in types], [f"{a} {b}" for a, b in merges]
+
+
+def _write_metadata(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> None:
+    n_layer = len(spec.attention_layers)
+    writer.add_name(spec.name)
+    if spec.basename:
+        writer.add_basename(spec.basename)
+    if spec.size_label:
+        writer.add_size_label(spec.size_label)
+    writer.add_context_length(spec.context_length)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    if spec.arch == "llama":
+        writer.add_head_count_kv(spec.n_head_kv)
+        writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    else:
+        writer.add_head_count_kv([spec.n_head_kv if a else 0 for a in spec.attention_layers])
+        writer.add_shortconv_l_cache(3)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(1_000_000.0)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == np.float16 else gguf.LlamaFileType.ALL_F32)
+    if spec.n_expert:
+        writer.add_expert_count(spec.n_expert)
+        writer.add_expert_used_count(spec.n_expert_used)
+        writer.add_expert_feed_forward_length(spec.n_ff)
+        writer.add_leading_dense_block_count(spec.n_dense_lead)
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    for key, value in spec.sampling.items():
+        getattr(writer, f"add_sampling_{key}")(value)
+
+
+def _write_tokenizer(writer: gguf.GGUFWriter, spec: TinyLfm2) -> int:
+    tokens, types, merges = _vocabulary(spec)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("lfm2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_pad_token_id(PAD_ID)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    if spec.chat_template is not None:
+        writer.add_chat_template(spec.chat_template)
+    return len(tokens)
+
+
+def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> None:
+    rng = np.random.default_rng(spec.seed)
+    scale = spec.weight_scale
+
+    def add(name: str, *shape: int, ones: bool = False, f32: bool = False) -> None:
+        # Norms and the short-convolution kernel stay F32 (llama.cpp's ssm_conv needs it), as in real LFM2
+        # GGUFs; the matrices take the spec's dtype.
+        if ones:
+            writer.add_tensor(name, np.ones(shape, dtype=np.float32))
+        else:
+            data = rng.standard_normal(shape, dtype=np.float32) * scale
+            writer.add_tensor(name, data if f32 else data.astype(spec.dtype))
+
+    d, ff, head_dim = spec.n_embd, spec.n_ff, spec.n_embd // spec.n_head
+    add("token_embd.weight", n_vocab, d)
+    add("output_norm.weight" if spec.arch == "llama" else "token_embd_norm.weight", d, ones=True)
+    layers = (True,) * len(spec.attention_layers) if spec.arch == "llama" else spec.attention_layers
+    for i, is_attention in enumerate(layers):
+        p = f"blk.{i}"
+        add(f"{p}.attn_norm.weight", d, ones=True)
+        add(f"{p}.ffn_norm.weight", d, ones=True)
+        if spec.n_expert and i >= spec.n_dense_lead:
+            add(f"{p}.ffn_gate_inp.weight", spec.n_expert, d)
+            add(f"{p}.ffn_gate_exps.weight", spec.n_expert, ff, d)
+            add(f"{p}.ffn_up_exps.weight", spec.n_expert, ff, d)
+            add(f"{p}.ffn_down_exps.weight", spec.n_expert, d, ff)
+            writer.add_tensor(f"{p}.exp_probs_b.bias", np.zeros(spec.n_expert, dtype=np.float32))
+        else:
+            add(f"{p}.ffn_gate.weight", ff, d)
+            add(f"{p}.ffn_up.weight", ff, d)
+            add(f"{p}.ffn_down.weight", d, ff)
+        if is_attention:
+            kv = spec.n_head_kv * head_dim
+            add(f"{p}.attn_q.weight", d, d)
+            add(f"{p}.attn_k.weight", kv, d)
+            add(f"{p}.attn_v.weight", kv, d)
+            add(f"{p}.attn_output.weight", d, d)
+            if spec.arch != "llama":
+                add(f"{p}.attn_q_norm.weight", head_dim, ones=True)
+                add(f"{p}.attn_k_norm.weight", head_dim, ones=True)
+        else:
+            add(f"{p}.shortconv.conv.weight", d, 3, f32=True)
+            add(f"{p}.shortconv.in_proj.weight", 3 * d, d)
+            add(f"{p}.shortconv.out_proj.weight", d, d)
+
+
+def write_lfm2_gguf(path: str | Path, spec: TinyLfm2 | None = None) -> Path:
+    """Write a random-weight LFM2 (or LFM2-MoE) GGUF to ``path`` and return the path."""
+    spec = spec or TinyLfm2()
+    path = Path(path)
+    writer = gguf.GGUFWriter(str(path), "lfm2moe" if spec.n_expert else spec.arch)
+    n_vocab = _write_tokenizer(writer, spec)
+    _write_metadata(writer, spec, n_vocab)
+    _write_tensors(writer, spec, n_vocab)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -1,0 +1,198 @@
+"""Slots over HTTP: /slots, slot save/restore/erase, /metrics, waiting, the queue bound, disconnects."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lfmserve.settings import Settings
+from tests.conftest import ServerThread
+
+CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "temperature": 0, "max_tokens": 4}
+
+
+@pytest.fixture(scope="module")
+def server(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> ServerThread:
+    save_dir = tmp_path_factory.mktemp("slots")
+    return server_factory(
+        Settings(model=str(tiny_gguf), ctx_size=4096, parallel=4, threads=2, metrics=True, slot_save_path=str(save_dir))
+    )
+
+
+def test_slots_report_context_cache_and_checkpoints(server: ServerThread) -> None:
+    httpx.post(server.url + "/v1/chat/completions", json={**CHAT, "id_slot": 1}, timeout=60)
+    slots = httpx.get(server.url + "/slots").json()
+    assert [s["id"] for s in slots] == [0, 1, 2, 3] and all(s["n_ctx"] == 1024 for s in slots)
+    assert all(s["is_processing"] is False for s in slots)
+    one = slots[1]
+    assert one["n_prompt_tokens_cache"] > 0 and one["checkpoints"] and one["checkpoints_size"] > 0
+    assert one["checkpoints"][-1]["n_tokens"] <= one["n_prompt_tokens_cache"]
+    end = one["checkpoints"][-1]  # the end of the prompt, kept with its logits (475 floats for the tiny vocabulary)
+    assert end["logits"] is True and end["size"] > 4 * 475 and one["checkpoints_size"] >= end["size"]
+    assert httpx.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200
+
+
+def test_slot_save_restore_erase(server: ServerThread) -> None:
+    ask = [{"role": "user", "content": "Keep this in slot two"}]  # a prompt no other slot holds
+    body = {**CHAT, "messages": ask, "id_slot": 2, "max_tokens": 1}
+    first = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).json()
+    saved = httpx.post(server.url + "/slots/2?action=save", json={"filename": "s2.bin"}).json()
+    assert saved["id_slot"] == 2 and saved["n_saved"] == first["usage"]["prompt_tokens"] and saved["n_written"] > 0
+    assert httpx.post(server.url + "/slots/2?action=erase").json() == {"id_slot": 2, "n_erased": saved["n_saved"]}
+    restored = httpx.post(server.url + "/slots/2?action=restore", json={"filename": "s2.bin"}).json()
+    assert (restored["n_restored"], restored["n_read"]) == (saved["n_saved"], saved["n_written"])
+    # The conversation goes on from exactly where the saved slot stopped: all of it is reused.
+    reply = {"role": "assistant", "content": first["choices"][0]["message"]["content"]}
+    longer = [*ask, reply, {"role": "user", "content": "And then?"}]
+    again = httpx.post(server.url + "/v1/chat/completions", json={**body, "messages": longer}, timeout=60).json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == saved["n_saved"]
+
+
+@pytest.mark.parametrize("filename", ["../escape.bin", "a/b.bin", ".hidden", "", "x" * 300])
+def test_slot_file_names_are_validated(server: ServerThread, filename: str) -> None:
+    response = httpx.post(server.url + "/slots/0?action=save", json={"filename": filename})
+    assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_slot_action_errors(server: ServerThread) -> None:
+    assert httpx.post(server.url + "/slots/0?action=explode").status_code == 400
+    assert httpx.post(server.url + "/slots/9?action=erase").status_code == 400
+    missing = httpx.post(server.url + "/slots/0?action=restore", json={"filename": "nothing.bin"})
+    assert missing.status_code == 404
+
+
+def stream_chat(server: ServerThread, content: str, results: list[str], errors: list[str]) -> None:
+    body = {
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "max_tokens": 400,
+        "ignore_eos": True,
+        "stream": True,
+        "cache_prompt": False,
+    }
+    try:
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120) as response:
+            lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        chunks = [json.loads(line[6:]) for line in lines[:-1]]
+        results.append(chunks[-1]["choices"][0]["finish_reason"])
+    except Exception as exc:  # collected for the assertion below
+        errors.append(repr(exc))
+
+
+def metric(server: ServerThread, name: str) -> float:
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
+def test_eight_streams_on_four_slots_all_complete_and_four_wait(server: ServerThread) -> None:
+    deferred_before = metric(server, "lfmserve:requests_deferred_total")
+    results: list[str] = []
+    errors: list[str] = []
+    threads = [
+        threading.Thread(target=stream_chat, args=(server, f"User {i} asks a question.", results, errors))
+        for i in range(8)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and results == ["length"] * 8
+    assert metric(server, "lfmserve:requests_deferred_total") - deferred_before == 4
+    assert metric(server, "llamacpp:requests_deferred") == 0 and metric(server, "llamacpp:requests_processing") == 0
+
+
+def test_metrics_use_llama_server_names(server: ServerThread) -> None:
+    httpx.post(server.url + "/v1/chat/completions", json=CHAT, timeout=60)  # something to count
+    text = httpx.get(server.url + "/metrics").text
+    for name in (
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "llamacpp:prompt_seconds_total",
+        "llamacpp:tokens_predicted_seconds_total",
+        "llamacpp:n_decode_total",
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        "lfmserve:prompt_cache_hits_total",
+        "lfmserve:checkpoints_saved_total",
+    ):
+        assert f"\n{name} " in text
+    assert (
+        metric(server, "llamacpp:tokens_predicted_total") > 0 and metric(server, "lfmserve:checkpoints_saved_total") > 0
+    )
+
+
+def test_a_client_that_disconnects_frees_its_slot(server: ServerThread) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "Go on forever."}],
+        "temperature": 0,
+        "max_tokens": 100000,
+        "ignore_eos": True,
+        "stream": True,
+        "id_slot": 3,
+    }
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as response:
+        for i, _ in enumerate(response.iter_lines()):
+            if i > 6:
+                break
+    deadline = time.monotonic() + 10
+    while httpx.get(server.url + "/slots").json()[3]["is_processing"]:
+        assert time.monotonic() < deadline, "the generation went on after the client left"
+        time.sleep(0.01)
+    tokens = httpx.get(server.url + "/slots").json()[3]["n_prompt_tokens_cache"]
+    assert tokens < 200  # stopped long before the 1024-token slot filled
+
+
+def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_slot(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path
+) -> None:
+    big = server_factory(Settings(model=str(tiny_gguf), ctx_size=16384, parallel=1, threads=2))
+    body = {
+        "messages": [{"role": "user", "content": "Go on forever."}],
+        "temperature": 0,
+        "max_tokens": 100000,
+        "ignore_eos": True,
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(big.url + "/v1/chat/completions", json=body, timeout=0.5)
+    deadline = time.monotonic() + 10
+    while httpx.get(big.url + "/slots").json()[0]["is_processing"]:
+        assert time.monotonic() < deadline, "the generation went on after the client left"
+        time.sleep(0.01)
+    assert httpx.get(big.url + "/slots").json()[0]["n_prompt_tokens_cache"] < 10000
+
+
+def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    bare = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, slots_endpoint=False))
+    for method, path in (("GET", "/slots"), ("GET", "/metrics"), ("POST", "/slots/0?action=erase")):
+        response = httpx.request(method, bare.url + path)
+        assert response.status_code == 501 and response.json()["error"]["type"] == "not_supported_error"
+
+
+def test_a_full_queue_answers_503(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    small = server_factory(Settings(model=str(tiny_gguf), ctx_size=4096, parallel=1, max_queue=1))
+    long_body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 2500, "ignore_eos": True}
+    statuses: list[int] = []
+
+    def call(body: dict[str, object]) -> None:
+        statuses.append(httpx.post(small.url + "/v1/chat/completions", json=body, timeout=120).status_code)
+
+    threads = [threading.Thread(target=call, args=(body,)) for body in (long_body, CHAT)]
+    for t in threads:
+        t.start()
+        time.sleep(0.2)  # the first runs, the second waits in the queue
+    refused = httpx.post(small.url + "/v1/chat/completions", json=CHAT, timeout=60)
+    for t in threads:
+        t.join(timeout=120)
+    assert refused.status_code == 503 and refused.json()["error"]["type"] == "unavailable_error"
+    assert statuses == [200, 200]

@@ -1,0 +1,174 @@
+"""The engine on a real (tiny, random) LFM2 model: exact tokens, batching, stops, limits, cancel."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lfmserve.engine.core import Engine
+from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest, SamplingParams
+from lfmserve.engine.stream import SyncStream
+from lfmserve.errors import ContextLengthExceeded, InvalidRequest, RequestCancelled
+from lfmserve.llama.model import NativeModel
+from lfmserve.testing import EOS_ID
+
+GREEDY = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_gguf: Path) -> Iterator[NativeModel]:
+    m = NativeModel(tiny_gguf)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def engine(model: NativeModel) -> Iterator[Engine]:
+    e = Engine(model, EngineConfig(n_ctx=1024, n_slots=4, n_batch=256, n_ubatch=256, n_threads=2))
+    yield e
+    e.close()
+
+
+def prompt(model: NativeModel, text: str) -> tuple[int, ...]:
+    return tuple(
+        model.tokenize(
+            f"<|startoftext|><|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n",
+            add_special=False,
+            parse_special=True,
+        )
+    )
+
+
+def run(engine: Engine, request: EngineRequest) -> list[EngineOutput]:
+    stream = SyncStream()
+    engine.submit(request, stream)
+    return list(stream)
+
+
+def tokens_of(outputs: list[EngineOutput]) -> list[int]:
+    return [t for out in outputs for t in out.token_ids]
+
+
+def test_greedy_is_deterministic_with_and_without_the_cache(engine: Engine, model: NativeModel) -> None:
+    request = EngineRequest(prompt_tokens=prompt(model, "What is machine learning?"), sampling=GREEDY, max_tokens=24)
+    first, second = run(engine, request), run(engine, request)
+    uncached = run(
+        engine, EngineRequest(prompt_tokens=request.prompt_tokens, sampling=GREEDY, max_tokens=24, cache_prompt=False)
+    )
+    assert len(tokens_of(first)) == 24
+    assert tokens_of(first) == tokens_of(second) == tokens_of(uncached)
+    assert second[-1].n_cached_tokens == len(request.prompt_tokens)  # the end-of-prompt checkpoint, with logits
+    assert uncached[-1].n_cached_tokens == 0
+    assert first[-1].finish_reason == "length" and first[-1].stop_type == "limit"
+
+
+def test_batched_requests_give_the_same_tokens_as_alone(engine: Engine, model: NativeModel) -> None:
+    texts = ["Hello there", "Tell me a story about a cat and a dog", "Weather in Paris?", "My name is Ada. " * 5]
+    requests = [
+        EngineRequest(prompt_tokens=prompt(model, t), sampling=GREEDY, max_tokens=16 + 3 * i, cache_prompt=False)
+        for i, t in enumerate(texts)
+    ]
+    alone = [tokens_of(run(engine, r)) for r in requests]
+    streams = [SyncStream() for _ in requests]
+    for r, s in zip(requests, streams, strict=True):
+        engine.submit(r, s)
+    together = [tokens_of(list(s)) for s in streams]
+    assert together == alone
+
+
+def test_same_seed_same_output_different_seed_different_output(engine: Engine, model: NativeModel) -> None:
+    def sample(seed: int) -> list[int]:
+        params = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+        return tokens_of(run(engine, EngineRequest(prompt_tokens=prompt(model, "Hi"), sampling=params, max_tokens=20)))
+
+    assert sample(42) == sample(42)
+    assert sample(42) != sample(43)
+
+
+def test_stop_string_ends_generation_and_is_not_in_the_text(engine: Engine, model: NativeModel) -> None:
+    base = EngineRequest(prompt_tokens=prompt(model, "Tell me a story."), sampling=GREEDY, max_tokens=30)
+    full = "".join(o.text for o in run(engine, base))
+    stop = full[10:13]
+    outputs = run(engine, EngineRequest(prompt_tokens=base.prompt_tokens, sampling=GREEDY, max_tokens=30, stop=(stop,)))
+    text = "".join(o.text for o in outputs)
+    assert text == full[: full.index(stop)]
+    assert (outputs[-1].finish_reason, outputs[-1].stop_type, outputs[-1].stopping_word) == ("stop", "word", stop)
+
+
+def test_end_of_generation_and_ignore_eos(engine: Engine, model: NativeModel) -> None:
+    forced = GREEDY.updated({"logit_bias": ((EOS_ID, 100.0),)})
+    outputs = run(engine, EngineRequest(prompt_tokens=prompt(model, "Hi"), sampling=forced, max_tokens=10))
+    assert [(o.finish_reason, o.stop_type, o.text, o.n_decoded) for o in outputs] == [("stop", "eos", "", 1)]
+    ignoring = forced.updated({"ignore_eos": True})
+    outputs = run(engine, EngineRequest(prompt_tokens=prompt(model, "Hi"), sampling=ignoring, max_tokens=5))
+    assert outputs[-1].n_decoded == 5 and EOS_ID not in tokens_of(outputs)
+
+
+def test_generation_stops_at_the_end_of_the_context(model: NativeModel) -> None:
+    small = Engine(model, EngineConfig(n_ctx=256, n_slots=1, n_batch=64, n_ubatch=64, n_threads=2))
+    try:
+        p = prompt(model, "Hi")
+        outputs = run(small, EngineRequest(prompt_tokens=p, sampling=GREEDY.updated({"ignore_eos": True})))
+        assert outputs[-1].finish_reason == "length"
+        assert len(p) + outputs[-1].n_decoded == small.n_ctx_slot
+        with pytest.raises(ContextLengthExceeded) as exc:
+            small.submit(EngineRequest(prompt_tokens=(1,) * 300), SyncStream())
+        assert (exc.value.n_prompt_tokens, exc.value.n_ctx) == (300, 256)
+    finally:
+        small.close()
+
+
+def test_context_size_zero_means_the_models_training_context(model: NativeModel) -> None:
+    engine = Engine(model, EngineConfig(n_ctx=0, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1))
+    try:
+        assert engine.n_ctx == engine.n_ctx_slot == model.info.n_ctx_train == 4096
+    finally:
+        engine.close()
+
+
+def test_invalid_requests_are_refused_at_submit(engine: Engine) -> None:
+    with pytest.raises(InvalidRequest, match="empty"):
+        engine.submit(EngineRequest(prompt_tokens=()), SyncStream())
+    with pytest.raises(InvalidRequest, match="Invalid token id 99999"):
+        engine.submit(EngineRequest(prompt_tokens=(1, 99999)), SyncStream())
+    with pytest.raises(InvalidRequest, match="id_slot 9"):
+        engine.submit(EngineRequest(prompt_tokens=(1,), id_slot=9), SyncStream())
+
+
+def test_cancel_frees_the_slot_and_the_engine_keeps_serving(engine: Engine, model: NativeModel) -> None:
+    stream = SyncStream()
+    request_id = engine.submit(
+        EngineRequest(
+            prompt_tokens=prompt(model, "Go on"), sampling=GREEDY.updated({"ignore_eos": True}), max_tokens=100000
+        ),
+        stream,
+    )
+    received = []
+    with pytest.raises(RequestCancelled):
+        for out in stream:
+            received.append(out)
+            if len(received) == 3:
+                engine.cancel(request_id)
+    assert 3 <= len(received) < 1000
+    after = run(engine, EngineRequest(prompt_tokens=prompt(model, "Hi"), sampling=GREEDY, max_tokens=3))
+    assert after[-1].n_decoded == 3
+
+
+def test_more_requests_than_slots_all_complete(engine: Engine, model: NativeModel) -> None:
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        out = run(engine, EngineRequest(prompt_tokens=prompt(model, f"request {i}"), sampling=GREEDY, max_tokens=8))
+        with lock:
+            results.append(out[-1].n_decoded)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [8] * 10
