@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -160,3 +161,39 @@ def running() -> Iterator[list[Running]]:
     for r in started:
         if r.process.poll() is None:
             r.stop()
+
+
+SEED_CHAT = {
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is machine learning?"},
+    ],
+    "temperature": 0.1,
+    "top_k": 50,
+    "repeat_penalty": 1.05,
+    "max_tokens": 512,
+}
+GREEDY = {"temperature": 0, "max_tokens": 16}
+TIMINGS_KEYS = {
+    "cache_n",
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+}
+
+
+def post(server: ServerThread, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+    return httpx.post(server.url + path, json=body, timeout=60, **kwargs)
+
+
+def sse_events(server: ServerThread, path: str, body: dict[str, Any]) -> list[str]:
+    """Read an SSE response line by line, the way the seed's fetch reader does."""
+    with httpx.stream("POST", server.url + path, json=body, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]

@@ -1,10 +1,10 @@
 """The engine thread: the only code that decodes, with three verbs, ``submit``, ``cancel``, ``close``.
 
 One thread owns the llama context. Requests arrive through a queue; each step the engine gives waiting
-requests a slot (starting each from the longest cached prefix it can reuse: :mod:`~lfmserve.engine.memory`),
-then decodes one batch over every running generation (:mod:`~lfmserve.engine.step`), whose new text
-goes to the request's sink (:mod:`~lfmserve.engine.generation`). Callers never wait on the engine and
-the engine never waits on them.
+requests a slot, each starting from the longest cached prefix it can reuse (:mod:`~lfmserve.engine.admission`,
+:mod:`~lfmserve.engine.memory`), then decodes one batch over every running generation
+(:mod:`~lfmserve.engine.step`), whose new text goes to the request's sink (:mod:`~lfmserve.engine.generation`).
+Callers never wait on the engine and the engine never waits on them.
 
 Example::
 
@@ -27,21 +27,17 @@ from typing import TypeVar
 from ..errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled, Unavailable
 from ..llama.context import NativeContext
 from ..llama.model import NativeModel
-from .generation import Generation, Limits, Submission
+from .admission import Admission
+from .generation import Generation, Submission
 from .memory import SlotMemory
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineRequest, EngineStats
-from .sampling import Sampler
-from .scheduler import ReusePlan, Slot, checkpoint_positions, choose_slot, common_prefix_length
+from .scheduler import Slot
 from .step import BatchStep
 from .stream import OutputSink
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-#: A request waits for another slot to finish computing a prefix they share when it is this much longer
-#: than what the request could reuse now: computed once, then copied.
-SHARED_PREFIX_WAIT = 64
 
 
 class Engine:
@@ -64,9 +60,7 @@ class Engine:
         self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints)
         self.n_ctx_slot = self._memory.n_ctx_slot
         self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch)
-        self._limits = Limits(self.n_ctx_slot, model.eog_tokens)
-        newline = model.tokenize("\n", add_special=False, parse_special=False)
-        self._newline = newline[0] if len(newline) == 1 else None
+        self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
         self._waiting: list[Submission] = []
         self._running: dict[int, Generation] = {}
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -234,17 +228,16 @@ class Engine:
         """Give waiting requests a slot, oldest first; the others keep waiting (and count as deferred)."""
         waiting, self._waiting = self._waiting, []
         for submission in waiting:
-            request = submission.request
-            slot = choose_slot(self._memory.slots, request.prompt_tokens, request.id_slot, self.config.slot_similarity)
-            plan = self._plan(request, slot) if slot is not None else None
-            if slot is None or plan is None:
+            placed = self._admission.place(submission.request, self._running.values())
+            if placed is None:
                 self._waiting.append(submission)
                 if not submission.deferred:
                     submission.deferred = True
                     self.stats.n_requests_deferred += 1
                 continue
+            slot, plan = placed
             try:
-                self._start(submission, slot, plan)
+                self._admission.start(submission, slot, plan, self._running)
             except Exception as exc:
                 logger.exception("request %d could not start", submission.id)
                 self._memory.reset(slot)
@@ -256,65 +249,3 @@ class Engine:
                 else:
                     slot.busy = False
                     submission.sink.put(error)
-
-    def _plan(self, request: EngineRequest, slot: Slot) -> ReusePlan | None:
-        """The reuse plan, or None when a prefix this prompt shares is being computed in another slot."""
-        prompt = request.prompt_tokens
-        plan = self._memory.plan(slot, prompt, cache_prompt=request.cache_prompt, needs_logits=request.max_tokens != 0)
-        if request.cache_prompt:
-            for other in self._running.values():
-                if other.prefilling:
-                    shared = common_prefix_length(other.prompt, prompt)
-                    if shared > max(plan.keep, len(other.slot.tokens)) + SHARED_PREFIX_WAIT:
-                        return None  # compute the shared prefix once: wait for it, then copy it
-        return plan
-
-    def _start(self, submission: Submission, slot: Slot, plan: ReusePlan) -> None:
-        request = submission.request
-        self._memory.prepare(slot, plan, request.prompt_tokens, needs_logits=request.max_tokens != 0)
-        slot.busy = True
-        self._memory.park_idle()
-        sampler = Sampler(
-            self.model,
-            request.sampling,
-            request.prompt_tokens,
-            self.n_ctx_slot,
-            constraint=request.constraint,
-            n_probs=request.n_probs,
-        )
-        gen = Generation(
-            submission, slot, sampler, limits=self._limits, piece=self._piece_function(request), stats=self.stats
-        )
-        self._running[gen.id] = gen
-        if gen.n_cached:
-            self.stats.n_cache_hits += 1
-            self.stats.n_cached_tokens += gen.n_cached
-        if not self._memory.can_truncate:
-            if gen.n_cached and all(c.n_tokens != gen.n_cached for c in slot.checkpoints):
-                # Free (no decode call): the memory is exact where prefilling starts, typically the end of
-                # the previous reply, so an edit of the message that follows needs nothing recomputed before it.
-                self._memory.checkpoint(slot, boundary=False)
-            gen.checkpoints_due = checkpoint_positions(
-                gen.prompt, gen.n_cached, turn_ends=self.model.eog_tokens, newline=self._newline
-            )
-        logger.debug(
-            "request %d: slot %d, prompt %d tokens, %d reused (%s)",
-            gen.id,
-            slot.id,
-            len(gen.prompt),
-            gen.n_cached,
-            plan.source,
-        )
-        if len(slot.tokens) == len(gen.prompt):  # all cached: prefill-only, or the logits were kept
-            self._step.after_prompt_chunk(gen, 0, gen.t_prompt_start)
-            if not gen.done:
-                assert plan.checkpoint is not None
-                gen.sample(self._ctx, plan.checkpoint.logits_row())
-
-    def _piece_function(self, request: EngineRequest) -> Callable[[int], bytes]:
-        """A token's text as the output shows it: special tokens empty, except those the request keeps."""
-        to_piece = self.model.token_to_piece
-        keep = request.keep_special
-        if not keep:
-            return to_piece
-        return lambda token: to_piece(token, special=token in keep)

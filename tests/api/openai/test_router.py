@@ -1,4 +1,4 @@
-"""The HTTP API over real loopback HTTP: the seed's requests, the OpenAI client, raw SSE, shapes."""
+"""OpenAI's routes over real loopback HTTP: the seed's requests, the OpenAI client, raw SSE, exact shapes."""
 
 from __future__ import annotations
 
@@ -6,55 +6,12 @@ import asyncio
 import json
 import shutil
 import subprocess
-import threading
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from lfmserve.chat.serving import Serving
-from lfmserve.models.loader import load_serving
-from lfmserve.settings import Settings
-from lfmserve.testing import TinyLfm2, write_lfm2_gguf
-from tests.conftest import ServerThread, fixture_template, serve
-
-SEED_CHAT = {
-    "messages": [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "What is machine learning?"},
-    ],
-    "temperature": 0.1,
-    "top_k": 50,
-    "repeat_penalty": 1.05,
-    "max_tokens": 512,
-}
-GREEDY = {"temperature": 0, "max_tokens": 16}
-TIMINGS_KEYS = {
-    "cache_n",
-    "prompt_n",
-    "prompt_ms",
-    "prompt_per_token_ms",
-    "prompt_per_second",
-    "predicted_n",
-    "predicted_ms",
-    "predicted_per_token_ms",
-    "predicted_per_second",
-}
-
-
-def post(server: ServerThread, path: str, body: Any, **kwargs: Any) -> httpx.Response:
-    return httpx.post(server.url + path, json=body, timeout=60, **kwargs)
-
-
-def sse_events(server: ServerThread, path: str, body: dict[str, Any]) -> list[str]:
-    """Read an SSE response line by line, the way the seed's fetch reader does."""
-    with httpx.stream("POST", server.url + path, json=body, timeout=60) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+from tests.conftest import GREEDY, SEED_CHAT, TIMINGS_KEYS, ServerThread, post, sse_events
 
 
 def test_the_seeds_curl_request(tiny_server: ServerThread) -> None:
@@ -128,21 +85,25 @@ def test_openai_client_sync_stream_and_extra_body(tiny_server: ServerThread) -> 
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == text
 
 
-def test_openai_client_async(tiny_server: ServerThread) -> None:
+def test_openai_client_async_gives_each_request_its_own_answer(tiny_server: ServerThread) -> None:
+    """Three concurrent greedy requests, batched together, each answer as the same request made alone.
+
+    Each request favours another token (the random model answers every prompt alike), so a mixed-up answer shows.
+    """
+    requests = [
+        {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 8, "logit_bias": {token: 5}}
+        for token in ("100", "200", "300")
+    ]
+
     async def main() -> list[str]:
         client = openai.AsyncOpenAI(base_url=tiny_server.url + "/v1", api_key="x")
-        calls = [
-            client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": f"Hi {i}"}], temperature=0, max_tokens=6
-            )
-            for i in range(3)
-        ]
-        results = await asyncio.gather(*calls)
+        results = await asyncio.gather(*(client.chat.completions.create(model="m", **r) for r in requests))
         await client.close()
         return [r.choices[0].message.content or "" for r in results]
 
-    texts = asyncio.run(main())
-    assert len(texts) == 3 and all(isinstance(t, str) for t in texts)
+    alone = [post(tiny_server, "/v1/chat/completions", r).json()["choices"][0]["message"]["content"] for r in requests]
+    assert asyncio.run(main()) == alone
+    assert len(set(alone)) == 3  # different prompts: a mixed-up answer would show
 
 
 def test_javascript_fetch_sse_reader(tiny_server: ServerThread) -> None:
@@ -178,77 +139,35 @@ process.stdout.write(JSON.stringify(out));
     )
 
 
-def test_models_and_props(tiny_server: ServerThread) -> None:
+def test_models_lists_the_one_model_with_its_meta(tiny_server: ServerThread) -> None:
     models = httpx.get(tiny_server.url + "/v1/models").json()
     entry = models["data"][0]
-    assert models["object"] == "list" and entry["id"] == "tiny-lfm2.gguf" and entry["owned_by"] == "llamacpp"
-    assert entry["architecture"]["input_modalities"] == ["text"] and entry["aliases"] == []
-    assert entry["meta"]["n_ctx"] == 512 and entry["meta"]["n_vocab"] == 475 and entry["meta"]["vocab_type"] == 2
-    assert {"n_ctx_train", "n_params", "size", "n_embd"} <= set(entry["meta"])
-    assert httpx.get(tiny_server.url + "/models").json()["data"][0]["id"] == "tiny-lfm2.gguf"
-    props = httpx.get(tiny_server.url + "/props").json()
-    assert props["total_slots"] == 4 and props["default_generation_settings"]["n_ctx"] == 512  # 2048 / 4 slots
-    assert props["bos_token"] == "<|startoftext|>" and props["eos_token"] == "<|im_end|>"
-    assert props["chat_template"].startswith("{{- bos_token -}}")
-    assert props["chat_template_caps"]["supports_tools"] is True
-    assert props["model_path"].endswith("tiny-lfm2.gguf") and props["modalities"] == {"vision": False, "audio": False}
-    model = props["model"]
-    assert (model["architecture"], model["is_hybrid"], model["is_recurrent"], model["vocab_type"]) == (
-        "lfm2",
-        True,
-        False,
-        "BPE",
-    )
-    assert model["n_ctx_train"] == 4096 and model["n_vocab"] == 475 and model["name"] == "Tiny-LFM2-Test"
-
-
-@pytest.fixture(scope="module")
-def named_models(models_dir: Path) -> dict[str, Path]:
-    return {
-        "instruct": write_lfm2_gguf(
-            models_dir / "instruct.gguf",
-            TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct", basename="LFM2.5", size_label="1.2B"),
-        ),
-        "keys": write_lfm2_gguf(
-            models_dir / "keys.gguf", TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct", sampling={"temp": 0.7, "top_k": 11})
-        ),
+    assert isinstance(entry.pop("created"), int)
+    meta = entry.pop("meta")
+    assert entry == {
+        "id": "tiny-lfm2.gguf",
+        "aliases": [],
+        "tags": [],
+        "object": "model",
+        "owned_by": "llamacpp",
+        "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
     }
-
-
-def test_props_show_lfm_family_defaults_and_gguf_keys_override_them(
-    server_factory: Callable[..., ServerThread], named_models: dict[str, Path]
-) -> None:
-    instruct = server_factory(Settings(model=str(named_models["instruct"]), ctx_size=512, parallel=1))
-    params = httpx.get(instruct.url + "/props").json()["default_generation_settings"]["params"]
-    assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"], params["repeat_penalty"]) == (
-        0.1,
-        50,
-        1.0,
-        0.0,
-        1.05,
+    assert {k: meta[k] for k in ("vocab_type", "n_vocab", "n_ctx", "n_ctx_train", "n_embd")} == {
+        "vocab_type": 2,
+        "n_vocab": 475,
+        "n_ctx": 512,  # 2048 over 4 slots
+        "n_ctx_train": 4096,
+        "n_embd": 64,
+    }
+    assert (
+        meta["n_params"] > 0
+        and meta["size"] > 0
+        and set(meta) == {"vocab_type", "n_vocab", "n_ctx", "n_ctx_train", "n_embd", "n_params", "size"}
     )
-    keys = server_factory(Settings(model=str(named_models["keys"]), ctx_size=512, parallel=1, min_p=0.2))
-    props = httpx.get(keys.url + "/props").json()
-    params = props["default_generation_settings"]["params"]
-    assert (params["temperature"], params["top_k"], params["repeat_penalty"], params["min_p"]) == (0.7, 11, 1.05, 0.2)
-    assert props["sampling_sources"]["temperature"] == "GGUF general.sampling"
-    assert props["sampling_sources"]["min_p"] == "command line"
-
-
-def test_native_completion_and_its_stream_without_done(tiny_server: ServerThread) -> None:
-    body = {"prompt": "Once upon a time", "n_predict": 8, "temperature": 0}
-    data = post(tiny_server, "/completion", body).json()
-    assert data["stop"] is True and data["tokens_predicted"] == 8 and data["stop_type"] == "limit"
-    tokens = post(tiny_server, "/tokenize", {"content": "Once upon a time", "add_special": True}).json()["tokens"]
-    assert data["prompt"] == "<|startoftext|>Once upon a time" and data["tokens_evaluated"] == len(tokens)
-    assert set(data["timings"]) == TIMINGS_KEYS and "generation_settings" in data
-    events = sse_events(tiny_server, "/completion", {**body, "stream": True})
-    assert "[DONE]" not in events
-    chunks = [json.loads(e) for e in events]
-    assert all(c["stop"] is False for c in chunks[:-1]) and chunks[-1]["stop"] is True
-    assert "".join(c["content"] for c in chunks) == data["content"]
-    by_ids = post(tiny_server, "/completion", {**body, "prompt": tokens}).json()
-    assert by_ids["content"] == data["content"]
+    assert models["object"] == "list" and models["models"] == [
+        {"name": "tiny-lfm2.gguf", "model": "tiny-lfm2.gguf", "type": "model", "capabilities": ["completion"]}
+    ]
+    assert httpx.get(tiny_server.url + "/models").json()["data"][0]["id"] == "tiny-lfm2.gguf"
 
 
 def test_openai_completions(tiny_server: ServerThread) -> None:
@@ -264,20 +183,6 @@ def test_openai_completions(tiny_server: ServerThread) -> None:
     )
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == native["content"]
-
-
-def test_tokenize_detokenize_apply_template(tiny_server: ServerThread) -> None:
-    tokens = post(tiny_server, "/tokenize", {"content": "<|im_start|>Hi"}).json()["tokens"]
-    assert tokens[0] == 6 and post(tiny_server, "/detokenize", {"tokens": tokens}).json() == {
-        "content": "<|im_start|>Hi"
-    }
-    assert post(tiny_server, "/tokenize", {"content": "Hi", "add_special": True}).json()["tokens"][0] == 1
-    literal = post(tiny_server, "/tokenize", {"content": "<|im_start|>", "parse_special": False}).json()["tokens"]
-    assert 6 not in literal and len(literal) > 1
-    pieces = post(tiny_server, "/tokenize", {"content": "<|im_end|>x", "with_pieces": True}).json()["tokens"]
-    assert pieces[0] == {"id": 7, "piece": "<|im_end|>"}
-    prompt = post(tiny_server, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}]}).json()["prompt"]
-    assert prompt == "<|startoftext|><|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_bos_is_not_doubled_and_text_parts_are_accepted(tiny_server: ServerThread) -> None:
@@ -298,209 +203,3 @@ def test_cached_tokens_count_a_continued_conversation(tiny_server: ServerThread)
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == shared
     assert second["timings"]["cache_n"] == shared
     assert second["timings"]["prompt_n"] == second["usage"]["prompt_tokens"] - shared
-
-
-INVALID_REQUESTS: list[tuple[str, str, Any, str]] = [
-    ("malformed JSON", "/v1/chat/completions", b'{"messages": [', "invalid_request_error"),
-    ("body not an object", "/v1/chat/completions", b"[1, 2]", "invalid_request_error"),
-    ("missing messages", "/v1/chat/completions", {"temperature": 0.1}, "invalid_request_error"),
-    ("empty messages", "/v1/chat/completions", {"messages": []}, "invalid_request_error"),
-    (
-        "unknown role",
-        "/v1/chat/completions",
-        {"messages": [{"role": "wizard", "content": "x"}]},
-        "invalid_request_error",
-    ),
-    (
-        "content wrong type",
-        "/v1/chat/completions",
-        {"messages": [{"role": "user", "content": 5}]},
-        "invalid_request_error",
-    ),
-    ("user without content", "/v1/chat/completions", {"messages": [{"role": "user"}]}, "invalid_request_error"),
-    ("temperature a string", "/v1/chat/completions", {**SEED_CHAT, "temperature": "hot"}, "invalid_request_error"),
-    ("negative temperature", "/v1/chat/completions", {**SEED_CHAT, "temperature": -1}, "invalid_request_error"),
-    ("top_p above 1", "/v1/chat/completions", {**SEED_CHAT, "top_p": 1.5}, "invalid_request_error"),
-    ("min_p negative", "/v1/chat/completions", {**SEED_CHAT, "min_p": -0.1}, "invalid_request_error"),
-    ("top_k a float", "/v1/chat/completions", {**SEED_CHAT, "top_k": 2.5}, "invalid_request_error"),
-    ("max_tokens below -1", "/v1/chat/completions", {**SEED_CHAT, "max_tokens": -5}, "invalid_request_error"),
-    ("stream not a bool", "/v1/chat/completions", {**SEED_CHAT, "stream": "yes"}, "invalid_request_error"),
-    ("stop wrong type", "/v1/chat/completions", {**SEED_CHAT, "stop": 7}, "invalid_request_error"),
-    ("n above 1", "/v1/chat/completions", {**SEED_CHAT, "n": 2}, "invalid_request_error"),
-    (
-        "presence penalty out of range",
-        "/v1/chat/completions",
-        {**SEED_CHAT, "presence_penalty": 3},
-        "invalid_request_error",
-    ),
-    (
-        "logit bias token out of vocab",
-        "/v1/chat/completions",
-        {**SEED_CHAT, "logit_bias": {"99999": 1}},
-        "invalid_request_error",
-    ),
-    ("id_slot beyond the slots", "/v1/chat/completions", {**SEED_CHAT, "id_slot": 17}, "invalid_request_error"),
-    (
-        "image without a projector",
-        "/v1/chat/completions",
-        {
-            "messages": [
-                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
-            ]
-        },
-        "invalid_request_error",
-    ),
-    (
-        "bad tool call arguments",
-        "/v1/chat/completions",
-        {
-            "messages": [
-                {"role": "user", "content": "x"},
-                {
-                    "role": "assistant",
-                    "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}],
-                },
-            ]
-        },
-        "invalid_request_error",
-    ),
-    (
-        "prompt too long",
-        "/v1/chat/completions",
-        {"messages": [{"role": "user", "content": "word " * 3000}]},
-        "exceed_context_size_error",
-    ),
-    ("completion without prompt", "/completion", {"n_predict": 3}, "invalid_request_error"),
-    ("completion prompt token out of vocab", "/completion", {"prompt": [1, 70000]}, "invalid_request_error"),
-    ("tokenize content not a string", "/tokenize", {"content": 12}, "invalid_request_error"),
-    ("detokenize unknown token", "/detokenize", {"tokens": [1, 123456]}, "invalid_request_error"),
-]
-
-
-@pytest.mark.parametrize(("name", "path", "body", "error_type"), INVALID_REQUESTS, ids=[r[0] for r in INVALID_REQUESTS])
-def test_invalid_input_gets_a_4xx_with_the_error_shape(
-    tiny_server: ServerThread, name: str, path: str, body: Any, error_type: str
-) -> None:
-    kwargs = (
-        {"content": body, "headers": {"Content-Type": "application/json"}}
-        if isinstance(body, bytes)
-        else {"json": body}
-    )
-    response = httpx.post(tiny_server.url + path, timeout=60, **kwargs)
-    assert response.status_code == 400, response.text
-    error = response.json()["error"]
-    assert error["code"] == 400 and error["type"] == error_type and error["message"]
-    assert "Traceback" not in response.text
-    if error_type == "exceed_context_size_error":
-        assert error["n_ctx"] == 512 and error["n_prompt_tokens"] > 2048
-
-
-def test_every_invalid_request_kind_is_listed() -> None:
-    assert len(INVALID_REQUESTS) >= 15
-
-
-def test_a_failing_template_answers_400_with_its_message(
-    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    template = tmp_path_factory.mktemp("tpl") / "strict.jinja"
-    template.write_text(
-        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start "
-        "with a user message') }}{% endif %}{{ messages[0]['content'] }}"
-    )
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, chat_template_file=str(template)))
-    response = post(server, "/v1/chat/completions", {"messages": [{"role": "assistant", "content": "x"}]})
-    assert response.status_code == 400
-    assert response.json()["error"]["message"] == "Chat template error: Conversations must start with a user message"
-    assert post(server, "/apply-template", {"messages": [{"role": "user", "content": "ok"}]}).json() == {"prompt": "ok"}
-
-
-def test_unknown_route_is_404_with_the_error_shape(tiny_server: ServerThread) -> None:
-    response = httpx.get(tiny_server.url + "/v1/nothing")
-    assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"
-
-
-def test_bad_requests_do_not_disturb_requests_in_flight(tiny_server: ServerThread) -> None:
-    good = {**SEED_CHAT, "temperature": 0, "max_tokens": 40}
-    expected = post(tiny_server, "/v1/chat/completions", good).json()["choices"][0]["message"]["content"]
-    results: list[str] = []
-
-    def client() -> None:
-        results.append(post(tiny_server, "/v1/chat/completions", good).json()["choices"][0]["message"]["content"])
-
-    threads = [threading.Thread(target=client) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for _, path, body, _ in INVALID_REQUESTS:
-        kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
-        assert httpx.post(tiny_server.url + path, timeout=60, **kwargs).status_code == 400
-    for t in threads:
-        t.join(timeout=60)
-    assert results == [expected] * 3
-
-
-def test_api_keys(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k1", "k2")))
-    chat = {"messages": [{"role": "user", "content": "Hi"}], **GREEDY}
-    for headers in ({}, {"Authorization": "Bearer nope"}, {"X-Api-Key": "k3"}):
-        response = post(server, "/v1/chat/completions", chat, headers=headers)
-        assert response.status_code == 401
-        assert response.json()["error"] == {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}
-    assert post(server, "/v1/chat/completions", chat, headers={"Authorization": "Bearer k2"}).status_code == 200
-    assert post(server, "/v1/chat/completions", chat, headers={"X-Api-Key": "k1"}).status_code == 200
-    assert httpx.get(server.url + "/health").status_code == 200
-    assert httpx.get(server.url + "/v1/models").status_code == 200
-    assert httpx.get(server.url + "/props").status_code == 401
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k1")
-    assert client.chat.completions.create(model="m", messages=chat["messages"], max_tokens=2).usage is not None
-
-
-def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:
-    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1)
-    release = threading.Event()
-
-    def slow_load() -> Serving:
-        release.wait(30)
-        return load_serving(settings, str(tiny_gguf))
-
-    server = serve(settings, slow_load)
-    try:
-        for path in ("/health", "/v1/models", "/props"):
-            response = httpx.get(server.url + path)
-            assert response.status_code == 503
-            assert response.json() == {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
-        release.set()
-        server.wait_ready()
-        assert httpx.get(server.url + "/health").json() == {"status": "ok"}
-    finally:
-        release.set()
-        server.stop()
-
-
-def test_fixture_template_via_chat_template_file(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(
-        Settings(
-            model=str(tiny_gguf),
-            ctx_size=512,
-            parallel=1,
-            chat_template_file=str(fixture_template("lfm2.5-instruct.jinja")),
-        )
-    )
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    prompt = post(server, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}], "tools": tools}).json()
-    assert prompt["prompt"] == (
-        '<|startoftext|><|im_start|>system\nList of tools: [{"type": "function", "function": '
-        '{"name": "f", "parameters": {"type": "object"}}}]<|im_end|>\n<|im_start|>user\nHi'
-        "<|im_end|>\n<|im_start|>assistant\n"
-    )
-
-
-def test_no_jinja_uses_llama_cpp_builtin_formats(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, jinja=False))
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
-    prompt = post(server, "/apply-template", {"messages": messages}).json()["prompt"]
-    # llama.cpp recognises the LFM template as ChatML; its built-in ChatML adds no BOS text
-    assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    tools = [{"type": "function", "function": {"name": "f"}}]
-    response = post(server, "/v1/chat/completions", {"messages": messages, "tools": tools})
-    assert response.status_code == 400 and response.json()["error"]["message"] == "tools param requires --jinja flag"
-    assert post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 2}).status_code == 200

@@ -1,0 +1,148 @@
+"""llama-server's own routes over real loopback HTTP: /props, /completion, /tokenize, /apply-template."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lfmserve.settings import Settings
+from lfmserve.testing import LFM2_CHAT_TEMPLATE, TinyLfm2, write_lfm2_gguf
+from tests.conftest import TIMINGS_KEYS, ServerThread, fixture_template, post, sse_events
+
+
+def test_props_report_defaults_slots_template_and_model(tiny_server: ServerThread) -> None:
+    props = httpx.get(tiny_server.url + "/props").json()
+    assert props.pop("model_path").endswith("/tiny-lfm2.gguf")
+    assert props.pop("chat_template") == LFM2_CHAT_TEMPLATE
+    assert props.pop("build_info") == "llama-cpp-python 0.3.36"
+    settings = props.pop("default_generation_settings")
+    assert settings["n_ctx"] == 512 and settings["params"]["n_predict"] == settings["params"]["max_tokens"] == -1
+    assert props.pop("sampling_sources")["temperature"] == "LFM family table (LFM2 text, LFM2.5-JP)"
+    model = props.pop("model")
+    assert model.pop("n_params") > 0 and model.pop("size") > 0
+    assert model == {
+        "architecture": "lfm2",
+        "name": "Tiny-LFM2-Test",
+        "description": model["description"],
+        "n_ctx_train": 4096,
+        "n_vocab": 475,
+        "vocab_type": "BPE",
+        "is_hybrid": True,
+        "is_recurrent": False,
+        "n_swa": 0,
+    }
+    assert props == {
+        "lfm_family": "LFM2 text, LFM2.5-JP",
+        "total_slots": 4,
+        "model_alias": "tiny-lfm2.gguf",
+        "modalities": {"vision": False, "audio": False},
+        "chat_template_caps": {
+            "supports_string_content": True,
+            "supports_typed_content": False,
+            "supports_system_role": True,
+            "supports_tools": True,
+            "supports_tool_calls": False,
+            "supports_parallel_tool_calls": False,
+            "supports_preserve_reasoning": False,
+        },
+        "bos_token": "<|startoftext|>",
+        "eos_token": "<|im_end|>",
+        "is_sleeping": False,
+    }
+
+
+@pytest.fixture(scope="module")
+def named_models(models_dir: Path) -> dict[str, Path]:
+    return {
+        "instruct": write_lfm2_gguf(
+            models_dir / "instruct.gguf",
+            TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct", basename="LFM2.5", size_label="1.2B"),
+        ),
+        "keys": write_lfm2_gguf(
+            models_dir / "keys.gguf", TinyLfm2(seed=5, name="LFM2.5 1.2B Instruct", sampling={"temp": 0.7, "top_k": 11})
+        ),
+    }
+
+
+def test_props_show_lfm_family_defaults_and_gguf_keys_override_them(
+    server_factory: Callable[..., ServerThread], named_models: dict[str, Path]
+) -> None:
+    instruct = server_factory(Settings(model=str(named_models["instruct"]), ctx_size=512, parallel=1))
+    params = httpx.get(instruct.url + "/props").json()["default_generation_settings"]["params"]
+    assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"], params["repeat_penalty"]) == (
+        0.1,
+        50,
+        1.0,
+        0.0,
+        1.05,
+    )
+    keys = server_factory(Settings(model=str(named_models["keys"]), ctx_size=512, parallel=1, min_p=0.2))
+    props = httpx.get(keys.url + "/props").json()
+    params = props["default_generation_settings"]["params"]
+    assert (params["temperature"], params["top_k"], params["repeat_penalty"], params["min_p"]) == (0.7, 11, 1.05, 0.2)
+    assert props["sampling_sources"]["temperature"] == "GGUF general.sampling"
+    assert props["sampling_sources"]["min_p"] == "command line"
+
+
+def test_native_completion_and_its_stream_without_done(tiny_server: ServerThread) -> None:
+    body = {"prompt": "Once upon a time", "n_predict": 8, "temperature": 0}
+    data = post(tiny_server, "/completion", body).json()
+    assert data["stop"] is True and data["tokens_predicted"] == 8 and data["stop_type"] == "limit"
+    tokens = post(tiny_server, "/tokenize", {"content": "Once upon a time", "add_special": True}).json()["tokens"]
+    assert data["prompt"] == "<|startoftext|>Once upon a time" and data["tokens_evaluated"] == len(tokens)
+    assert set(data["timings"]) == TIMINGS_KEYS and "generation_settings" in data
+    events = sse_events(tiny_server, "/completion", {**body, "stream": True})
+    assert "[DONE]" not in events
+    chunks = [json.loads(e) for e in events]
+    assert all(c["stop"] is False for c in chunks[:-1]) and chunks[-1]["stop"] is True
+    assert "".join(c["content"] for c in chunks) == data["content"]
+    by_ids = post(tiny_server, "/completion", {**body, "prompt": tokens}).json()
+    assert by_ids["content"] == data["content"]
+
+
+def test_tokenize_detokenize_apply_template(tiny_server: ServerThread) -> None:
+    tokens = post(tiny_server, "/tokenize", {"content": "<|im_start|>Hi"}).json()["tokens"]
+    assert tokens[0] == 6 and post(tiny_server, "/detokenize", {"tokens": tokens}).json() == {
+        "content": "<|im_start|>Hi"
+    }
+    assert post(tiny_server, "/tokenize", {"content": "Hi", "add_special": True}).json()["tokens"][0] == 1
+    literal = post(tiny_server, "/tokenize", {"content": "<|im_start|>", "parse_special": False}).json()["tokens"]
+    assert 6 not in literal and len(literal) > 1
+    pieces = post(tiny_server, "/tokenize", {"content": "<|im_end|>x", "with_pieces": True}).json()["tokens"]
+    assert pieces[0] == {"id": 7, "piece": "<|im_end|>"}
+    prompt = post(tiny_server, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}]}).json()["prompt"]
+    assert prompt == "<|startoftext|><|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_fixture_template_via_chat_template_file(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    server = server_factory(
+        Settings(
+            model=str(tiny_gguf),
+            ctx_size=512,
+            parallel=1,
+            chat_template_file=str(fixture_template("lfm2.5-instruct.jinja")),
+        )
+    )
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    prompt = post(server, "/apply-template", {"messages": [{"role": "user", "content": "Hi"}], "tools": tools}).json()
+    assert prompt["prompt"] == (
+        '<|startoftext|><|im_start|>system\nList of tools: [{"type": "function", "function": '
+        '{"name": "f", "parameters": {"type": "object"}}}]<|im_end|>\n<|im_start|>user\nHi'
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_no_jinja_uses_llama_cpp_builtin_formats(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, jinja=False))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    prompt = post(server, "/apply-template", {"messages": messages}).json()["prompt"]
+    # llama.cpp recognises the LFM template as ChatML; its built-in ChatML adds no BOS text
+    assert prompt == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    response = post(server, "/v1/chat/completions", {"messages": messages, "tools": tools})
+    assert response.status_code == 400 and response.json()["error"]["message"] == "tools param requires --jinja flag"
+    assert post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 2}).status_code == 200

@@ -1,0 +1,28 @@
+"""The gate in front of every route: API keys (Bearer or X-Api-Key), public routes, constant-time comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import openai
+
+from lfmserve.settings import Settings
+from tests.conftest import GREEDY, ServerThread, post
+
+
+def test_api_keys(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k1", "k2")))
+    chat = {"messages": [{"role": "user", "content": "Hi"}], **GREEDY}
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"X-Api-Key": "k3"}):
+        response = post(server, "/v1/chat/completions", chat, headers=headers)
+        assert response.status_code == 401
+        assert response.json()["error"] == {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}
+    assert post(server, "/v1/chat/completions", chat, headers={"Authorization": "Bearer k2"}).status_code == 200
+    assert post(server, "/v1/chat/completions", chat, headers={"X-Api-Key": "k1"}).status_code == 200
+    assert httpx.get(server.url + "/health").status_code == 200
+    assert httpx.get(server.url + "/v1/models").status_code == 200
+    assert httpx.get(server.url + "/props").status_code == 401
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="k1")
+    assert client.chat.completions.create(model="m", messages=chat["messages"], max_tokens=2).usage is not None

@@ -1,0 +1,278 @@
+"""Every error a client can cause reaches it as the API's JSON error body, and disturbs nobody else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lfmserve.api.app import create_app
+from lfmserve.models.loader import load_serving
+from lfmserve.settings import Settings
+from tests.conftest import SEED_CHAT, ServerThread, post
+
+CHAT = "/v1/chat/completions"
+#: (case, route, body, error type, the field named in ``param``)
+INVALID_REQUESTS: list[tuple[str, str, Any, str, str | None]] = [
+    ("malformed JSON", CHAT, b'{"messages": [', "invalid_request_error", None),
+    ("body not an object", CHAT, b"[1, 2]", "invalid_request_error", None),
+    ("missing messages", CHAT, {"temperature": 0.1}, "invalid_request_error", "messages"),
+    ("empty messages", CHAT, {"messages": []}, "invalid_request_error", "messages"),
+    (
+        "unknown role",
+        CHAT,
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        "invalid_request_error",
+        "messages.0.role",
+    ),
+    (
+        "content wrong type",
+        CHAT,
+        {"messages": [{"role": "user", "content": 5}]},
+        "invalid_request_error",
+        "messages.0.content.str",
+    ),
+    ("user without content", CHAT, {"messages": [{"role": "user"}]}, "invalid_request_error", "messages.0"),
+    ("temperature a string", CHAT, {**SEED_CHAT, "temperature": "hot"}, "invalid_request_error", "temperature"),
+    ("negative temperature", CHAT, {**SEED_CHAT, "temperature": -1}, "invalid_request_error", "temperature"),
+    ("top_p above 1", CHAT, {**SEED_CHAT, "top_p": 1.5}, "invalid_request_error", "top_p"),
+    ("min_p negative", CHAT, {**SEED_CHAT, "min_p": -0.1}, "invalid_request_error", "min_p"),
+    ("top_k a float", CHAT, {**SEED_CHAT, "top_k": 2.5}, "invalid_request_error", "top_k"),
+    ("max_tokens below -1", CHAT, {**SEED_CHAT, "max_tokens": -5}, "invalid_request_error", "max_tokens"),
+    ("stream not a bool", CHAT, {**SEED_CHAT, "stream": "yes"}, "invalid_request_error", "stream"),
+    ("stop wrong type", CHAT, {**SEED_CHAT, "stop": 7}, "invalid_request_error", "stop.str"),
+    ("n above 1", CHAT, {**SEED_CHAT, "n": 2}, "invalid_request_error", "n"),
+    (
+        "presence penalty out of range",
+        CHAT,
+        {**SEED_CHAT, "presence_penalty": 3},
+        "invalid_request_error",
+        "presence_penalty",
+    ),
+    (
+        "logit bias token out of vocab",
+        CHAT,
+        {**SEED_CHAT, "logit_bias": {"99999": 1}},
+        "invalid_request_error",
+        "logit_bias",
+    ),
+    ("logit bias not pairs", CHAT, {**SEED_CHAT, "logit_bias": [[1, 2, 3]]}, "invalid_request_error", "logit_bias"),
+    ("id_slot beyond the slots", CHAT, {**SEED_CHAT, "id_slot": 17}, "invalid_request_error", "id_slot"),
+    (
+        "image without a projector",
+        CHAT,
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]},
+        "invalid_request_error",
+        "messages",
+    ),
+    (
+        "bad tool call arguments",
+        CHAT,
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{"}}],
+                },
+            ]
+        },
+        "invalid_request_error",
+        "messages",
+    ),
+    (
+        "prompt too long",
+        CHAT,
+        {"messages": [{"role": "user", "content": "word " * 3000}]},
+        "exceed_context_size_error",
+        None,
+    ),
+    ("completion without prompt", "/completion", {"n_predict": 3}, "invalid_request_error", "prompt"),
+    ("completion prompt token out of vocab", "/completion", {"prompt": [1, 70000]}, "invalid_request_error", "prompt"),
+    ("two prompts streamed", "/completion", {"prompt": ["a", "b"], "stream": True}, "invalid_request_error", "prompt"),
+    ("tokenize content not a string", "/tokenize", {"content": 12}, "invalid_request_error", "content"),
+    ("detokenize unknown token", "/detokenize", {"tokens": [1, 123456]}, "invalid_request_error", "tokens"),
+]
+
+
+def _send(server: ServerThread, path: str, body: Any) -> httpx.Response:
+    if isinstance(body, bytes):
+        return httpx.post(server.url + path, content=body, headers={"Content-Type": "application/json"}, timeout=60)
+    return httpx.post(server.url + path, json=body, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "body", "error_type", "param"), INVALID_REQUESTS, ids=[r[0] for r in INVALID_REQUESTS]
+)
+def test_invalid_input_is_a_400_naming_the_field(
+    tiny_server: ServerThread, name: str, path: str, body: Any, error_type: str, param: str | None
+) -> None:
+    response = _send(tiny_server, path, body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["type"], error.get("param")) == (400, error_type, param)
+    assert error["message"] and "Traceback" not in response.text
+    if error_type == "exceed_context_size_error":
+        assert error["n_ctx"] == 512 and error["n_prompt_tokens"] > 2048
+        assert error["message"] == (
+            f"request ({error['n_prompt_tokens']} tokens) exceeds the available context size (512 tokens), "
+            "try increasing it"
+        )
+
+
+def test_the_messages_name_the_field_and_the_value(tiny_server: ServerThread) -> None:
+    cases = {
+        "temperature": (
+            {**SEED_CHAT, "temperature": "hot"},
+            "Invalid value for 'temperature': Input should be a valid number (got 'hot')",
+        ),
+        "messages": ({"temperature": 0.1}, "Missing required field 'messages'"),
+        "id_slot": ({**SEED_CHAT, "id_slot": 17}, "id_slot 17 does not exist (there are 4 slots)"),
+    }
+    for body, message in cases.values():
+        assert post(tiny_server, CHAT, body).json()["error"]["message"] == message
+
+
+def test_a_failing_template_answers_400_with_its_message(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    template = tmp_path_factory.mktemp("tpl") / "strict.jinja"
+    template.write_text(
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start "
+        "with a user message') }}{% endif %}{{ messages[0]['content'] }}"
+    )
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, chat_template_file=str(template)))
+    response = post(server, CHAT, {"messages": [{"role": "assistant", "content": "x"}]})
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": 400,
+        "message": "Chat template error: Conversations must start with a user message",
+        "type": "invalid_request_error",
+    }
+    assert post(server, "/apply-template", {"messages": [{"role": "user", "content": "ok"}]}).json() == {"prompt": "ok"}
+
+
+def test_an_unknown_route_is_404_and_a_wrong_method_405(tiny_server: ServerThread) -> None:
+    response = httpx.get(tiny_server.url + "/v1/nothing")
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": {"code": 404, "message": "File Not Found: /v1/nothing", "type": "not_found_error"}
+    }
+    response = httpx.get(tiny_server.url + CHAT)
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.json() == {"error": {"code": 405, "message": "Method Not Allowed", "type": "invalid_request_error"}}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "param", "message"),
+    [
+        (
+            "GET",
+            "/slots?fail_on_no_slot=maybe",
+            "fail_on_no_slot",
+            "Input should be a valid boolean, unable to interpret input",
+        ),
+        (
+            "POST",
+            "/slots/abc?action=erase",
+            "id_slot",
+            "Input should be a valid integer, unable to parse string as an integer",
+        ),
+    ],
+)
+def test_bad_query_and_path_values_are_400_not_fastapis_422(
+    tiny_server: ServerThread, method: str, path: str, param: str, message: str
+) -> None:
+    response = httpx.request(method, tiny_server.url + path)
+    assert response.status_code == 400
+    value = path.split("=")[1] if "?fail" in path else "abc"
+    assert response.json() == {
+        "error": {
+            "code": 400,
+            "message": f"Invalid value for '{param}': {message} (got {value!r})",
+            "type": "invalid_request_error",
+            "param": param,
+        }
+    }
+
+
+def test_bad_requests_do_not_disturb_requests_in_flight(tiny_server: ServerThread) -> None:
+    good = {**SEED_CHAT, "temperature": 0, "max_tokens": 40}
+    expected = post(tiny_server, CHAT, good).json()["choices"][0]["message"]["content"]
+    results: list[str] = []
+
+    def client() -> None:
+        results.append(post(tiny_server, CHAT, good).json()["choices"][0]["message"]["content"])
+
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for _, path, body, _, _ in INVALID_REQUESTS:
+        assert _send(tiny_server, path, body).status_code == 400
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [expected] * 3
+
+
+def test_a_request_whose_client_has_gone_writes_nothing(tiny_gguf: Path) -> None:
+    """At the ASGI level: a whole-answer chat whose client disconnects sends no response at all."""
+    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
+    app = create_app(settings, lambda: load_serving(settings, str(tiny_gguf)))
+
+    async def main() -> tuple[list[dict[str, Any]], int]:
+        lifespan_inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        lifespan_outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        state: dict[str, Any] = {}
+        lifespan = asyncio.create_task(
+            app(
+                {"type": "lifespan", "asgi": {"version": "3.0"}, "state": state},
+                lifespan_inbox.get,
+                lifespan_outbox.put,
+            )
+        )
+        await lifespan_inbox.put({"type": "lifespan.startup"})
+        assert (await lifespan_outbox.get())["type"] == "lifespan.startup.complete"
+        while state["app_state"].serving is None:
+            await asyncio.sleep(0.02)
+        body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 400, "ignore_eos": True}
+        # The client leaves right after sending: the answer is still being generated.
+        messages = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "path": CHAT,
+            "raw_path": CHAT.encode(),
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+            "state": dict(state),
+        }
+        await app(scope, receive, send)
+        engine = state["app_state"].serving.engine
+        for _ in range(100):  # the cancel reaches the engine thread within a step
+            if engine.slot_request(0) is None:
+                break
+            await asyncio.sleep(0.02)
+        busy = sum(slot.busy for slot in engine.slots)
+        await lifespan_inbox.put({"type": "lifespan.shutdown"})
+        await lifespan
+        return sent, busy
+
+    sent, busy = asyncio.run(main())
+    assert sent == [] and busy == 0
