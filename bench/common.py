@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 
@@ -104,3 +105,30 @@ class Server:
 
 def lfmserve_command() -> str:
     return shutil.which("lfmserve") or "lfmserve"
+
+
+def bench_arguments(description: str, *, ctx_size: int, repeats: int) -> argparse.ArgumentParser:
+    """The flags every benchmark takes: which llama-server, the shared server flags, repeats, where results go."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llama-server", type=Path, help="llama-server binary (default: build it with --build)")
+    parser.add_argument("--build", action="store_true", help="build llama-server from the pinned sdist if needed")
+    parser.add_argument("--repeats", type=int, default=repeats, help="runs per server (medians reported)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ctx-size", type=int, default=ctx_size)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    return parser
+
+
+def llama_server_binary(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Path:
+    """``--llama-server``, or the one ``--build`` makes; without either, a usage error."""
+    binary = args.llama_server or (build_llama_server() if args.build else None)
+    if binary is None or not Path(binary).exists():
+        parser.error("pass --llama-server PATH or --build")
+    return Path(binary)
+
+
+def results_log(args: argparse.Namespace, name: str) -> TextIO:
+    """A new JSON-lines file for this run's results, named by the benchmark and the time."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    return (out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w")

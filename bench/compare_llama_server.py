@@ -26,11 +26,10 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-from common import Server, bench_model, build_llama_server, lfmserve_command
+from common import Server, bench_arguments, bench_model, lfmserve_command, llama_server_binary, results_log
 
 
 def stream_completion(url: str, body: dict[str, Any]) -> tuple[float, list[float], dict[str, Any]]:
@@ -93,20 +92,11 @@ def measure(url: str, args: argparse.Namespace, run: int) -> Iterator[dict[str, 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--llama-server", type=Path, help="llama-server binary (default: build it with --build)")
-    parser.add_argument("--build", action="store_true", help="build llama-server from the pinned sdist if needed")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = bench_arguments(__doc__ or "", ctx_size=4096, repeats=5)
     parser.add_argument("--n-predict", type=int, default=128)
     parser.add_argument("--prompt-tokens", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--ctx-size", type=int, default=4096)
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
-
-    binary = args.llama_server or (build_llama_server() if args.build else None)
-    if binary is None or not Path(binary).exists():
-        parser.error("pass --llama-server PATH or --build")
+    binary = llama_server_binary(parser, args)
     model = bench_model()
     flags = ["-m", str(model), "-c", str(args.ctx_size), "-t", str(args.threads)]
     servers = [
@@ -114,8 +104,7 @@ def main() -> int:
         Server("lfmserve", [lfmserve_command(), *flags]),
     ]
     results: dict[str, dict[str, list[float]]] = {s.name: {} for s in servers}
-    args.out.mkdir(parents=True, exist_ok=True)
-    log = (args.out / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w")
+    log = results_log(args, "compare")
     for run in range(args.repeats):  # alternate the servers so drift in the machine hits both alike
         for server in servers:
             with server as url:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import Server, bench_model, build_llama_server, lfmserve_command
+from common import Server, bench_arguments, bench_model, lfmserve_command, llama_server_binary, results_log
 
 from lfmserve.testing import gemma3_270m_path
 
@@ -310,9 +310,7 @@ def make_servers(model: str, binary: Path, args: argparse.Namespace) -> list[Ser
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--llama-server", type=Path, help="llama-server binary (default: build it with --build)")
-    parser.add_argument("--build", action="store_true", help="build llama-server from the pinned sdist if needed")
+    parser = bench_arguments(__doc__ or "", ctx_size=16384, repeats=2)
     parser.add_argument("--skip-llama-cpp-python", action="store_true", help="leave out llama-cpp-python's server")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per stream in the throughput runs")
     parser.add_argument(
@@ -320,9 +318,6 @@ def main() -> int:
     )
     parser.add_argument("--intruder-words", type=int, default=1200)
     parser.add_argument("--preamble-words", type=int, default=600, help="system prompt words of the conversation")
-    parser.add_argument("--ctx-size", type=int, default=16384)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each scenario per server (medians reported)")
     parser.add_argument(
         "--scenarios",
         nargs="+",
@@ -330,21 +325,16 @@ def main() -> int:
         default=list(SCENARIOS + REAL_MODEL_SCENARIOS),
         help="(default: all)",
     )
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
-
-    binary = args.llama_server or (build_llama_server() if args.build else None)
-    if binary is None or not Path(binary).exists():
-        parser.error("pass --llama-server PATH or --build")
+    binary = llama_server_binary(parser, args)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    args.out.mkdir(parents=True, exist_ok=True)
     groups = [(bench_model, SCENARIOS), (gemma3_270m_path, REAL_MODEL_SCENARIOS)]
-    with (args.out / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w") as log:
+    with results_log(args, "serve") as log:
         for model, scenarios in groups:
             names = [name for name in args.scenarios if name in scenarios]
             if not names:
                 continue
-            servers = make_servers(str(model()), Path(binary), args)
+            servers = make_servers(str(model()), binary, args)
             with contextlib.ExitStack() as stack:
                 urls = {srv.name: stack.enter_context(srv) for srv in servers}  # all loaded; one is sent work at a time
                 for name in names:  # interleaved, so the machine's drift hits every server alike

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import uvicorn
 
@@ -197,3 +198,58 @@ def sse_events(server: ServerThread, path: str, body: dict[str, Any]) -> list[st
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+
+
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 1, "maxLength": 12},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+                "detailed": {"type": "boolean"},
+                "ratio": {"type": "number", "minimum": 0.25, "maximum": 0.75},
+            },
+            "required": ["city", "days"],
+        },
+    },
+}
+
+SEARCH: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "web.search",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "maxLength": 10},
+                "filters": {
+                    "type": "object",
+                    "properties": {"site": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+                    "required": ["n"],
+                },
+                "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 1, "maxItems": 3},
+            },
+            "required": ["query", "tags"],
+        },
+    },
+}
+
+TOOLS = [WEATHER, SEARCH]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def tools_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
+    """Room for tool lists: the tiny vocabulary spends a token on almost every JSON character."""
+    return server_factory(Settings(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=2))
+
+
+@pytest.fixture(scope="module")
+def client(tools_server: ServerThread) -> openai.OpenAI:
+    """The official OpenAI client of ``tools_server``."""
+    return openai.OpenAI(base_url=tools_server.url + "/v1", api_key="not-needed")

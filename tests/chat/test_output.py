@@ -5,76 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
+import openai
 import pytest
 
 from lfmserve.chat.output import AssistantMessage, AssistantOutputParser
-from lfmserve.chat.tool_calls import ParsedCall, format_calls, parse_call_block
+from tests.conftest import ASK, ServerThread
 
 S, E = "<|tool_call_start|>", "<|tool_call_end|>"
-
-
-@pytest.mark.parametrize(
-    ("block", "expected"),
-    [
-        (
-            '[get_weather(city="Paris", days=3, ok=True, xs=[1, 2])]',
-            [ParsedCall("get_weather", {"city": "Paris", "days": 3, "ok": True, "xs": [1, 2]})],
-        ),
-        ("[f(a='v'), g()]", [ParsedCall("f", {"a": "v"}), ParsedCall("g", {})]),
-        ("[math.sqrt(x=4.5)]", [ParsedCall("math.sqrt", {"x": 4.5})]),
-        ("f(n=None, t=(1, 2))", [ParsedCall("f", {"n": None, "t": [1, 2]})]),
-        ('[f(o={"a": true, "b": null, "c": [false]})]', [ParsedCall("f", {"o": {"a": True, "b": None, "c": [False]}})]),
-        (
-            '[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "g", "arguments": "{\\"k\\": 1}"}]',
-            [ParsedCall("get_weather", {"city": "Paris"}), ParsedCall("g", {"k": 1})],
-        ),
-        ('{"name": "a.b", "arguments": {}}', [ParsedCall("a.b", {})]),
-        ("[f(x=-1, y=1e3)]", [ParsedCall("f", {"x": -1, "y": 1000.0})]),
-    ],
-)
-def test_call_blocks_parse_to_names_and_literal_arguments(block: str, expected: list[ParsedCall]) -> None:
-    assert parse_call_block(block) == expected
-
-
-@pytest.mark.parametrize(
-    "block",
-    [
-        "",
-        "[]",
-        "[f(x=os.system('rm -rf /'))]",  # a call inside an argument is never evaluated
-        "[f(x=y)]",  # a bare name is not a literal
-        "[f('positional')]",
-        "[f(**kw)]",
-        "[f(x={1, 2})]",  # sets are not JSON
-        "[f(x=1e999)]",  # infinity is not JSON
-        "[f(x=1)",  # truncated
-        "[1, 2]",
-        "[(lambda: 1)()]",
-        '[{"arguments": {}}]',
-        '[{"name": "f", "arguments": [1]}]',
-        "just words",
-    ],
-)
-def test_anything_but_literal_calls_is_refused(block: str) -> None:
-    assert parse_call_block(block) is None
-
-
-def test_arguments_are_json_text() -> None:
-    call = parse_call_block('[f(s="é \\"q\\"", n=2.5)]')
-    assert call is not None and call[0].arguments_json() == '{"s": "é \\"q\\"", "n": 2.5}'
-
-
-def test_history_calls_are_written_in_the_models_form() -> None:
-    calls = [
-        {"function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 3, "ok": True, "n": None}}},
-        {"function": {"name": "g", "arguments": {"o": {"a": [1, False]}}}},
-    ]
-    text = format_calls(calls)
-    assert text == S + '[get_weather(city="Paris", days=3, ok=True, n=None), g(o={"a": [1, False]})]' + E
-    assert parse_call_block(text[len(S) : -len(E)]) == [
-        ParsedCall("get_weather", {"city": "Paris", "days": 3, "ok": True, "n": None}),
-        ParsedCall("g", {"o": {"a": [1, False]}}),
-    ]
 
 
 def _summary(message: AssistantMessage) -> dict[str, Any]:
@@ -185,8 +123,33 @@ def test_call_ids_are_openai_shaped_and_distinct() -> None:
     }
 
 
-def test_calls_python_cannot_spell_are_written_as_json() -> None:
-    calls = [{"function": {"name": "send", "arguments": {"from": "a", "to": "b"}}}]
-    text = format_calls(calls)
-    assert text == S + '[{"name": "send", "arguments": {"from": "a", "to": "b"}}]' + E
-    assert parse_call_block(text[len(S) : -len(E)]) == [ParsedCall("send", {"from": "a", "to": "b"})]
+# -- end to end: the reasoning split over the API --------------------------------------------------------
+THINKING = 'root ::= "<think>" [a-z]{2,12} " plan</think>" [A-Z][a-z ]{3,20}'
+
+
+def test_reasoning_is_split_from_content_whole_and_streamed(client: openai.OpenAI) -> None:
+    request: dict[str, Any] = {"messages": ASK, "max_tokens": 60, "seed": 4, "extra_body": {"grammar": THINKING}}
+    message = client.chat.completions.create(model="tiny", **request).choices[0].message
+    reasoning = message.model_extra["reasoning_content"] if message.model_extra else None
+    assert reasoning and reasoning.endswith(" plan") and "<think>" not in reasoning
+    assert message.content and message.content[0].isupper() and "think>" not in message.content
+    kinds, joined = [], {"reasoning_content": "", "content": ""}
+    for chunk in client.chat.completions.create(model="tiny", stream=True, **request):
+        delta = chunk.choices[0].delta.model_dump(exclude_none=True) if chunk.choices else {}
+        for key in joined:
+            if delta.get(key):
+                joined[key] += delta[key]
+                kinds.append(key)
+    assert joined == {"reasoning_content": reasoning, "content": message.content}
+    assert kinds.index("content") > kinds.index("reasoning_content")
+    raw = client.chat.completions.create(
+        model="tiny", **{**request, "extra_body": {**request["extra_body"], "reasoning_format": "none"}}
+    )
+    assert raw.choices[0].message.content == f"<think>{reasoning}</think>{message.content}"
+
+
+def test_a_think_block_cut_off_is_all_reasoning(tools_server: ServerThread) -> None:
+    body = {"messages": ASK, "max_tokens": 4, "grammar": THINKING, "seed": 4}
+    choice = httpx.post(tools_server.url + "/v1/chat/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["content"] == "" and choice["message"]["reasoning_content"]

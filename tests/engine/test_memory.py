@@ -105,10 +105,11 @@ def test_a_continued_conversation_prefills_only_the_new_suffix(engine: Engine, l
     assert held == list(p1) + list(out1.token_ids[:-1])  # the last sampled token is never decoded
     second = first + [{"role": "assistant", "content": out1.text}, {"role": "user", "content": "What is my name?"}]
     p2 = chat_tokens(lfm, second)
-    shared = common_prefix_length(held, p2)
-    expected = shared if shared == len(held) else len(p1)  # the reply re-tokenized differently: checkpoint
+    # The random model's reply re-tokenizes differently (a real model's comes back token for token: the next
+    # test), so the cache diverges inside it and the state comes from the checkpoint at the end of the prompt.
+    assert len(p1) <= common_prefix_length(held, p2) < len(held)
     out2 = run(engine, p2, slot=0)
-    assert out2.n_cached_tokens == expected and out2.timings.prompt_n == len(p2) - expected
+    assert out2.n_cached_tokens == len(p1) and out2.timings.prompt_n == len(p2) - len(p1)
     assert out2.token_ids == uncached(engine, p2, 1)
 
 

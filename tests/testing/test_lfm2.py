@@ -1,9 +1,10 @@
-"""The test-model generator writes GGUFs llama.cpp loads: LFM2 and LFM2-MoE, real special ids."""
+"""The test-model generator writes GGUFs llama.cpp loads: LFM2 and LFM2-MoE, real special ids, deterministically.
+
+How fast it writes them is measured by ``bench/model_writer.py``, not here."""
 
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,8 @@ from lfmserve.models.defaults import gguf_sampling
 from lfmserve.testing import BOS_ID, EOS_ID, LFM2_SPECIAL_TOKENS, TinyLfm2, write_lfm2_gguf
 
 
-def test_writes_in_well_under_a_second_and_deterministically(tmp_path: Path) -> None:
-    t0 = time.perf_counter()
+def test_the_same_seed_writes_the_same_file(tmp_path: Path) -> None:
     a = write_lfm2_gguf(tmp_path / "a.gguf", TinyLfm2(seed=3))
-    assert time.perf_counter() - t0 < 1.0
     b = write_lfm2_gguf(tmp_path / "b.gguf", TinyLfm2(seed=3))
     c = write_lfm2_gguf(tmp_path / "c.gguf", TinyLfm2(seed=4))
     digest = [hashlib.sha256(p.read_bytes()).hexdigest() for p in (a, b, c)]

@@ -1,0 +1,174 @@
+"""Chat requests as templates render them: history with tool calls and results, template variables, media parts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from lfmserve.settings import Settings
+from tests.conftest import ServerThread, fixture_template
+
+# -- a three-turn tool conversation, rendered by each fixture template --------------------------------
+CITY_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris"]}}, "required": ["city"]},
+    },
+}
+
+
+RESULT = '{"temperature": 21}'
+
+
+def _expected(template: str, answer: str) -> str:
+    tools_json = json.dumps([CITY_TOOL])
+    call_double = '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'
+    turns = {
+        "lfm2-tools.jinja": (
+            "<|im_start|>system\nList of tools: "
+            f"<|tool_list_start|>[{json.dumps(CITY_TOOL)}]<|tool_list_end|><|im_end|>\n",
+            f"<|im_start|>assistant\n{call_double}<|im_end|>\n",
+            f"<|im_start|>tool\n<|tool_response_start|>{RESULT}<|tool_response_end|><|im_end|>\n",
+        ),
+        "lfm2.5-instruct.jinja": (
+            f"<|im_start|>system\nList of tools: [{json.dumps(CITY_TOOL)}]<|im_end|>\n",
+            f"<|im_start|>assistant\n{call_double}<|im_end|>\n",
+            f"<|im_start|>tool\n{RESULT}<|im_end|>\n",
+        ),
+        "lfm2.5-8b-a1b.jinja": (
+            f"<|im_start|>system\nToday's date: {datetime.now():%Y-%m-%d}\n\nList of tools: {tools_json}<|im_end|>\n",
+            "<|im_start|>assistant\n<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|><|im_end|>\n",
+            f"<|im_start|>tool\n{RESULT}<|im_end|>\n",
+        ),
+    }[template]
+    system, call, result = turns
+    return (
+        f"<|startoftext|>{system}<|im_start|>user\nWeather in Paris?<|im_end|>\n{call}{result}"
+        f"<|im_start|>assistant\n{answer}<|im_end|>\n<|im_start|>user\nThanks!<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+@pytest.mark.parametrize("template", ["lfm2-tools.jinja", "lfm2.5-instruct.jinja", "lfm2.5-8b-a1b.jinja"])
+def test_three_turn_tool_conversation_renders_as_the_template_expects(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, template: str
+) -> None:
+    server = server_factory(
+        Settings(
+            model=str(tiny_gguf),
+            ctx_size=4096,
+            parallel=1,
+            threads=2,
+            chat_template_file=str(fixture_template(template)),
+        )
+    )
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="x")
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        tools=[CITY_TOOL],
+        tool_choice="required",
+        max_tokens=40,
+        parallel_tool_calls=False,
+    )
+    assert first.choices[0].message.tool_calls, first
+    call = first.choices[0].message.tool_calls[0]
+    assert (call.function.name, call.function.arguments) == ("get_weather", '{"city": "Paris"}')
+    messages.append({"role": "assistant", "content": None, "tool_calls": [call.model_dump()]})
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": RESULT})
+    second = client.chat.completions.create(model="tiny", messages=messages, tools=[CITY_TOOL], max_tokens=8)
+    answer = second.choices[0].message.content or ""
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks!"}]
+    third = client.chat.completions.create(model="tiny", messages=messages, tools=[CITY_TOOL], max_tokens=4)
+    rendered = httpx.post(server.url + "/apply-template", json={"messages": messages, "tools": [CITY_TOOL]}).json()
+    assert rendered["prompt"] == _expected(template, answer)
+    tokenized = httpx.post(server.url + "/tokenize", json={"content": rendered["prompt"]}).json()["tokens"]
+    assert third.usage is not None and third.usage.prompt_tokens == len(tokenized)
+    assert second.usage is not None and second.usage.prompt_tokens_details is not None
+    assert first.usage is not None
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    if template == "lfm2.5-8b-a1b.jinja":
+        # It renders the call with single quotes: the cache diverges inside the call, and the hybrid model's
+        # state is restored from the checkpoint kept at the end of the first prompt.
+        assert cached == first.usage.prompt_tokens
+    else:  # the call is written back exactly as generated: all of it is reused (the end token was never decoded)
+        assert cached == first.usage.prompt_tokens + first.usage.completion_tokens - 1
+
+
+def test_a_tool_result_then_a_user_image_is_accepted_by_the_template(tools_server: ServerThread) -> None:
+    messages = [
+        {"role": "user", "content": "Look"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "And this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
+            ],
+        },
+    ]
+    response = httpx.post(tools_server.url + "/apply-template", json={"messages": messages, "tools": [CITY_TOOL]})
+    assert response.status_code == 200, response.text
+    assert (
+        "<|im_start|>tool\n<|tool_response_start|>sunny<|tool_response_end|><|im_end|>\n<|im_start|>user\n"
+        in (response.json()["prompt"])
+    )
+    chat = httpx.post(tools_server.url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
+    assert chat.status_code == 400 and "no multimodal projector" in chat.json()["error"]["message"]
+
+
+def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path: Path
+) -> None:
+    probe = tmp_path / "probe.jinja"
+    probe.write_text(
+        "{% for m in messages %}{{ m.role }}:{{ m.content }}|{{ m.thinking }}\n{% endfor %}"
+        "thinking={{ enable_thinking | default('unset') }} effort={{ reasoning_effort | default('unset') }}"
+        " keep={{ keep_past_thinking | default('unset') }}"
+    )
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=1, chat_template_file=str(probe)))
+    history = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b", "reasoning_content": "r"},
+        {"role": "user", "content": "c"},
+    ]
+
+    def rendered(**extra: Any) -> str:
+        body = {"messages": history, **extra}
+        return str(httpx.post(server.url + "/apply-template", json=body).json()["prompt"])
+
+    lines = "user:a|\nassistant:b|r\nuser:c|\n"
+    assert rendered() == lines + "thinking=unset effort=unset keep=unset"
+    assert rendered(reasoning_effort="none") == lines + "thinking=False effort=none keep=unset"
+    kwargs = {"enable_thinking": True, "keep_past_thinking": True}
+    assert (
+        rendered(reasoning_effort="none", chat_template_kwargs=kwargs) == lines + "thinking=True effort=none keep=True"
+    )
+    # The chat route renders through the same code: its prompt is the same tokens.
+    chat = httpx.post(
+        server.url + "/v1/chat/completions", json={"messages": history, "max_tokens": 1, "reasoning_effort": "none"}
+    ).json()
+    tokens = httpx.post(
+        server.url + "/tokenize", json={"content": rendered(reasoning_effort="none"), "add_special": True}
+    ).json()["tokens"]
+    assert chat["usage"]["prompt_tokens"] == len(tokens)

@@ -1,0 +1,86 @@
+"""Structured output: JSON schemas, ``json_object`` and GBNF grammars constrain sampling so the output always validates.
+
+The random model writes no JSON on its own: the token masks are what make it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+import httpx
+import jsonschema
+import openai
+from pydantic import BaseModel, Field
+
+from tests.conftest import ASK, ServerThread
+
+
+# Frigate's review description is a pydantic model with string lengths and number ranges; this one
+# adds the other features the converter supports (pattern, const, enum, $ref/$defs, anyOf, array sizes).
+class Vehicle(BaseModel):
+    wheels: Literal[2, 4]
+    plate: str = Field(pattern=r"^[A-Z]{2}[0-9]{2}$")
+
+
+class Review(BaseModel):
+    title: str = Field(min_length=3, max_length=16)
+    scene: str = Field(max_length=24)
+    confidence: float = Field(ge=0.0, le=1.0)
+    potential_threat_level: int = Field(ge=0, le=3)
+    other_concerns: list[Annotated[str, Field(max_length=6)]] = Field(default_factory=list, min_length=1, max_length=2)
+    kind: Literal["person"] | Vehicle
+    camera: Literal["front"] = "front"
+
+
+REVIEW_SCHEMA: dict[str, Any] = Review.model_json_schema()
+
+
+def test_json_schema_response_format_is_valid_for_20_seeds(client: openai.OpenAI) -> None:
+    outputs = set()
+    for seed in range(20):
+        response = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Describe the scene."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "review", "schema": REVIEW_SCHEMA}},
+            max_tokens=400,
+            temperature=1.0,
+            seed=seed,
+        )
+        choice = response.choices[0]
+        assert choice.finish_reason == "stop"
+        assert choice.message.content is not None
+        value = json.loads(choice.message.content)
+        jsonschema.validate(value, REVIEW_SCHEMA)
+        Review.model_validate(value)
+        assert set(value) <= set(REVIEW_SCHEMA["properties"])  # no invented keys
+        outputs.add(choice.message.content)
+    assert len(outputs) == 20
+
+
+def test_json_object_and_native_constraints(tools_server: ServerThread) -> None:
+    url = tools_server.url
+    body = {"messages": ASK, "max_tokens": 200, "temperature": 1.0, "seed": 1}
+    response = httpx.post(url + "/v1/chat/completions", json={**body, "response_format": {"type": "json_object"}})
+    assert isinstance(json.loads(response.json()["choices"][0]["message"]["content"]), dict)
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 9}}, "required": ["n"]}
+    native = httpx.post(url + "/completion", json={"prompt": "x", "n_predict": 50, "json_schema": schema, "seed": 2})
+    assert 5 <= json.loads(native.json()["content"])["n"] <= 9
+    grammar = 'root ::= "yes" | "no" | "maybe " [0-9]'
+    texts = {
+        httpx.post(url + "/completion", json={"prompt": "x", "n_predict": 9, "grammar": grammar, "seed": s}).json()[
+            "content"
+        ]
+        for s in range(6)
+    }
+    assert texts and all(t in ("yes", "no") or (t.startswith("maybe ") and t[-1].isdigit()) for t in texts)
+
+
+def test_a_finished_grammar_ends_the_answer_even_with_ignore_eos(tools_server: ServerThread) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    body = {"messages": ASK, "max_tokens": 60, "ignore_eos": True, "json_schema": schema}
+    choice = httpx.post(tools_server.url + "/v1/chat/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and json.loads(choice["message"]["content"]) in (
+        {"ok": True},
+        {"ok": False},
+    )
