@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import lfmserve
+from lfmserve.errors import ContextLengthExceeded
 from lfmserve.testing import EOS_ID
 
 
@@ -71,3 +74,53 @@ def test_reset_forgets_without_reloading(model: lfmserve.Model) -> None:
 def test_unknown_options_are_refused(model: lfmserve.Model) -> None:
     with pytest.raises(TypeError, match="unknown sampling options: warmth"):
         model.chat().send("Hi", warmth=3)
+
+
+def _freed(model: lfmserve.Model, slot: int) -> bool:
+    """Whether the slot's generation was stopped: it ends long before its 2,048-token slot would be full."""
+    for _ in range(200):
+        if model.engine.slot_request(slot) is None:
+            return len(model.engine.slot_tokens(slot)) < 200
+        time.sleep(0.01)
+    return False
+
+
+ENDLESS = {"temperature": 0, "max_tokens": 100000, "ignore_eos": True}
+
+
+def test_breaking_out_of_a_stream_cancels_it_and_keeps_the_reply_so_far(model: lfmserve.Model) -> None:
+    chat = model.chat()
+    pieces = []
+    for piece in chat.stream("Go on", **ENDLESS):
+        pieces.append(piece)
+        if len(pieces) == 3:
+            break
+    assert _freed(model, chat.slot)
+    assert chat.messages == [{"role": "user", "content": "Go on"}, {"role": "assistant", "content": "".join(pieces)}]
+    assert chat.last_turn is None
+    chat.send("And?", temperature=0, max_tokens=3)  # the conversation goes on from there
+    assert chat.last_turn is not None and chat.last_turn.n_generated == 3
+
+
+def test_an_exception_in_the_consumer_cancels_the_stream(model: lfmserve.Model) -> None:
+    chat = model.chat()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in chat.stream("Go on", **ENDLESS):
+            raise KeyboardInterrupt
+    assert _freed(model, chat.slot)
+
+
+def test_a_stream_dropped_unfinished_is_cancelled(model: lfmserve.Model) -> None:
+    chat = model.chat()
+    pieces = chat.stream("Go on", **ENDLESS)
+    next(pieces)
+    del pieces
+    gc.collect()
+    assert _freed(model, chat.slot)
+
+
+def test_a_refused_message_leaves_the_history_as_it_was(model: lfmserve.Model) -> None:
+    chat = model.chat(system="Be brief.")
+    with pytest.raises(ContextLengthExceeded):
+        chat.send("word " * 3000)
+    assert chat.messages == [{"role": "system", "content": "Be brief."}]

@@ -1,6 +1,7 @@
 import pytest
 
-from lfmserve.settings import Settings
+from lfmserve.models.defaults import DEFAULTABLE
+from lfmserve.settings import Settings, sampling_fields
 
 
 def test_llama_server_flags_and_short_forms() -> None:
@@ -96,3 +97,41 @@ def test_unknown_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unrecognized arguments: --no-such-flag" in err
+
+
+def test_environment_values_convert_to_the_fields_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LFMSERVE_METRICS", "Yes")
+    monkeypatch.setenv("LFMSERVE_JINJA", "off")
+    monkeypatch.setenv("LFMSERVE_TEMPERATURE", "0.25")
+    monkeypatch.setenv("LFMSERVE_API_KEY", "k1,k2")
+    s = Settings.from_argv([])
+    assert (s.metrics, s.jinja, s.temperature, s.api_keys) == (True, False, 0.25, ("k1", "k2"))
+    assert s.sampling_defaults() == {"temperature": 0.25}
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("LFMSERVE_METRICS", "maybe", "environment variable LFMSERVE_METRICS has value 'maybe': not a valid bool"),
+        ("LFMSERVE_JINJA", "2", "environment variable LFMSERVE_JINJA has value '2': not a valid bool"),
+        ("LFMSERVE_PORT", "http", "environment variable LFMSERVE_PORT has value 'http': not a valid int"),
+        (
+            "LFMSERVE_TEMPERATURE",
+            "warm",
+            "environment variable LFMSERVE_TEMPERATURE has value 'warm': not a valid float",
+        ),
+    ],
+)
+def test_an_environment_value_that_does_not_convert_is_a_startup_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as exit_info:
+        Settings.from_argv([])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"lfmserve: error: {message} (see --help)\n"
+
+
+def test_the_sampling_defaults_are_named_as_the_request_fields() -> None:
+    assert sampling_fields() == ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed")
+    assert set(sampling_fields()) <= set(DEFAULTABLE)

@@ -122,7 +122,7 @@ BodyT = TypeVar("BodyT", bound=BaseModel)
 def parse_body(model: type[BodyT], raw: bytes) -> BodyT:
     """Validate a raw JSON body; the first problem becomes an :class:`InvalidRequest` naming the field."""
     try:
-        return model.model_validate_json(raw or b"")
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         raise invalid_request(exc.errors(include_url=False)[0]) from None
 
@@ -131,7 +131,7 @@ def invalid_request(error: Any) -> InvalidRequest:
     """One pydantic (or FastAPI) validation error as a 400 naming its field and the value given."""
     location = ".".join(str(part) for part in error["loc"])
     if error["type"] == "json_invalid":
-        return InvalidRequest(f"Invalid JSON body: {error['msg']}")
+        return InvalidRequest(f"Invalid JSON body: {error['msg'].removeprefix('Invalid JSON: ')}")
     if error["type"] == "missing":
         return InvalidRequest(f"Missing required field '{location}'", param=location)
     if not location:

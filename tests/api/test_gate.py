@@ -7,7 +7,9 @@ from pathlib import Path
 
 import httpx
 import openai
+from starlette.datastructures import Headers
 
+from lfmserve.api.gate import key_ok
 from lfmserve.settings import Settings
 from tests.conftest import GREEDY, ServerThread, post
 
@@ -26,3 +28,13 @@ def test_api_keys(server_factory: Callable[..., ServerThread], tiny_gguf: Path) 
     assert httpx.get(server.url + "/props").status_code == 401
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="k1")
     assert client.chat.completions.create(model="m", messages=chat["messages"], max_tokens=2).usage is not None
+
+
+def test_a_key_is_read_from_bearer_or_x_api_key() -> None:
+    keys = (b"k1", b"k2")
+    assert key_ok(Headers({"authorization": "Bearer k2"}), keys)
+    assert key_ok(Headers({"authorization": "bearer  k1 "}), keys)  # the scheme is case-insensitive
+    assert key_ok(Headers({"x-api-key": "k1"}), keys)
+    assert not key_ok(Headers({"authorization": "Basic k1"}), keys)  # not a bearer token, and no x-api-key
+    assert not key_ok(Headers({"authorization": "Bearer k3", "x-api-key": "k1"}), keys)  # bearer wins
+    assert not key_ok(Headers({}), keys)

@@ -8,6 +8,8 @@ import httpx
 import openai
 import pytest
 
+from lfmserve.chat.logprobs import chat_logprobs, legacy_logprobs, native_probabilities
+from lfmserve.engine.records import TokenLogprob
 from tests.conftest import ASK, ServerThread
 
 
@@ -52,3 +54,51 @@ def test_logprobs_in_chat_native_and_legacy_shapes(client: openai.OpenAI, tools_
     ).json()["choices"][0]["logprobs"]
     assert legacy["tokens"] == [p["token"] for p in probs] and legacy["token_logprobs"] == [p["logprob"] for p in probs]
     assert legacy["text_offset"][0] == 0 and all(len(top) == 2 for top in legacy["top_logprobs"])
+
+
+# -- the three shapes, without a model ---------------------------------------------------------------------
+PIECES = {1: b"Hi", 2: b" there", 3: b"\xe2\x82"}  # 3 is half of a UTF-8 character
+STEPS = [TokenLogprob(1, -0.5, ((1, -0.5), (2, -1.5))), TokenLogprob(3, -2.0, ((2, -1.0), (3, -2.0)))]
+
+
+def test_openais_chat_shape() -> None:
+    assert chat_logprobs(STEPS, PIECES.__getitem__, 1) == {
+        "content": [
+            {
+                "token": "Hi",
+                "logprob": -0.5,
+                "bytes": [72, 105],
+                "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105]}],
+            },
+            {
+                "token": "\ufffd",
+                "logprob": -2.0,
+                "bytes": [226, 130],
+                "top_logprobs": [{"token": " there", "logprob": -1.0, "bytes": [32, 116, 104, 101, 114, 101]}],
+            },
+        ]
+    }
+
+
+def test_llama_servers_native_shape_adds_ids() -> None:
+    assert native_probabilities(STEPS[:1], PIECES.__getitem__, 2) == [
+        {
+            "id": 1,
+            "token": "Hi",
+            "logprob": -0.5,
+            "bytes": [72, 105],
+            "top_logprobs": [
+                {"id": 1, "token": "Hi", "logprob": -0.5, "bytes": [72, 105]},
+                {"id": 2, "token": " there", "logprob": -1.5, "bytes": [32, 116, 104, 101, 114, 101]},
+            ],
+        }
+    ]
+
+
+def test_the_legacy_shape_is_parallel_lists_with_text_offsets() -> None:
+    assert legacy_logprobs(STEPS, PIECES.__getitem__, 2, text_offset=10) == {
+        "tokens": ["Hi", "\ufffd"],
+        "token_logprobs": [-0.5, -2.0],
+        "top_logprobs": [{"Hi": -0.5, " there": -1.5}, {" there": -1.0, "\ufffd": -2.0}],
+        "text_offset": [10, 12],
+    }

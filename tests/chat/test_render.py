@@ -12,6 +12,10 @@ import httpx
 import openai
 import pytest
 
+from lfmserve.chat.render import render_chat, template_kwargs, template_message
+from lfmserve.chat.request import ChatRequest, ContentPart, Message
+from lfmserve.chat.template import TemplateCaps
+from lfmserve.errors import InvalidRequest
 from lfmserve.settings import Settings
 from tests.conftest import ServerThread, fixture_template
 
@@ -172,3 +176,93 @@ def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
         server.url + "/tokenize", json={"content": rendered(reasoning_effort="none"), "add_special": True}
     ).json()["tokens"]
     assert chat["usage"]["prompt_tokens"] == len(tokens)
+
+
+# -- messages as templates read them, without a model --------------------------------------------------
+class _Template:
+    """A ChatFormatter stand-in that records what it is given."""
+
+    source = ""
+
+    def __init__(self, *, typed: bool, tool_calls: bool) -> None:
+        self.caps = TemplateCaps(True, typed, True, True, tool_calls, tool_calls, False)
+        self.seen: dict[str, Any] = {}
+
+    def render(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = True, extra: Any = None) -> str:
+        self.seen = {"messages": messages, "tools": tools, "add_generation_prompt": add_generation_prompt, **extra}
+        return "rendered"
+
+    def normalize_content(self, content: Any) -> Any:
+        if isinstance(content, list) and not self.caps.supports_typed_content:
+            return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
+        return content
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+def test_history_reaches_the_template_in_its_shape() -> None:
+    template = _Template(typed=True, tool_calls=True)
+    request = ChatRequest(
+        messages=(
+            Message(role="user", content=(ContentPart("text", "Look"), ContentPart("image"), ContentPart("audio"))),
+            Message(role="assistant", reasoning_content="hmm", tool_calls=(CALL,)),
+            Message(role="tool", content="sunny", tool_call_id="c1", name="get_weather"),
+        ),
+        tools=(CITY_TOOL,),
+        template_kwargs={"enable_thinking": True},
+        reasoning_effort="none",
+        add_generation_prompt=False,
+    )
+    assert render_chat(template, request) == "rendered"
+    assert template.seen == {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image"}, {"type": "audio"}]},
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "hmm",
+                "thinking": "hmm",
+                "tool_calls": [{**CALL, "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+            },
+            {"role": "tool", "content": "sunny", "name": "get_weather", "tool_call_id": "c1"},
+        ],
+        "tools": [CITY_TOOL],
+        "add_generation_prompt": False,
+        "enable_thinking": True,  # the kwargs win over reasoning_effort "none"
+        "reasoning_effort": "none",
+    }
+
+
+def test_calls_a_template_ignores_are_written_into_the_content_as_generated() -> None:
+    template = _Template(typed=False, tool_calls=False)
+    message = Message(role="assistant", content="Checking.", tool_calls=(CALL,))
+    assert template_message(template, message)["content"] == (
+        'Checking.<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'
+    )
+    parts = Message(role="user", content=(ContentPart("text", "a"), ContentPart("image"), ContentPart("text", "b")))
+    assert template_message(template, parts)["content"] == "a\nb"  # a string-content template gets the text
+
+
+def test_reasoning_effort_none_turns_thinking_off_unless_the_kwargs_say() -> None:
+    plain = ChatRequest(messages=(Message(role="user", content="Hi"),))
+    assert template_kwargs(plain) == {}
+    assert template_kwargs(ChatRequest(messages=plain.messages, reasoning_effort="none")) == {
+        "reasoning_effort": "none",
+        "enable_thinking": False,
+    }
+    assert template_kwargs(ChatRequest(messages=plain.messages, reasoning_effort="high")) == {
+        "reasoning_effort": "high"
+    }
+
+
+def test_tool_call_arguments_that_are_not_json_are_a_400() -> None:
+    broken = Message(role="assistant", tool_calls=({"function": {"name": "f", "arguments": "{oops"}},))
+    with pytest.raises(InvalidRequest, match="tool call arguments are not valid JSON") as info:
+        template_message(_Template(typed=False, tool_calls=True), broken)
+    assert info.value.param == "messages"
+    empty = Message(role="assistant", tool_calls=({"function": {"name": "f", "arguments": " "}},))
+    assert template_message(_Template(typed=False, tool_calls=True), empty)["tool_calls"][0]["function"] == {
+        "name": "f",
+        "arguments": {},
+    }

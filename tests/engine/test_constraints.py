@@ -13,6 +13,7 @@ import jsonschema
 import openai
 from pydantic import BaseModel, Field
 
+from lfmserve.engine.constraints import bounded
 from tests.conftest import ASK, ServerThread
 
 
@@ -84,3 +85,30 @@ def test_a_finished_grammar_ends_the_answer_even_with_ignore_eos(tools_server: S
         {"ok": True},
         {"ok": False},
     )
+
+
+def test_schemas_are_tightened_as_llama_cpps_converter_reads_them() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "number"},
+            "k": {"type": "integer", "minimum": 0},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "string"}}}},
+            "open": {"type": "object", "properties": {}, "additionalProperties": True},
+            "fixed": {"const": {"type": "number"}},
+        },
+    }
+    assert bounded(schema) == {
+        "type": "object",
+        "properties": {
+            "n": {"type": "number", "multipleOf": 1e-10, "minimum": -(10**15 - 1), "maximum": 10**15 - 1},
+            "k": {"type": "integer", "minimum": 0, "maximum": 10**15 - 1},
+            "tags": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": False},
+            },
+            "open": {"type": "object", "properties": {}, "additionalProperties": True},
+            "fixed": {"const": {"type": "number"}},  # a value, not a schema: left alone
+        },
+        "additionalProperties": False,
+    }

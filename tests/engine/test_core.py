@@ -3,53 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from lfmserve.engine.core import Engine
-from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest, SamplingParams
+from lfmserve.engine.records import EngineConfig, EngineRequest, SamplingParams
 from lfmserve.engine.stream import SyncStream
-from lfmserve.errors import ContextLengthExceeded, InvalidRequest, RequestCancelled
+from lfmserve.errors import InvalidRequest, RequestCancelled, Unavailable
 from lfmserve.llama.model import NativeModel
-from lfmserve.testing import EOS_ID
-
-GREEDY = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
-
-
-@pytest.fixture(scope="module")
-def model(tiny_gguf: Path) -> Iterator[NativeModel]:
-    m = NativeModel(tiny_gguf)
-    yield m
-    m.close()
-
-
-@pytest.fixture(scope="module")
-def engine(model: NativeModel) -> Iterator[Engine]:
-    e = Engine(model, EngineConfig(n_ctx=1024, n_slots=4, n_batch=256, n_ubatch=256, n_threads=2))
-    yield e
-    e.close()
-
-
-def prompt(model: NativeModel, text: str) -> tuple[int, ...]:
-    return tuple(
-        model.tokenize(
-            f"<|startoftext|><|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n",
-            add_special=False,
-            parse_special=True,
-        )
-    )
-
-
-def run(engine: Engine, request: EngineRequest) -> list[EngineOutput]:
-    stream = SyncStream()
-    engine.submit(request, stream)
-    return list(stream)
-
-
-def tokens_of(outputs: list[EngineOutput]) -> list[int]:
-    return [t for out in outputs for t in out.token_ids]
+from tests.engine.conftest import GREEDY, prompt, run, tokens_of
 
 
 def test_greedy_is_deterministic_with_and_without_the_cache(engine: Engine, model: NativeModel) -> None:
@@ -86,39 +48,6 @@ def test_same_seed_same_output_different_seed_different_output(engine: Engine, m
 
     assert sample(42) == sample(42)
     assert sample(42) != sample(43)
-
-
-def test_stop_string_ends_generation_and_is_not_in_the_text(engine: Engine, model: NativeModel) -> None:
-    base = EngineRequest(prompt_tokens=prompt(model, "Tell me a story."), sampling=GREEDY, max_tokens=30)
-    full = "".join(o.text for o in run(engine, base))
-    stop = full[10:13]
-    outputs = run(engine, EngineRequest(prompt_tokens=base.prompt_tokens, sampling=GREEDY, max_tokens=30, stop=(stop,)))
-    text = "".join(o.text for o in outputs)
-    assert text == full[: full.index(stop)]
-    assert (outputs[-1].finish_reason, outputs[-1].stop_type, outputs[-1].stopping_word) == ("stop", "word", stop)
-
-
-def test_end_of_generation_and_ignore_eos(engine: Engine, model: NativeModel) -> None:
-    forced = GREEDY.updated({"logit_bias": ((EOS_ID, 100.0),)})
-    outputs = run(engine, EngineRequest(prompt_tokens=prompt(model, "Hi"), sampling=forced, max_tokens=10))
-    assert [(o.finish_reason, o.stop_type, o.text, o.n_decoded) for o in outputs] == [("stop", "eos", "", 1)]
-    ignoring = forced.updated({"ignore_eos": True})
-    outputs = run(engine, EngineRequest(prompt_tokens=prompt(model, "Hi"), sampling=ignoring, max_tokens=5))
-    assert outputs[-1].n_decoded == 5 and EOS_ID not in tokens_of(outputs)
-
-
-def test_generation_stops_at_the_end_of_the_context(model: NativeModel) -> None:
-    small = Engine(model, EngineConfig(n_ctx=256, n_slots=1, n_batch=64, n_ubatch=64, n_threads=2))
-    try:
-        p = prompt(model, "Hi")
-        outputs = run(small, EngineRequest(prompt_tokens=p, sampling=GREEDY.updated({"ignore_eos": True})))
-        assert outputs[-1].finish_reason == "length"
-        assert len(p) + outputs[-1].n_decoded == small.n_ctx_slot
-        with pytest.raises(ContextLengthExceeded) as exc:
-            small.submit(EngineRequest(prompt_tokens=(1,) * 300), SyncStream())
-        assert (exc.value.n_prompt_tokens, exc.value.n_ctx) == (300, 256)
-    finally:
-        small.close()
 
 
 def test_context_size_zero_means_the_models_training_context(model: NativeModel) -> None:
@@ -172,3 +101,37 @@ def test_more_requests_than_slots_all_complete(engine: Engine, model: NativeMode
     for t in threads:
         t.join(timeout=60)
     assert results == [8] * 10
+
+
+def test_cancelling_a_request_still_waiting_for_a_slot_ends_it_before_it_starts(model: NativeModel) -> None:
+    engine = Engine(model, EngineConfig(n_ctx=512, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1))
+    try:
+        busy, waiting = SyncStream(), SyncStream()
+        endless = GREEDY.updated({"ignore_eos": True})
+        first = engine.submit(EngineRequest(prompt_tokens=prompt(model, "one"), sampling=endless, max_tokens=400), busy)
+        second = engine.submit(
+            EngineRequest(prompt_tokens=prompt(model, "two"), sampling=GREEDY, max_tokens=4), waiting
+        )
+        next(iter(busy))  # the first one is generating, so the second waits for its slot
+        engine.cancel(second)
+        with pytest.raises(RequestCancelled, match=f"request {second} was cancelled"):
+            list(waiting)
+        assert engine.stats.n_requests_deferred == 1 and engine.n_waiting == 0
+        engine.cancel(first)
+    finally:
+        engine.close()
+
+
+def test_closing_ends_every_request_with_a_503_and_refuses_new_ones(model: NativeModel) -> None:
+    engine = Engine(model, EngineConfig(n_ctx=512, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1))
+    running, waiting = SyncStream(), SyncStream()
+    endless = GREEDY.updated({"ignore_eos": True})
+    engine.submit(EngineRequest(prompt_tokens=prompt(model, "one"), sampling=endless, max_tokens=400), running)
+    engine.submit(EngineRequest(prompt_tokens=prompt(model, "two"), sampling=endless, max_tokens=400), waiting)
+    next(iter(running))
+    engine.close()
+    for stream in (running, waiting):
+        with pytest.raises(Unavailable, match="the server is shutting down"):
+            list(stream)
+    with pytest.raises(Unavailable, match="the server is shutting down"):
+        engine.submit(EngineRequest(prompt_tokens=(1, 2)), SyncStream())

@@ -1,6 +1,5 @@
 """Slot choice and prefix reuse, without a model."""
 
-from lfmserve.engine.prompt_cache import RamPromptCache
 from lfmserve.engine.scheduler import (
     CachedSequence,
     Checkpoint,
@@ -144,18 +143,6 @@ def test_checkpoints_are_bounded_thinning_the_densest_and_keeping_boundaries() -
     slot.tokens = list(range(700))
     slot.truncate(500)
     assert len(slot.tokens) == 500 and [c.n_tokens for c in slot.checkpoints] == [300]
-
-
-def test_ram_cache_is_lru_by_bytes_and_drops_what_an_entry_extends() -> None:
-    cache = RamPromptCache(max_bytes=20)
-    a, b = CachedSequence((1, 2), b"x" * 8), CachedSequence((3, 4), b"y" * 8)
-    assert cache.put(a) and cache.put(b)
-    assert not cache.put(CachedSequence((1,), b"z"))  # already covered by a
-    longer = CachedSequence((1, 2, 5), b"w" * 8)
-    assert cache.put(longer) and cache.entries == (b, longer)  # a was a prefix of it
-    cache.touch(b)
-    assert cache.put(CachedSequence((9,), b"v" * 8)) and cache.entries == (b, CachedSequence((9,), b"v" * 8))
-    assert not cache.put(CachedSequence((8,), b"u" * 30))  # larger than the whole cache
 
 
 def test_shifted_chunks_take_the_cached_runs_the_prompt_repeats_in_order() -> None:

@@ -24,13 +24,15 @@ class CompletionRequest(SamplingFields):
     prompt: WirePrompt | list[WirePrompt]
 
     def prompts(self) -> list[Prompt]:
-        """The prompts: ``["a", "b"]`` and ``[[1, 2], [3]]`` are several, ``[12, "a", 34]`` is one mixed prompt."""
+        """The prompts, as llama-server reads them: token ids (or ids and text mixed) are one prompt; any other
+        list is a prompt per item (``["a", "b"]``, ``[[1, 2], "c"]``)."""
         prompt = self.prompt
-        several = isinstance(prompt, list) and (
-            (len(prompt) > 0 and all(isinstance(p, list) for p in prompt))
-            or (len(prompt) > 1 and all(isinstance(p, str) for p in prompt))
-        )
-        return list(prompt) if several else [prompt]  # type: ignore[list-item, arg-type]
+        if isinstance(prompt, str) or not prompt:
+            return [prompt]  # type: ignore[list-item]
+        kinds = {type(item) for item in prompt}
+        if list not in kinds and int in kinds:
+            return [prompt]  # type: ignore[list-item]
+        return list(prompt)  # type: ignore[arg-type]
 
 
 class TokenizeRequest(Body):

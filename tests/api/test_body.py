@@ -1,0 +1,100 @@
+"""Body parsing shared by every family: strict types, the first problem as a 400 naming the field, and the
+generation fields adapted once for the chat layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from lfmserve.api.body import SamplingFields, parse_body
+from lfmserve.chat.request import GenerationOptions
+from lfmserve.engine.records import SAMPLING_NAMES
+from lfmserve.errors import InvalidRequest
+
+
+def _error(raw: bytes) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        parse_body(SamplingFields, raw)
+    return info.value
+
+
+def test_nothing_set_is_the_servers_defaults() -> None:
+    assert parse_body(SamplingFields, b"{}").generation_options() == GenerationOptions(sampling={"ignore_eos": False})
+
+
+def test_every_field_is_adapted_under_the_chat_layers_names() -> None:
+    body = parse_body(
+        SamplingFields,
+        b'{"temperature": 0.5, "top_k": 7, "top_p": 0.9, "min_p": 0.1, "typical_p": 0.8, "repeat_penalty": 1.1,'
+        b' "repeat_last_n": 16, "presence_penalty": 0.5, "frequency_penalty": -0.5, "seed": 3, "ignore_eos": true,'
+        b' "logit_bias": [[5, -1.5], ["hi", false]], "stop": "END", "n_predict": 9, "cache_prompt": false,'
+        b' "id_slot": 2, "json_schema": {"type": "object"}, "n_probs": 4, "stream": true, "model": "m"}',
+    )
+    assert body.generation_options() == GenerationOptions(
+        sampling={
+            "temperature": 0.5,
+            "top_k": 7,
+            "top_p": 0.9,
+            "min_p": 0.1,
+            "typical_p": 0.8,
+            "repeat_penalty": 1.1,
+            "repeat_last_n": 16,
+            "presence_penalty": 0.5,
+            "frequency_penalty": -0.5,
+            "seed": 3,
+            "ignore_eos": True,
+        },
+        logit_bias=((5, -1.5), ("hi", False)),
+        max_tokens=9,
+        stop=("END",),
+        cache_prompt=False,
+        id_slot=2,
+        json_schema={"type": "object"},
+        n_probs=4,
+    )
+
+
+def test_the_sampling_fields_are_named_as_the_sampling_knobs() -> None:
+    assert SAMPLING_NAMES - {"logit_bias"} <= set(SamplingFields.model_fields)
+
+
+def test_max_tokens_wins_over_n_predict_and_openais_bias_map_becomes_pairs() -> None:
+    body = parse_body(
+        SamplingFields, b'{"max_tokens": 3, "n_predict": 9, "logit_bias": {"12": 2.0}, "stop": ["a", "b"]}'
+    )
+    options = body.generation_options()
+    assert (options.max_tokens, options.logit_bias, options.stop) == (3, (("12", 2.0),), ("a", "b"))
+
+
+@pytest.mark.parametrize(
+    ("raw", "message", "param"),
+    [
+        (b'{"top_k": "7"}', "Invalid value for 'top_k': Input should be a valid integer (got '7')", "top_k"),
+        (b'{"stream": 1}', "Invalid value for 'stream': Input should be a valid boolean (got 1)", "stream"),
+        (b'{"top_p": 2}', "Invalid value for 'top_p': Input should be less than or equal to 1 (got 2)", "top_p"),
+        (
+            b'{"temperature": 1e999}',
+            "Invalid value for 'temperature': Value error, must be a finite number (got inf)",
+            "temperature",
+        ),
+        (b'{"n": 2}', "Invalid value for 'n': Input should be less than or equal to 1 (got 2)", "n"),
+        (b"[1]", "Invalid request body: Input should be an object", None),
+        (
+            b'{"json_schema": {}, "grammar": "root ::= x"}',
+            "Invalid request body: Value error, use either 'json_schema' or 'grammar', not both",
+            None,
+        ),
+        (b'{"logit_bias": [[1, 2, 3]]}', "logit_bias entries must be [token, bias] pairs", "logit_bias"),
+    ],
+)
+def test_the_first_problem_is_a_400_naming_the_field(raw: bytes, message: str, param: str | None) -> None:
+    error = _error(raw) if b"logit_bias" not in raw else None
+    if error is None:
+        with pytest.raises(InvalidRequest) as info:
+            parse_body(SamplingFields, raw).generation_options()
+        error = info.value
+    assert (error.message, error.param) == (message, param)
+
+
+def test_malformed_or_missing_json_says_where() -> None:
+    assert _error(b'{"top_k": ').message == "Invalid JSON body: EOF while parsing a value at line 1 column 10"
+    assert _error(b"").message == "Invalid JSON body: EOF while parsing a value at line 1 column 0"

@@ -1,0 +1,87 @@
+"""The chat layer's serving logic, without HTTP: prompts to engine requests, defaults, biases, and their 400s."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lfmserve.chat.request import ChatRequest, ContentPart, GenerationOptions, Message
+from lfmserve.chat.serving import Serving
+from lfmserve.errors import InvalidRequest
+from lfmserve.models.loader import load_serving
+from lfmserve.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def serving(tiny_gguf: Path) -> Iterator[Serving]:
+    loaded = load_serving(
+        Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, n_predict=32), str(tiny_gguf)
+    )
+    yield loaded
+    loaded.engine.close()
+
+
+def test_an_engine_request_layers_the_request_over_the_defaults(serving: Serving) -> None:
+    plain = serving.engine_request(GenerationOptions(), [1, 2])
+    assert (plain.max_tokens, plain.n_probs, plain.stop, plain.cache_prompt, plain.id_slot) == (32, 0, (), True, -1)
+    assert plain.sampling == serving.defaults.params
+    options = GenerationOptions(sampling={"temperature": 0.0, "seed": 5}, max_tokens=3, stop=("x",), n_probs=0)
+    request = serving.engine_request(options, [1, 2])
+    assert (request.sampling.temperature, request.sampling.seed, request.max_tokens, request.stop) == (
+        0.0,
+        5,
+        3,
+        ("x",),
+    )
+    assert request.n_probs == 1  # "only the chosen token's" still needs one alternative computed
+    assert request.sampling.min_p == serving.defaults.params.min_p  # what the request did not set
+
+
+def test_logit_bias_takes_ids_text_and_false(serving: Serving) -> None:
+    hello = serving.model.tokenize("Hello", add_special=False, parse_special=False)
+    options = GenerationOptions(logit_bias=(("12", 2.0), (13, False), ("Hello", -1.0)))
+    bias = serving.engine_request(options, [1]).sampling.logit_bias
+    assert bias[:2] == ((12, 2.0), (13, -math.inf)) and bias[2:] == tuple((t, -1.0) for t in hello)
+    with pytest.raises(InvalidRequest, match="logit_bias token id 475 is out of range") as info:
+        serving.engine_request(GenerationOptions(logit_bias=((475, 1.0),)), [1])
+    assert info.value.param == "logit_bias"
+
+
+def test_a_mixed_prompt_tokenizes_its_text_in_place(serving: Serving) -> None:
+    model = serving.model
+    text = model.tokenize("Once", add_special=True, parse_special=True)
+    more = model.tokenize(" upon", add_special=False, parse_special=True)
+    assert serving.tokenize_prompt("Once") == text
+    assert serving.tokenize_prompt(["Once", 99, " upon"]) == [*text, 99, *more]
+    assert serving.tokenize_prompt([5, "Once"]) == [5, *model.tokenize("Once", add_special=False, parse_special=True)]
+
+
+def test_a_stream_follows_one_prompt(serving: Serving) -> None:
+    assert len(serving.prepare_completion(["a", "b"], GenerationOptions(), stream=False)) == 2
+    with pytest.raises(InvalidRequest, match="streaming is supported for a single prompt only"):
+        serving.prepare_completion(["a", "b"], GenerationOptions(), stream=True)
+
+
+def test_media_without_a_projector_is_a_400_naming_messages(serving: Serving) -> None:
+    request = ChatRequest(messages=(Message(role="user", content=(ContentPart("text", "Look"), ContentPart("image"))),))
+    with pytest.raises(InvalidRequest, match="no multimodal projector") as info:
+        serving.prepare_chat(request)
+    assert info.value.param == "messages"
+
+
+def test_a_chat_becomes_its_rendered_prompts_tokens(serving: Serving) -> None:
+    request = ChatRequest(messages=(Message(role="user", content="Hi"),))
+    engine_request, _ = serving.prepare_chat(request)
+    rendered = serving.render_chat(request)
+    assert rendered == "<|startoftext|><|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert list(engine_request.prompt_tokens) == serving.model.tokenize_chat(rendered)
+
+
+def test_detokenize_refuses_ids_outside_the_vocabulary(serving: Serving) -> None:
+    assert serving.detokenize([6]) == "<|im_start|>"
+    with pytest.raises(InvalidRequest, match="Invalid token id 475") as info:
+        serving.detokenize([6, 475])
+    assert info.value.param == "tokens"

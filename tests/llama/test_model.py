@@ -1,0 +1,95 @@
+"""A loaded GGUF: its vocabulary (tokens, pieces, special tokens), metadata, and what it says about itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lfmserve.errors import EngineError
+from lfmserve.llama.model import NativeModel
+from lfmserve.testing import TinyLfm2, write_lfm2_gguf
+
+
+@pytest.fixture(scope="module")
+def model(tiny_gguf: Path) -> Iterator[NativeModel]:
+    loaded = NativeModel(tiny_gguf)
+    yield loaded
+    loaded.close()
+
+
+def test_special_tokens_are_parsed_only_when_asked(model: NativeModel) -> None:
+    assert model.tokenize("<|im_start|>", add_special=False, parse_special=True) == [6]
+    literal = model.tokenize("<|im_start|>", add_special=False, parse_special=False)
+    assert 6 not in literal and model.detokenize(literal) == "<|im_start|>"
+    assert model.tokenize("Hi", add_special=True, parse_special=True)[0] == 1  # BOS
+
+
+def test_a_rendered_chat_gets_no_second_bos(model: NativeModel) -> None:
+    with_bos = model.tokenize_chat("<|startoftext|><|im_start|>user\nHi")
+    without = model.tokenize_chat("<|im_start|>user\nHi")
+    assert with_bos == without and with_bos[:2] == [1, 6]
+
+
+def test_pieces_hide_control_tokens_unless_asked(model: NativeModel) -> None:
+    assert model.token_to_piece(7) == b"" and model.token_to_piece(7, special=True) == b"<|im_end|>"
+    assert model.token_text(7) == "<|im_end|>"
+    assert model.is_control(7) and not model.is_control(model.tokenize("a", add_special=False, parse_special=False)[0])
+    assert model.detokenize([6, 7], special=True) == "<|im_start|><|im_end|>" and model.detokenize([]) == ""
+    assert len(model.all_pieces()) == model.n_vocab == 475
+
+
+def test_end_of_generation_and_valid_ids(model: NativeModel) -> None:
+    assert model.eog_tokens == frozenset({2, 7}) and model.is_eog(7) and not model.is_eog(6)
+    assert (
+        model.is_valid_token(0),
+        model.is_valid_token(474),
+        model.is_valid_token(475),
+        model.is_valid_token(-1),
+    ) == (
+        True,
+        True,
+        False,
+        False,
+    )
+
+
+def test_metadata_and_info(model: NativeModel) -> None:
+    assert model.meta("general.architecture") == "lfm2" and model.meta("general.no.such.key") is None
+    info = model.info
+    assert (info.name, info.architecture, info.n_vocab, info.n_embd, info.n_ctx_train, info.vocab_type_name) == (
+        "Tiny-LFM2-Test",
+        "lfm2",
+        475,
+        64,
+        4096,
+        "BPE",
+    )
+    assert info.needs_checkpoints  # hybrid: its convolution state cannot drop a tail
+    assert info.meta_json(512)["n_ctx"] == 512 and info.to_json()["is_hybrid"] is True
+
+
+def test_a_long_metadata_value_is_read_whole(tmp_path: Path) -> None:
+    name = "Long-Name-" + "x" * 5000
+    model = NativeModel(write_lfm2_gguf(tmp_path / "long.gguf", TinyLfm2(seed=1, name=name)))
+    try:
+        assert model.meta("general.name") == name and model.info.name == name
+    finally:
+        model.close()
+
+
+def test_a_missing_or_broken_file_is_an_engine_error(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="model file not found"):
+        NativeModel(tmp_path / "absent.gguf")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf")
+    with pytest.raises(EngineError, match="failed to load model from"):
+        NativeModel(junk)
+
+
+def test_builtin_templates_format_known_templates_and_refuse_others(model: NativeModel) -> None:
+    prompt = model.apply_builtin_template("chatml", [("user", "Hi")], add_assistant=True)
+    assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    with pytest.raises(EngineError, match="not one llama.cpp knows without --jinja"):
+        model.apply_builtin_template("{{ nothing known }}", [("user", "Hi")], add_assistant=True)

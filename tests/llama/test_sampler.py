@@ -1,0 +1,33 @@
+"""llama.cpp's sampler chain: sampling from logits kept outside the context picks what sampling in it picks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lfmserve.engine.records import SamplingParams
+from lfmserve.llama.context import NativeContext
+from lfmserve.llama.model import NativeModel
+from lfmserve.llama.sampler import SamplerChain
+
+
+def test_sampling_kept_logits_equals_sampling_in_the_context(tiny_gguf: Path) -> None:
+    model = NativeModel(tiny_gguf)
+    ctx = NativeContext(model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=1, n_threads_batch=1)
+    try:
+        index = ctx.batch.add([1, 6, 100, 101], 0, 0, True)
+        ctx.decode()
+        kept = ctx.logits(index).copy()
+        settings = [SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed) for seed in range(6)] + [
+            SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, typical_p=0.8, seed=3)
+        ]
+        picks = []
+        for params in settings:
+            in_context, outside = SamplerChain(params, model.n_vocab), SamplerChain(params, model.n_vocab)
+            picks.append((in_context.sample(ctx, index), outside.sample_array(kept.copy())))
+            in_context.close()
+            outside.close()
+        assert all(a == b for a, b in picks)
+        assert len({a for a, _ in picks[:6]}) > 1  # the seeds matter: a chain that ignored them would show
+    finally:
+        ctx.close()
+        model.close()

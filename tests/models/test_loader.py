@@ -1,0 +1,112 @@
+"""From Settings and a GGUF to a ready Serving: which file, which template, which defaults, which engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lfmserve.chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatTemplate
+from lfmserve.engine.records import EngineConfig
+from lfmserve.errors import LfmError
+from lfmserve.llama.model import NativeModel
+from lfmserve.models.loader import (
+    chat_template,
+    engine_config,
+    load_serving,
+    model_name,
+    resolve_model_path,
+    sampling_defaults,
+)
+from lfmserve.settings import Settings
+from lfmserve.testing import LFM2_CHAT_TEMPLATE, TinyLfm2, write_lfm2_gguf
+
+
+def test_a_local_model_must_exist(tmp_path: Path) -> None:
+    path = tmp_path / "m.gguf"
+    with pytest.raises(LfmError, match=f"model file not found: {path}"):
+        resolve_model_path(Settings(model=str(path)))
+    path.write_bytes(b"")
+    assert resolve_model_path(Settings(model=str(path))) == str(path)
+
+
+def test_the_model_id_is_the_alias_else_the_file_name() -> None:
+    assert model_name(Settings(), "/models/LFM2.5-1.2B-Instruct-Q4_K_M.gguf") == "LFM2.5-1.2B-Instruct-Q4_K_M.gguf"
+    assert model_name(Settings(alias="lfm"), "/models/x.gguf") == "lfm"
+
+
+def test_the_template_is_the_file_else_the_ggufs_else_chatml(tiny_gguf: Path, tmp_path: Path) -> None:
+    model = NativeModel(tiny_gguf)
+    bare_path = write_lfm2_gguf(tmp_path / "bare.gguf", TinyLfm2(seed=1, chat_template=None))
+    bare = NativeModel(bare_path)
+    override = tmp_path / "t.jinja"
+    override.write_text("{{ messages[0]['content'] }}")
+    try:
+        assert chat_template(Settings(chat_template_file=str(override)), model).source == override.read_text()
+        gguf = chat_template(Settings(), model)
+        assert isinstance(gguf, ChatTemplate) and gguf.source == LFM2_CHAT_TEMPLATE
+        assert chat_template(Settings(), bare).source == CHATML_TEMPLATE
+        builtin = chat_template(Settings(jinja=False), bare)
+        assert isinstance(builtin, BuiltinTemplate) and builtin.source == "chatml"
+    finally:
+        model.close()
+        bare.close()
+
+
+def test_defaults_layer_the_command_line_over_the_gguf(tmp_path: Path) -> None:
+    path = write_lfm2_gguf(tmp_path / "k.gguf", TinyLfm2(seed=1, name="Some Model", sampling={"temp": 0.6, "top_k": 9}))
+    model = NativeModel(path)
+    try:
+        resolved = sampling_defaults(Settings(top_k=3), model)
+        assert (resolved.params.temperature, resolved.params.top_k, resolved.params.min_p) == (0.6, 3, 0.05)
+        assert (resolved.sources["temperature"], resolved.sources["top_k"], resolved.family) == (
+            "GGUF general.sampling",
+            "command line",
+            None,
+        )
+    finally:
+        model.close()
+
+
+def test_the_engine_gets_every_batching_and_cache_flag() -> None:
+    settings = Settings(
+        ctx_size=8192,
+        parallel=3,
+        batch_size=1024,
+        ubatch_size=256,
+        threads=3,
+        threads_batch=2,
+        slot_prompt_similarity=0.5,
+        max_queue=7,
+        ctx_checkpoints=4,
+        cache_ram=16,
+        cache_reuse=32,
+    )
+    assert engine_config(settings) == EngineConfig(
+        n_ctx=8192,
+        n_slots=3,
+        n_batch=1024,
+        n_ubatch=256,
+        n_threads=3,
+        n_threads_batch=2,
+        slot_similarity=0.5,
+        max_queue=7,
+        max_checkpoints=4,
+        cache_ram_bytes=16 * 2**20,
+        cache_reuse=32,
+    )
+
+
+def test_loading_gives_a_serving_of_the_model(tiny_gguf: Path) -> None:
+    settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=2, threads=1, n_predict=64, alias="tiny")
+    serving = load_serving(settings, str(tiny_gguf))
+    try:
+        assert (serving.model_name, serving.default_max_tokens, serving.engine.n_slots, serving.engine.n_ctx_slot) == (
+            "tiny",
+            64,
+            2,
+            512,
+        )
+        assert serving.fingerprint == "llama-cpp-python 0.3.36" and serving.defaults.family == "LFM2 text, LFM2.5-JP"
+    finally:
+        serving.engine.close()
