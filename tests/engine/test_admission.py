@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineRequest, SamplingParams
 from lfmserve.engine.stream import SyncStream
@@ -27,8 +29,11 @@ def test_a_shared_system_prompt_being_computed_is_waited_for_then_copied(model: 
         assert len(system_end) == 431 and first[:431] == second[:431]
         streams = [SyncStream(), SyncStream()]
         greedy = SamplingParams(temperature=0)
+        hold = threading.Event()
+        engine._inbox.put(hold.wait)  # both requests reach the engine at once, however the threads are scheduled
         for prompt, stream in zip((first, second), streams, strict=True):
             engine.submit(EngineRequest(prompt_tokens=prompt, sampling=greedy, max_tokens=2), stream)
+        hold.set()
         outs = [list(stream)[-1] for stream in streams]
         assert [o.id_slot for o in outs] == [0, 1]
         assert [o.n_cached_tokens for o in outs] == [0, 384]

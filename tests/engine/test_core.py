@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -113,6 +114,10 @@ def test_cancelling_a_request_still_waiting_for_a_slot_ends_it_before_it_starts(
             EngineRequest(prompt_tokens=prompt(model, "two"), sampling=GREEDY, max_tokens=4), waiting
         )
         next(iter(busy))  # the first one is generating, so the second waits for its slot
+        for _ in range(200):
+            if engine.stats.n_requests_deferred == 1:
+                break
+            time.sleep(0.01)
         engine.cancel(second)
         with pytest.raises(RequestCancelled, match=f"request {second} was cancelled"):
             list(waiting)
