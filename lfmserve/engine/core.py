@@ -113,7 +113,7 @@ class Engine:
     def slot_request(self, slot_id: int) -> EngineRequest | None:
         """The request a slot is running, if any."""
         slot = self._memory.slots[slot_id]
-        return next((g.request for g in list(self._running.values()) if g.slot is slot), None)
+        return next((g.request for g in list(self._running.values()) if g.slot is slot and not g.done), None)
 
     def slot_tokens(self, slot_id: int) -> list[int]:
         """A copy of the tokens slot ``slot_id`` holds in memory (its prompt cache)."""
@@ -180,20 +180,24 @@ class Engine:
                 break
             try:
                 self._start_waiting()
-                if self._running:
-                    self._step.run(list(self._running.values()))
+                running = self._live()
+                if running:
+                    self._step.run(running)
             except Exception as exc:  # a bug must cost the requests in flight, never the engine
                 logger.exception("engine step failed; failing the active requests")
-                for gen in self._running.values():
-                    if not gen.done:
-                        self._memory.reset(gen.slot)
-                        gen.fail(EngineError(f"internal engine error: {exc}"))
-            self._running = {gen.id: gen for gen in self._running.values() if not gen.done}
+                for gen in self._live():
+                    self._memory.reset(gen.slot)
+                    gen.fail(EngineError(f"internal engine error: {exc}"))
+            self._running = {gen.id: gen for gen in self._live()}
         shutting_down = Unavailable("the server is shutting down")
-        for gen in self._running.values():
+        for gen in self._live():
             gen.fail(shutting_down)
         for submission in self._waiting:
             submission.sink.put(shutting_down)
+
+    def _live(self) -> list[Generation]:
+        """The generations still running (one may finish when it starts, or be cancelled between steps)."""
+        return [gen for gen in self._running.values() if not gen.done]
 
     def _drain_inbox(self, *, block: bool) -> None:
         try:

@@ -276,3 +276,23 @@ def test_a_request_whose_client_has_gone_writes_nothing(tiny_gguf: Path) -> None
 
     sent, busy = asyncio.run(main())
     assert sent == [] and busy == 0
+
+
+def test_an_unexpected_error_is_a_500_in_the_error_shape_without_a_traceback(tiny_gguf: Path) -> None:
+    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
+    app = create_app(settings, lambda: load_serving(settings, str(tiny_gguf)))
+
+    async def broken() -> None:
+        raise RuntimeError("a bug with a secret in its message")
+
+    app.add_api_route("/broken", broken)
+    server = ServerThread(app).start()
+    try:
+        server.wait_ready()
+        response = httpx.get(server.url + "/broken")
+        assert response.status_code == 500
+        assert response.json() == {
+            "error": {"code": 500, "message": "Internal server error: RuntimeError", "type": "server_error"}
+        }
+    finally:
+        server.stop()
