@@ -3,7 +3,8 @@
 ``create_app(settings, load)`` returns a FastAPI app whose lifespan runs ``load`` in a thread; until it
 returns, every route answers 503 ``Loading model`` (as llama-server does). Handlers parse bodies,
 call :class:`~lfmserve.chat.serving.Serving`, and choose JSON or SSE; every error reaches the client
-as ``{"error": {...}}`` (:mod:`~lfmserve.api.handlers`), and no traceback ever does.
+as ``{"error": {...}}`` (:mod:`~lfmserve.api.handlers`), and no traceback ever does. A request whose
+client has gone is answered with nothing.
 """
 
 from __future__ import annotations

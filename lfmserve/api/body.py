@@ -105,15 +105,12 @@ class SamplingFields(Body):
             n_probs=self.top_probs(),
         )
 
-    def _logit_bias_pairs(self) -> tuple[tuple[Any, Any], ...]:
-        """OpenAI's ``{"id": bias}`` or llama-server's ``[[id or text, bias or false], ...]``, as pairs."""
+    def _logit_bias_pairs(self) -> tuple[tuple[Any, ...], ...]:
+        """OpenAI's ``{"id": bias}`` or llama-server's ``[[id or text, bias or false], ...]``, as entries."""
         raw = self.logit_bias
         if not raw:
             return ()
-        pairs = list(raw.items()) if isinstance(raw, dict) else [tuple(p) for p in raw]
-        if any(len(pair) != 2 for pair in pairs):
-            raise InvalidRequest("logit_bias entries must be [token, bias] pairs", param="logit_bias")
-        return tuple((key, bias) for key, bias in pairs)
+        return tuple(raw.items()) if isinstance(raw, dict) else tuple(tuple(entry) for entry in raw)
 
 
 BodyT = TypeVar("BodyT", bound=BaseModel)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hmac
 
-from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import AuthenticationFailed, LfmError, Unavailable
+from .handlers import error_response
 from .state import AppState
 
 #: Routes that need no API key (llama-server's public endpoints).
@@ -24,7 +24,7 @@ class Gate:
         if scope["type"] == "http":
             error = self._refusal(scope)
             if error is not None:
-                await JSONResponse(error.to_body(), status_code=error.status_code)(scope, receive, send)
+                await error_response(error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

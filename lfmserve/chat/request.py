@@ -66,8 +66,9 @@ class GenerationOptions:
 
     #: Sampling knobs the request set, under :data:`~lfmserve.engine.records.SAMPLING_NAMES` (not ``logit_bias``).
     sampling: Mapping[str, Any] = field(default_factory=dict)
-    #: ``(token id or text, bias or False)`` pairs as sent; text is tokenized, ``False`` bans the token.
-    logit_bias: tuple[tuple[int | str, float | bool], ...] = ()
+    #: ``(token id or text, bias or False)`` entries as sent (the chat layer checks they are pairs); text is
+    #: tokenized, ``False`` bans the token.
+    logit_bias: tuple[tuple[Any, ...], ...] = ()
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     cache_prompt: bool = True

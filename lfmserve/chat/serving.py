@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..engine.constraints import Grammars
 from ..engine.core import Engine
@@ -121,10 +122,12 @@ class Serving:
             n_probs=0 if options.n_probs is None else max(options.n_probs, 1),
         )
 
-    def _logit_bias(self, pairs: Sequence[tuple[int | str, float | bool]]) -> tuple[tuple[int, float], ...]:
+    def _logit_bias(self, entries: Sequence[tuple[Any, ...]]) -> tuple[tuple[int, float], ...]:
         """Token ids (or text, tokenized) and biases; ``False`` bans a token, as in llama-server."""
+        if any(len(entry) != 2 for entry in entries):
+            raise InvalidRequest("logit_bias entries must be [token, bias] pairs", param="logit_bias")
         out: list[tuple[int, float]] = []
-        for key, bias in pairs:
+        for key, bias in entries:
             value = float("-inf") if bias is False else float(bias)
             if isinstance(key, str) and not key.lstrip("-").isdigit():
                 ids = self.model.tokenize(key, add_special=False, parse_special=False)

@@ -10,6 +10,7 @@ logits kept with it. Engine-thread only.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from ..llama.context import NativeContext
@@ -90,6 +91,7 @@ class Admission:
             gen.checkpoints_due = checkpoint_positions(
                 gen.prompt, gen.n_cached, turn_ends=self._model.eog_tokens, newline=self._newline
             )
+        gen.t_prompt_start = time.perf_counter()  # the prompt's time counts from here, its memory prepared
         logger.debug(
             "request %d: slot %d, prompt %d tokens, %d reused (%s)",
             gen.id,

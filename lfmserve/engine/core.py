@@ -21,6 +21,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -64,8 +65,11 @@ class Engine:
         self._waiting: list[Submission] = []
         self._running: dict[int, Generation] = {}
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        #: Taken to queue a command: once ``close`` has queued the stop, nothing more is queued after it.
+        self._lock = threading.Lock()
+        self._accepting = True
         self._ids = itertools.count(1)
-        self._closing = False
+        self._closing = False  # the engine thread's own flag, set when it reaches the stop
         self._thread = threading.Thread(target=self._run, name="lfmserve-engine", daemon=True)
         self._thread.start()
 
@@ -74,19 +78,31 @@ class Engine:
         """Queue a request; its outputs arrive on ``sink``. Invalid requests raise here, at once."""
         self._validate(request)
         submission = Submission(next(self._ids), request, sink)
-        self._inbox.put(lambda: self._accept(submission))
+        self._send(lambda: self._accept(submission))
         return submission.id
 
     def cancel(self, request_id: int) -> None:
         """Stop a request at the next step and free its slot; no-op when it already finished."""
-        self._inbox.put(lambda: self._cancel(request_id))
+        with self._lock:
+            if self._accepting:
+                self._inbox.put(lambda: self._cancel(request_id))
 
     def close(self) -> None:
-        """Finish the thread (pending requests get :class:`Unavailable`), then free the context."""
-        if not self._closing:
+        """Finish the thread (requests still running or waiting get :class:`Unavailable`), then free the context."""
+        with self._lock:
+            if not self._accepting:
+                return
+            self._accepting = False
             self._inbox.put(self._stop)
-            self._thread.join()
-            self._ctx.close()
+        self._thread.join()
+        self._ctx.close()
+
+    def _send(self, command: Callable[[], None]) -> None:
+        """Queue a command for the engine thread; every command queued runs before the thread stops."""
+        with self._lock:
+            if not self._accepting:
+                raise Unavailable("the server is shutting down")
+            self._inbox.put(command)
 
     # -- introspection (/slots, /metrics, the in-process API) ------------------------------------
     @property
@@ -144,7 +160,7 @@ class Engine:
                 box.append(exc)
             done.set()
 
-        self._inbox.put(run)
+        self._send(run)
         done.wait()
         result = box[0]
         if isinstance(result, BaseException):
@@ -153,8 +169,6 @@ class Engine:
 
     # -- validation (caller's thread) ----------------------------------------------------------
     def _validate(self, request: EngineRequest) -> None:
-        if self._closing:
-            raise Unavailable("the server is shutting down")
         n = len(request.prompt_tokens)
         if n == 0:
             raise InvalidRequest("The prompt is empty", param="prompt")
@@ -189,15 +203,15 @@ class Engine:
                     self._memory.reset(gen.slot)
                     gen.fail(EngineError(f"internal engine error: {exc}"))
             self._running = {gen.id: gen for gen in self._live()}
-        shutting_down = Unavailable("the server is shutting down")
         for gen in self._live():
-            gen.fail(shutting_down)
+            gen.fail(Unavailable("the server is shutting down"))
         for submission in self._waiting:
-            submission.sink.put(shutting_down)
+            submission.sink.put(Unavailable("the server is shutting down"))
 
     def _live(self) -> list[Generation]:
-        """The generations still running (one may finish when it starts, or be cancelled between steps)."""
-        return [gen for gen in self._running.values() if not gen.done]
+        """The generations still running, oldest request first (one may finish as it starts, or be cancelled
+        between steps); the oldest gets the prefill budget of a step first."""
+        return sorted((gen for gen in self._running.values() if not gen.done), key=lambda gen: gen.id)
 
     def _drain_inbox(self, *, block: bool) -> None:
         try:
@@ -232,24 +246,34 @@ class Engine:
         """Give waiting requests a slot, oldest first; the others keep waiting (and count as deferred)."""
         waiting, self._waiting = self._waiting, []
         for submission in waiting:
-            placed = self._admission.place(submission.request, self._running.values())
-            if placed is None:
-                self._waiting.append(submission)
-                if not submission.deferred:
-                    submission.deferred = True
-                    self.stats.n_requests_deferred += 1
-                continue
-            slot, plan = placed
+            slot: Slot | None = None
             try:
+                placed = self._admission.place(submission.request, self._live())
+                if placed is None:
+                    self._defer(submission)
+                    continue
+                slot, plan = placed
                 self._admission.start(submission, slot, plan, self._running)
             except Exception as exc:
                 logger.exception("request %d could not start", submission.id)
-                self._memory.reset(slot)
-                error = exc if isinstance(exc, EngineError) else EngineError(str(exc))
-                gen = self._running.pop(submission.id, None)
-                if gen is not None:
-                    if not gen.done:
-                        gen.fail(error)
-                else:
-                    slot.busy = False
-                    submission.sink.put(error)
+                self._fail_start(submission, slot, exc if isinstance(exc, EngineError) else EngineError(str(exc)))
+
+    def _defer(self, submission: Submission) -> None:
+        self._waiting.append(submission)
+        if not submission.deferred:
+            submission.deferred = True
+            self.stats.n_requests_deferred += 1
+
+    def _fail_start(self, submission: Submission, slot: Slot | None, error: EngineError) -> None:
+        """A request that could not start: its slot's half-prepared memory is dropped and the slot freed."""
+        if slot is not None:
+            self._memory.reset(slot)
+        gen = self._running.pop(submission.id, None)
+        if gen is not None:
+            if not gen.done:
+                gen.fail(error)
+            return
+        if slot is not None:
+            slot.busy = False
+            slot.last_used = time.monotonic()
+        submission.sink.put(error)

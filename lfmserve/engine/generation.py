@@ -78,7 +78,8 @@ class Generation:
         self.n_decoded = 0
         #: Where prefilling stops to checkpoint: (position, is a message boundary).
         self.checkpoints_due: list[tuple[int, bool]] = []
-        self.t_prompt_start = time.perf_counter()
+        #: When the prompt's time starts (set once the memory is prepared and the checkpoints planned).
+        self.t_prompt_start = 0.0
         self._t_generation_start = 0.0
         self.done = False
 

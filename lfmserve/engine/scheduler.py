@@ -65,9 +65,6 @@ class Slot:
     busy: bool = False
     last_used: float = 0.0
 
-    def checkpoint_at_or_before(self, n_tokens: int) -> Checkpoint | None:
-        return _checkpoint_at_or_before(self.checkpoints, n_tokens)
-
     def truncate(self, n_tokens: int) -> None:
         """Forget tokens (and checkpoints) past ``n_tokens``."""
         del self.tokens[n_tokens:]
@@ -85,10 +82,6 @@ class Slot:
             len(self.checkpoints) > max_count or sum(c.n_bytes for c in self.checkpoints) > max_bytes
         ):
             del self.checkpoints[_densest(self.checkpoints)]
-
-    @property
-    def checkpoint_bytes(self) -> int:
-        return sum(c.n_bytes for c in self.checkpoints)
 
 
 def _densest(checkpoints: Sequence[Checkpoint]) -> int:

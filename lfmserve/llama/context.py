@@ -45,9 +45,7 @@ class NativeContext:
         self.model = model
         self._memory = llama.llama_get_memory(self._ctx)
         self.n_ctx = llama.llama_n_ctx(self._ctx)
-        self.n_ctx_seq = llama.llama_n_ctx_seq(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)
-        self.n_seq_max = n_seq_max
         self.batch = Batch(self.n_batch)
 
     @property
@@ -97,9 +95,6 @@ class NativeContext:
     def seq_clear(self, seq_id: int) -> None:
         if not self.seq_rm(seq_id, -1, -1):
             raise EngineError(f"could not clear sequence {seq_id}")
-
-    def clear(self) -> None:
-        llama.llama_memory_clear(self._memory, True)
 
     def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
         """The logits row of the last decode at ``batch_index`` (a view: it changes with the next decode)."""

@@ -48,6 +48,9 @@ def test_logit_bias_takes_ids_text_and_false(serving: Serving) -> None:
     with pytest.raises(InvalidRequest, match="logit_bias token id 475 is out of range") as info:
         serving.engine_request(GenerationOptions(logit_bias=((475, 1.0),)), [1])
     assert info.value.param == "logit_bias"
+    with pytest.raises(InvalidRequest, match=r"logit_bias entries must be \[token, bias\] pairs") as info:
+        serving.engine_request(GenerationOptions(logit_bias=((1, 2.0, 3),)), [1])
+    assert info.value.param == "logit_bias"
 
 
 def test_a_mixed_prompt_tokenizes_its_text_in_place(serving: Serving) -> None:

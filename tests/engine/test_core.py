@@ -140,3 +140,7 @@ def test_closing_ends_every_request_with_a_503_and_refuses_new_ones(model: Nativ
             list(stream)
     with pytest.raises(Unavailable, match="the server is shutting down"):
         engine.submit(EngineRequest(prompt_tokens=(1, 2)), SyncStream())
+    with pytest.raises(Unavailable, match="the server is shutting down"):
+        engine.clear_slot(0)  # a command after the stop is refused, not left waiting forever
+    engine.cancel(1)  # cancelling after the close is a no-op
+    engine.close()  # and so is closing twice

@@ -54,7 +54,7 @@ def test_a_saved_file_restores_the_tokens_and_the_state(ctx: NativeContext, tmp_
     path = str(tmp_path / "slot.bin")
     written = ctx.save_seq_file(0, path, PROMPT)
     expected = _decode(ctx, [104], 6, 0)
-    ctx.clear()
+    ctx.seq_clear(0)
     tokens, read = ctx.load_seq_file(1, path, capacity=64)
     assert (tokens, read) == (PROMPT, written)
     assert np.array_equal(_decode(ctx, [104], 6, 1), expected)

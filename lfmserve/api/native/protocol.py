@@ -19,9 +19,17 @@ WirePrompt = str | list[int] | list[str | int]
 
 
 class CompletionRequest(SamplingFields):
-    """``POST /completion``: one prompt, or a list of prompts answered together."""
+    """``POST /completion`` and OpenAI's ``POST /v1/completions``, which llama-server serves from the same body:
+    one prompt, or a list of prompts answered together."""
 
     prompt: WirePrompt | list[WirePrompt]
+    #: OpenAI's ``echo``: validated, and, as in llama-server, not implemented (the prompt is not repeated).
+    echo: bool = False
+    #: OpenAI's legacy completions: the number of alternatives per token (0 = only the chosen one's).
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def top_probs(self) -> int | None:
+        return self.logprobs if self.logprobs is not None else super().top_probs()
 
     def prompts(self) -> list[Prompt]:
         """The prompts, as llama-server reads them: token ids (or ids and text mixed) are one prompt; any other

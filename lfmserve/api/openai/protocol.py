@@ -12,7 +12,6 @@ from pydantic import ConfigDict, Field, model_validator
 
 from ...chat.request import ChatRequest, ContentPart, Message, NamedTool, ReasoningEffort, ReasoningFormat, ToolChoice
 from ..body import Body, SamplingFields, TokenCount
-from ..native.protocol import CompletionRequest
 
 
 class TextPart(Body):
@@ -125,7 +124,7 @@ class ChatPrompt(Body):
         }
 
 
-class ChatCompletionRequest(SamplingFields, ChatPrompt):
+class ChatCompletionRequest(ChatPrompt, SamplingFields):
     max_completion_tokens: TokenCount | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
@@ -157,16 +156,6 @@ class ChatCompletionRequest(SamplingFields, ChatPrompt):
         if isinstance(choice, NamedToolChoice):
             return NamedTool(choice.function.name)
         return choice or "auto"
-
-
-class TextCompletionRequest(CompletionRequest):
-    """``POST /v1/completions``: the native completion body plus OpenAI's legacy fields."""
-
-    #: OpenAI's legacy completions: the number of alternatives per token (0 = only the chosen one's).
-    logprobs: int | None = Field(default=None, ge=0, le=20)
-
-    def top_probs(self) -> int | None:
-        return self.logprobs if self.logprobs is not None else super().top_probs()
 
 
 class ApplyTemplateRequest(ChatPrompt):

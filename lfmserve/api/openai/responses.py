@@ -16,7 +16,8 @@ from ...chat.logprobs import chat_logprobs, legacy_logprobs
 from ...chat.output import AssistantOutputParser, OutputDelta
 from ...chat.serving import Collected, Serving
 from ...engine.records import EngineOutput, TokenLogprob
-from .protocol import ChatCompletionRequest, TextCompletionRequest
+from ..native.protocol import CompletionRequest
+from .protocol import ChatCompletionRequest
 
 
 def completion_id(prefix: str) -> str:
@@ -148,7 +149,7 @@ def _delta_json(delta: OutputDelta) -> list[dict[str, Any]]:
 
 
 # -- text completions ------------------------------------------------------------------------------
-def text_completion(serving: Serving, body: TextCompletionRequest, results: Sequence[Collected]) -> dict[str, Any]:
+def text_completion(serving: Serving, body: CompletionRequest, results: Sequence[Collected]) -> dict[str, Any]:
     """Every prompt's answer as one ``text_completion`` object, usage summed over them."""
     choices = [
         {
@@ -176,7 +177,7 @@ def text_completion(serving: Serving, body: TextCompletionRequest, results: Sequ
 
 
 async def text_completion_chunks(
-    serving: Serving, body: TextCompletionRequest, outputs: AsyncIterator[EngineOutput]
+    serving: Serving, body: CompletionRequest, outputs: AsyncIterator[EngineOutput]
 ) -> AsyncIterator[dict[str, Any]]:
     cid, created = completion_id("cmpl-"), int(time.time())
     offset = 0
@@ -195,7 +196,7 @@ async def text_completion_chunks(
 
 
 def _legacy_logprobs(
-    serving: Serving, body: TextCompletionRequest, steps: Sequence[TokenLogprob], text_offset: int = 0
+    serving: Serving, body: CompletionRequest, steps: Sequence[TokenLogprob], text_offset: int = 0
 ) -> dict[str, Any] | None:
     if body.logprobs is None:
         return None

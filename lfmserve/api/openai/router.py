@@ -8,10 +8,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..body import parse_body
+from ..native.protocol import CompletionRequest
 from ..sse import sse, until_disconnect
 from ..state import app_state, serving
 from . import responses
-from .protocol import ChatCompletionRequest, TextCompletionRequest
+from .protocol import ChatCompletionRequest
 
 router = APIRouter()
 
@@ -36,7 +37,7 @@ async def chat_completions(request: Request) -> Response:
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    body = parse_body(TextCompletionRequest, await request.body())
+    body = parse_body(CompletionRequest, await request.body())
     served = serving(request)
     engine_requests = served.prepare_completion(body.prompts(), body.generation_options(), stream=body.stream)
     if body.stream:

@@ -34,3 +34,9 @@ def test_slot_files_are_plain_names(filename: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         parse_body(SlotFileRequest, json.dumps({"filename": filename}).encode())
     assert info.value.param == "filename"
+
+
+def test_openais_legacy_logprobs_or_llama_servers_n_probs_ask_for_probabilities() -> None:
+    assert parse_body(CompletionRequest, b'{"prompt": "x", "logprobs": 0}').generation_options().n_probs == 0
+    assert parse_body(CompletionRequest, b'{"prompt": "x", "n_probs": 3}').generation_options().n_probs == 3
+    assert parse_body(CompletionRequest, b'{"prompt": "x"}').generation_options().n_probs is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from lfmserve.api.body import parse_body
-from lfmserve.api.openai.protocol import ApplyTemplateRequest, ChatCompletionRequest, TextCompletionRequest
+from lfmserve.api.openai.protocol import ApplyTemplateRequest, ChatCompletionRequest
 from lfmserve.chat.request import ChatRequest, ContentPart, GenerationOptions, Message, NamedTool
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "strict": True}}
@@ -91,9 +91,3 @@ def test_apply_template_takes_the_prompt_fields_only() -> None:
     assert body.to_chat_request() == ChatRequest(
         messages=(Message(role="user", content="Hi"),), reasoning_effort="none"
     )
-
-
-def test_legacy_completions_report_logprobs_alternatives() -> None:
-    assert parse_body(TextCompletionRequest, b'{"prompt": "x", "logprobs": 0}').generation_options().n_probs == 0
-    assert parse_body(TextCompletionRequest, b'{"prompt": "x", "n_probs": 3}').generation_options().n_probs == 3
-    assert parse_body(TextCompletionRequest, b'{"prompt": "x"}').generation_options().n_probs is None
