@@ -18,6 +18,8 @@ from ..chat.request import GenerationOptions
 from ..engine.records import SAMPLING_NAMES
 from ..errors import InvalidRequest
 
+#: The largest value llama.cpp's ``int32_t`` parameters take (top-k, the penalty window).
+INT32_MAX = 2**31 - 1
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 TokenCount = Annotated[int, Field(ge=-1)]
@@ -40,12 +42,12 @@ class SamplingFields(Body):
     """The sampling and generation fields shared by every generation route (named as SamplingParams' fields)."""
 
     temperature: float | None = Field(default=None, ge=0.0)
-    top_k: int | None = Field(default=None, ge=-1)
+    top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     top_p: Probability | None = None
     min_p: Probability | None = None
     typical_p: Probability | None = None
     repeat_penalty: float | None = Field(default=None, ge=0.0)
-    repeat_last_n: int | None = Field(default=None, ge=-1)
+    repeat_last_n: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     seed: int | None = None

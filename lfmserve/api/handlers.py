@@ -14,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidRequest, LfmError, NotFound, RequestCancelled
 from .body import invalid_request
@@ -22,11 +23,12 @@ logger = logging.getLogger(__name__)
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    """The typed handlers, and :class:`CatchAll` around the whole app for everything else."""
     app.add_exception_handler(RequestCancelled, _cancelled)  # type: ignore[arg-type]
     app.add_exception_handler(LfmError, _lfm_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
-    app.add_exception_handler(Exception, _unexpected)
+    app.add_middleware(CatchAll)
 
 
 def error_response(error: LfmError) -> JSONResponse:
@@ -59,6 +61,31 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> Response
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
-async def _unexpected(_: Request, exc: Exception) -> Response:
-    logger.exception("unexpected error")
-    return error_response(LfmError(f"Internal server error: {type(exc).__name__}"))
+class CatchAll:
+    """ASGI middleware: an error no handler took is logged once and answered as a 500 in the error shape.
+
+    Starlette's own last resort re-raises after answering, so uvicorn logs the traceback a second time and
+    closes the keep-alive connection without saying so; the client's next request on it then fails. Here the
+    error ends with the response, and the connection stays usable.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
+            if not started:
+                await error_response(LfmError(f"Internal server error: {type(exc).__name__}"))(scope, receive, send)

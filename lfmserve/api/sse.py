@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -13,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from ..errors import LfmError, RequestCancelled
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def sse(chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool) -> StreamingResponse:
@@ -21,11 +23,16 @@ def sse(chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool) -> Streamin
     async def frames() -> AsyncIterator[bytes]:
         try:
             async for chunk in chunks:
-                yield b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+                yield b"data: " + _json_line(chunk) + b"\n\n"
         except RequestCancelled:
             return
         except LfmError as exc:
             yield b"error: " + json.dumps(exc.to_body()).encode() + b"\n\n"
+            return
+        except Exception as exc:  # a bug: the stream still ends with an error event, not a cut connection
+            logger.exception("unexpected error in a stream")
+            error = LfmError(f"Internal server error: {type(exc).__name__}")
+            yield b"error: " + json.dumps(error.to_body()).encode() + b"\n\n"
             return
         if done_marker:
             yield b"data: [DONE]\n\n"
@@ -33,6 +40,19 @@ def sse(chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool) -> Streamin
     return StreamingResponse(
         frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+
+
+#: Characters JSON leaves unescaped but ``str.splitlines`` (httpx's ``iter_lines``) splits lines at.
+_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _json_line(chunk: dict[str, Any]) -> bytes:
+    """A chunk as one line of JSON: text unescaped (smaller), except the characters that would break the line."""
+    text = json.dumps(chunk, ensure_ascii=False)
+    for char, escaped in _LINE_BREAKS.items():
+        if char in text:
+            text = text.replace(char, escaped)
+    return text.encode()
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

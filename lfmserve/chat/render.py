@@ -82,7 +82,9 @@ def _tool_call_for_template(call: Mapping[str, Any]) -> dict[str, Any]:
     arguments = function.get("arguments")
     if isinstance(arguments, str):
         try:
-            function["arguments"] = json.loads(arguments) if arguments.strip() else {}
+            function["arguments"] = arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             raise InvalidRequest(f"tool call arguments are not valid JSON: {exc}", param="messages") from exc
+    if not isinstance(arguments, dict):
+        raise InvalidRequest(f"tool call arguments must be a JSON object (got {arguments!r})", param="messages")
     return {**call, "function": function}

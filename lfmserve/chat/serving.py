@@ -9,6 +9,7 @@ modes share one path.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,11 +129,13 @@ class Serving:
             raise InvalidRequest("logit_bias entries must be [token, bias] pairs", param="logit_bias")
         out: list[tuple[int, float]] = []
         for key, bias in entries:
-            value = float("-inf") if bias is False else float(bias)
+            value = _bias_value(bias)
             if isinstance(key, str) and not key.lstrip("-").isdigit():
                 ids = self.model.tokenize(key, add_special=False, parse_special=False)
-            else:
+            elif isinstance(key, int | str) and not isinstance(key, bool):
                 ids = [int(key)]
+            else:
+                raise InvalidRequest(f"logit_bias tokens are ids or text (got {key!r})", param="logit_bias")
             for token in ids:
                 if not self.model.is_valid_token(token):
                     raise InvalidRequest(
@@ -194,3 +197,16 @@ class Serving:
                 f"Invalid token id {bad[0]} (vocabulary has {self.model.n_vocab} tokens)", param="tokens"
             )
         return self.model.detokenize(tokens, special=True)
+
+
+def _bias_value(bias: Any) -> float:
+    """A bias as a float: a finite number, or ``false`` (llama-server's "never this token")."""
+    if bias is False:
+        return float("-inf")
+    try:
+        value = float(bias) if isinstance(bias, int | float) and not isinstance(bias, bool) else math.nan
+    except OverflowError:  # an integer too large for a float
+        value = math.inf
+    if not math.isfinite(value):
+        raise InvalidRequest(f"logit_bias values are finite numbers or false (got {bias!r})", param="logit_bias")
+    return value

@@ -160,9 +160,18 @@ class Grammars:
         return self._special[text]
 
     def json_schema(self, schema: Any, *, param: str) -> TokenMask:
-        if not isinstance(schema, dict | bool):
+        """A mask for output that validates against ``schema``; ``true`` (any JSON value) is the schema ``{}``."""
+        if schema is True:
+            schema = {}
+        if schema is False:
+            raise InvalidRequest("the JSON schema false accepts no output", param=param)
+        if not isinstance(schema, dict):
             raise InvalidRequest("a JSON schema must be an object", param=param)
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(bounded(schema)), overrides=JSON_STYLE)
+        try:
+            text = json.dumps(bounded(schema), allow_nan=False)
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=JSON_STYLE)
+        except ValueError as exc:  # NaN or infinity in the schema, or a schema llguidance cannot read
+            raise InvalidRequest(f"unsupported or invalid JSON schema: {exc}", param=param) from None
         return self._mask(grammar, param=param, what="JSON schema")
 
     def gbnf(self, text: str, *, param: str) -> TokenMask:

@@ -43,8 +43,10 @@ class SamplingParams:
         return self.temperature <= 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The settings as llama-server shows them; a banned token's bias is ``false``, the form it is sent in
+        (minus infinity is not JSON)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["logit_bias"] = [list(pair) for pair in self.logit_bias]
+        out["logit_bias"] = [[token, False if bias == float("-inf") else bias] for token, bias in self.logit_bias]
         return out
 
     def updated(self, overrides: Mapping[str, Any]) -> SamplingParams:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +95,92 @@ INVALID_REQUESTS: list[tuple[str, str, Any, str, str | None]] = [
         "exceed_context_size_error",
         None,
     ),
+    # found by fuzzing: values llama.cpp's C types cannot hold, biases that are not numbers, odd schemas, bad history
+    ("top_k beyond int32", CHAT, {**SEED_CHAT, "top_k": 2**64}, "invalid_request_error", "top_k"),
+    (
+        "repeat_last_n beyond int32",
+        CHAT,
+        {**SEED_CHAT, "repeat_last_n": 2**64},
+        "invalid_request_error",
+        "repeat_last_n",
+    ),
+    ("logit bias a string", CHAT, {**SEED_CHAT, "logit_bias": [[5, "abc"]]}, "invalid_request_error", "logit_bias"),
+    ("logit bias true", CHAT, {**SEED_CHAT, "logit_bias": [[5, True]]}, "invalid_request_error", "logit_bias"),
+    (
+        "logit bias infinite",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 1e999}}',
+        "invalid_request_error",
+        "logit_bias",
+    ),
+    ("logit bias too large", CHAT, {**SEED_CHAT, "logit_bias": [[5, 10**400]]}, "invalid_request_error", "logit_bias"),
+    ("logit bias token true", CHAT, {**SEED_CHAT, "logit_bias": [[True, 1]]}, "invalid_request_error", "logit_bias"),
+    ("json schema false", CHAT, {**SEED_CHAT, "json_schema": False}, "invalid_request_error", "json_schema"),
+    (
+        "json schema with NaN",
+        "/completion",
+        b'{"prompt": "x", "json_schema": {"type": "number", "maximum": NaN}}',
+        "invalid_request_error",
+        "json_schema",
+    ),
+    (
+        "response format schema with infinity",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",'
+        b' "json_schema": {"name": "x", "schema": {"type": "number", "minimum": -Infinity}}}}',
+        "invalid_request_error",
+        "response_format",
+    ),
+    (
+        "history call without a function",
+        CHAT,
+        {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{}]}]},
+        "invalid_request_error",
+        "messages.1.tool_calls.0.function",
+    ),
+    (
+        "history call function not an object",
+        CHAT,
+        {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [{"function": "f"}]}]},
+        "invalid_request_error",
+        "messages.1.tool_calls.0.function",
+    ),
+    (
+        "history call name not a string",
+        CHAT,
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "tool_calls": [{"function": {"name": 5}}]},
+            ]
+        },
+        "invalid_request_error",
+        "messages.1.tool_calls.0.function.name",
+    ),
+    (
+        "history call arguments a number",
+        CHAT,
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 5}}]},
+            ]
+        },
+        "invalid_request_error",
+        "messages.1.tool_calls.0.function.arguments.str",
+    ),
+    (
+        "history call arguments not an object",
+        CHAT,
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]},
+            ]
+        },
+        "invalid_request_error",
+        "messages",
+    ),
     ("completion without prompt", "/completion", {"n_predict": 3}, "invalid_request_error", "prompt"),
     ("completion prompt token out of vocab", "/completion", {"prompt": [1, 70000]}, "invalid_request_error", "prompt"),
     ("two prompts streamed", "/completion", {"prompt": ["a", "b"], "stream": True}, "invalid_request_error", "prompt"),
@@ -124,6 +212,15 @@ def test_invalid_input_is_a_400_naming_the_field(
             f"request ({error['n_prompt_tokens']} tokens) exceeds the available context size (512 tokens), "
             "try increasing it"
         )
+
+
+def test_llama_servers_ban_form_and_an_any_value_schema_work(tiny_server: ServerThread) -> None:
+    banned = post(tiny_server, "/completion", {"prompt": "x", "n_predict": 4, "logit_bias": [[100, False]]}).json()
+    assert banned["generation_settings"]["logit_bias"] == [[100, False]]
+    for seed in range(4):  # ``true`` accepts any JSON value: the grammar ends once one is complete
+        anything = post(tiny_server, "/completion", {"prompt": "x", "n_predict": 60, "json_schema": True, "seed": seed})
+        assert anything.json()["stop_type"] == "eos"
+        json.loads(anything.json()["content"])
 
 
 def test_the_messages_name_the_field_and_the_value(tiny_server: ServerThread) -> None:
@@ -278,7 +375,9 @@ def test_a_request_whose_client_has_gone_writes_nothing(tiny_gguf: Path) -> None
     assert sent == [] and busy == 0
 
 
-def test_an_unexpected_error_is_a_500_in_the_error_shape_without_a_traceback(tiny_gguf: Path) -> None:
+def test_an_unexpected_error_is_a_500_in_the_error_shape_and_the_connection_stays_usable(
+    tiny_gguf: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
     app = create_app(settings, lambda: load_serving(settings, str(tiny_gguf)))
 
@@ -289,10 +388,20 @@ def test_an_unexpected_error_is_a_500_in_the_error_shape_without_a_traceback(tin
     server = ServerThread(app).start()
     try:
         server.wait_ready()
-        response = httpx.get(server.url + "/broken")
-        assert response.status_code == 500
-        assert response.json() == {
+        connection = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+        with caplog.at_level(logging.ERROR):
+            connection.request("GET", "/broken")
+            response = connection.getresponse()
+            body = json.loads(response.read())
+        assert (response.status, response.getheader("connection")) == (500, None)
+        assert body == {
             "error": {"code": 500, "message": "Internal server error: RuntimeError", "type": "server_error"}
         }
+        tracebacks = [r for r in caplog.records if r.exc_info]
+        assert [r.getMessage() for r in tracebacks] == ["unexpected error in GET /broken"]  # logged once
+        assert "secret" not in json.dumps(body)
+        connection.request("GET", "/health")  # the same keep-alive connection still serves
+        assert (connection.getresponse().status, connection.sock is not None) == (200, True)
+        connection.close()
     finally:
         server.stop()

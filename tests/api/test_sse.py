@@ -4,6 +4,7 @@ when cancelled."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -47,3 +48,22 @@ def test_an_error_mid_stream_is_an_error_event_and_ends_the_stream() -> None:
 
 def test_a_cancelled_stream_ends_without_a_marker() -> None:
     assert _body(_chunks([{"n": 1}], RequestCancelled("client gone")), done_marker=True) == b'data: {"n": 1}\n\n'
+
+
+def test_characters_that_split_lines_are_escaped_and_the_json_is_the_same() -> None:
+    chunk = {"content": "a\u2028b\x85c\u2029d é"}
+    body = _body(_chunks([chunk]), done_marker=False)
+    assert body == 'data: {"content": "a\\u2028b\\u0085c\\u2029d é"}\n\n'.encode()
+    line = body.decode().splitlines()[0]  # how httpx's iter_lines (Frigate's stream) reads it
+    assert json.loads(line.removeprefix("data: ")) == chunk
+
+
+def test_an_unexpected_error_mid_stream_is_an_error_event() -> None:
+    async def broken() -> AsyncIterator[dict[str, Any]]:
+        yield {"n": 1}
+        raise RuntimeError("a bug")
+
+    assert _body(broken(), done_marker=True) == (
+        b'data: {"n": 1}\n\n'
+        b'error: {"error": {"code": 500, "message": "Internal server error: RuntimeError", "type": "server_error"}}\n\n'
+    )

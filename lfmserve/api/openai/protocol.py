@@ -39,11 +39,27 @@ class Tool(Body):
     function: ToolFunction
 
 
+class CalledFunction(Body):
+    name: str
+    #: OpenAI sends a JSON text; a mapping is taken too (templates read one).
+    arguments: str | dict[str, Any] = "{}"
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class HistoryToolCall(Body):
+    """A call an earlier assistant turn made, as OpenAI's clients send it back."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
 class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart | MediaPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[HistoryToolCall] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = None
 
@@ -61,7 +77,7 @@ class ChatMessage(Body):
             if not isinstance(content, list)
             else tuple(ContentPart("text", p.text) if isinstance(p, TextPart) else p.to_part() for p in content),
             name=self.name,
-            tool_calls=tuple(self.tool_calls or ()),
+            tool_calls=tuple(call.model_dump(exclude_none=True) for call in self.tool_calls or ()),
             tool_call_id=self.tool_call_id,
             reasoning_content=self.reasoning_content,
         )

@@ -8,6 +8,7 @@ from lfmserve.api.body import parse_body
 from lfmserve.api.openai.protocol import ApplyTemplateRequest, ChatCompletionRequest
 from lfmserve.chat.request import ChatRequest, ContentPart, GenerationOptions, Message, NamedTool
 
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}", "extra": 1}}
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "strict": True}}
 
 
@@ -21,7 +22,7 @@ def test_a_full_chat_body_becomes_one_chat_request() -> None:
             "messages": [
                 {"role": "developer", "content": "Be brief."},
                 {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {}}]},
-                {"role": "assistant", "content": None, "reasoning_content": "r", "tool_calls": [{"id": "c1"}]},
+                {"role": "assistant", "content": None, "reasoning_content": "r", "tool_calls": [CALL]},
                 {"role": "tool", "content": "sunny", "tool_call_id": "c1", "name": "f"},
                 {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
             ],
@@ -44,7 +45,7 @@ def test_a_full_chat_body_becomes_one_chat_request() -> None:
         messages=(
             Message(role="system", content="Be brief."),
             Message(role="user", content=(ContentPart("text", "Look"), ContentPart("image"))),
-            Message(role="assistant", reasoning_content="r", tool_calls=({"id": "c1"},)),
+            Message(role="assistant", reasoning_content="r", tool_calls=(CALL,)),
             Message(role="tool", content="sunny", tool_call_id="c1", name="f"),
             Message(role="user", content=(ContentPart("audio"),)),
         ),
