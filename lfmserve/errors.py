@@ -4,7 +4,8 @@
 LfmError                        500 server_error
 |- InvalidRequest(param=)       400 invalid_request_error
 |  |- ContextLengthExceeded     400 exceed_context_size_error (+ n_prompt_tokens, n_ctx)
-|  '- TemplateError             400 invalid_request_error
+|  |- TemplateError             400 invalid_request_error
+|  '- PayloadTooLarge           413 invalid_request_error (a body over --max-body-bytes)
 |- AuthenticationFailed         401 authentication_error
 |- NotFound                     404 not_found_error
 |- NotSupported                 501 not_supported_error
@@ -66,6 +67,12 @@ class ContextLengthExceeded(InvalidRequest):
 
 class TemplateError(InvalidRequest):
     """The chat template raised or could not be rendered for these messages."""
+
+
+class PayloadTooLarge(InvalidRequest):
+    """A request body over ``--max-body-bytes``: refused before it is read whole."""
+
+    status_code = 413
 
 
 class AuthenticationFailed(LfmError):

@@ -170,6 +170,14 @@ class Settings:
     # -- server -----------------------------------------------------------------------------------
     host: str = field(default="127.0.0.1", metadata=_flag("--host", help="address to listen on"))
     port: int = field(default=8080, metadata=_flag("--port", help="port to listen on", type=int))
+    max_body_bytes: int = field(
+        default=64 * 2**20,
+        metadata=_flag(
+            "--max-body-bytes",
+            help="largest request body accepted, in bytes (default 64 MiB: a few large images); more answers 413",
+            type=int,
+        ),
+    )
     api_key: tuple[str, ...] = field(
         default=(),
         metadata=_flag("--api-key", help="API key clients must send (repeatable, or comma-separated)", action="append"),

@@ -1,13 +1,15 @@
-"""ASGI middleware in front of every route: 503 while the model loads, 401 without a valid API key."""
+"""ASGI middleware in front of every route: 503 while the model loads, 401 without a valid API key, 413 for a
+body over ``--max-body-bytes`` (refused from its Content-Length, or as soon as a chunked body passes the limit,
+so it is never read whole)."""
 
 from __future__ import annotations
 
 import hmac
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import AuthenticationFailed, LfmError, Unavailable
+from ..errors import AuthenticationFailed, LfmError, PayloadTooLarge, Unavailable
 from .handlers import error_response
 from .state import AppState
 
@@ -26,6 +28,7 @@ class Gate:
             if error is not None:
                 await error_response(error)(scope, receive, send)
                 return
+            receive = _bounded(receive, self.state.settings.max_body_bytes)
         await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> LfmError | None:
@@ -34,10 +37,34 @@ class Gate:
             if state.load_error is None:
                 return Unavailable("Loading model")
             return Unavailable(f"Model failed to load: {state.load_error}")
+        headers = Headers(scope=scope)
         if state.api_keys and scope["path"] not in PUBLIC_PATHS and scope["method"] != "OPTIONS":
-            if not key_ok(Headers(scope=scope), state.api_keys):
+            if not key_ok(headers, state.api_keys):
                 return AuthenticationFailed("Invalid API Key")
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > state.settings.max_body_bytes:
+            return _too_large(state.settings.max_body_bytes)
         return None
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"request body larger than {limit} bytes (the server's --max-body-bytes)")
+
+
+def _bounded(receive: Receive, limit: int) -> Receive:
+    """``receive`` that refuses a body once more than ``limit`` bytes of it have arrived."""
+    received = 0
+
+    async def bounded() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise _too_large(limit)
+        return message
+
+    return bounded
 
 
 def key_ok(headers: Headers, keys: tuple[bytes, ...]) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -38,3 +38,30 @@ def test_a_key_is_read_from_bearer_or_x_api_key() -> None:
     assert not key_ok(Headers({"authorization": "Basic k1"}), keys)  # not a bearer token, and no x-api-key
     assert not key_ok(Headers({"authorization": "Bearer k3", "x-api-key": "k1"}), keys)  # bearer wins
     assert not key_ok(Headers({}), keys)
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_read(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path
+) -> None:
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, max_body_bytes=1000))
+    expected = {
+        "error": {
+            "code": 413,
+            "message": "request body larger than 1000 bytes (the server's --max-body-bytes)",
+            "type": "invalid_request_error",
+        }
+    }
+    big = {"messages": [{"role": "user", "content": "x" * 2000}]}
+    declared = post(server, "/v1/chat/completions", big)  # refused from its Content-Length
+    assert (declared.status_code, declared.json()) == (413, expected)
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: refused once the limit is passed
+        yield b'{"messages": [{"role": "user", "content": "'
+        for _ in range(20):
+            yield b"x" * 100
+        yield b'"}]}'
+
+    streamed = httpx.post(server.url + "/v1/chat/completions", content=chunks(), timeout=60)
+    assert (streamed.status_code, streamed.json()) == (413, expected)
+    small = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})
+    assert small.status_code == 200

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..body import parse_body
+from ..offload import read_body
 from ..openai.protocol import ApplyTemplateRequest
 from ..sse import sse, until_disconnect
 from ..state import serving
@@ -31,9 +31,11 @@ async def props(request: Request) -> dict[str, Any]:
 @router.post("/completion")
 @router.post("/completions")
 async def completion(request: Request) -> Response:
-    body = parse_body(CompletionRequest, await request.body())
+    body, offload = await read_body(request, CompletionRequest)
     served = serving(request)
-    engine_requests = served.prepare_completion(body.prompts(), body.generation_options(), stream=body.stream)
+    engine_requests = await offload(
+        served.prepare_completion, body.prompts(), body.generation_options(), stream=body.stream
+    )
     if body.stream:
         chunks = responses.completion_chunks(served, body, engine_requests[0], served.start(engine_requests[0]))
         return sse(chunks, done_marker=False)
@@ -47,19 +49,21 @@ async def completion(request: Request) -> Response:
 
 @router.post("/tokenize")
 async def tokenize(request: Request) -> dict[str, Any]:
-    body = parse_body(TokenizeRequest, await request.body())
+    body, offload = await read_body(request, TokenizeRequest)
     served = serving(request)
-    ids = served.model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
-    return responses.tokens(served, ids, with_pieces=body.with_pieces)
+    ids = await offload(
+        served.model.tokenize, body.content, add_special=body.add_special, parse_special=body.parse_special
+    )
+    return await offload(responses.tokens, served, ids, with_pieces=body.with_pieces)
 
 
 @router.post("/detokenize")
 async def detokenize(request: Request) -> dict[str, Any]:
-    body = parse_body(DetokenizeRequest, await request.body())
-    return {"content": serving(request).detokenize(body.tokens)}
+    body, offload = await read_body(request, DetokenizeRequest)
+    return {"content": await offload(serving(request).detokenize, body.tokens)}
 
 
 @router.post("/apply-template")
 async def apply_template(request: Request) -> dict[str, Any]:
-    body = parse_body(ApplyTemplateRequest, await request.body())
-    return {"prompt": serving(request).render_chat(body.to_chat_request())}
+    body, offload = await read_body(request, ApplyTemplateRequest)
+    return {"prompt": await offload(serving(request).render_chat, body.to_chat_request())}

@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..body import parse_body
 from ..native.protocol import CompletionRequest
+from ..offload import read_body
 from ..sse import sse, until_disconnect
 from ..state import app_state, serving
 from . import responses
@@ -26,9 +26,9 @@ async def models(request: Request) -> dict[str, Any]:
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    body = parse_body(ChatCompletionRequest, await request.body())
+    body, offload = await read_body(request, ChatCompletionRequest)
     served = serving(request)
-    engine_request, parser = served.prepare_chat(body.to_chat_request())
+    engine_request, parser = await offload(served.prepare_chat, body.to_chat_request())
     if body.stream:
         return sse(responses.chat_chunks(served, body, parser, served.start(engine_request)), done_marker=True)
     done = await until_disconnect(request, served.run(engine_request))
@@ -37,9 +37,11 @@ async def chat_completions(request: Request) -> Response:
 
 @router.post("/v1/completions")
 async def completions(request: Request) -> Response:
-    body = parse_body(CompletionRequest, await request.body())
+    body, offload = await read_body(request, CompletionRequest)
     served = serving(request)
-    engine_requests = served.prepare_completion(body.prompts(), body.generation_options(), stream=body.stream)
+    engine_requests = await offload(
+        served.prepare_completion, body.prompts(), body.generation_options(), stream=body.stream
+    )
     if body.stream:
         outputs = served.start(engine_requests[0])
         return sse(responses.text_completion_chunks(served, body, outputs), done_marker=True)
