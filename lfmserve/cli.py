@@ -37,8 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     exit_code = 0
 
-    def stop_on_load_error(_: BaseException) -> None:
+    def stop_on_load_error(exc: BaseException) -> None:
         nonlocal exit_code
+        print(f"lfmserve: error: {exc}", file=sys.stderr)
         exit_code = 1
         server.should_exit = True
 

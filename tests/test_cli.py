@@ -81,12 +81,40 @@ def test_bad_command_lines_exit_non_zero_with_one_line(argv: list[str], code: in
     assert result.stderr == message + "\n"
 
 
-def test_a_file_that_is_not_a_model_fails_the_load_and_exits(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"not a gguf at all", "invalid magic characters: 'not ', expected 'GGUF'"),
+        (
+            None,
+            "tensor 'blk.0.shortconv.out_proj.weight' data is not within the file bounds,"
+            " model is corrupted or incomplete",
+        ),
+    ],
+    ids=["text", "truncated"],
+)
+def test_a_file_that_is_not_a_model_fails_with_one_line_that_gives_the_reason(
+    tmp_path: Path, tiny_gguf: Path, content: bytes | None, reason: str
+) -> None:
     assert LFMSERVE is not None
     junk = tmp_path / "junk.gguf"
-    junk.write_bytes(b"not a gguf at all")
+    junk.write_bytes(content if content is not None else tiny_gguf.read_bytes()[:300_000])
     result = subprocess.run(
         [LFMSERVE, "-m", str(junk), "--port", str(free_port())], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 1
-    assert "model failed to load: failed to load model from" in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[-1] == f"lfmserve: error: failed to load model from {junk}: {reason}"
+    assert [line for line in lines if "ERROR" in line or "error" in line] == [lines[-1]]  # llama.cpp's lines folded in
+
+
+def test_a_directory_or_an_empty_file_is_refused_before_serving(tmp_path: Path) -> None:
+    assert LFMSERVE is not None
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    for path, message in (
+        (tmp_path, f"lfmserve: error: model path is a directory, not a GGUF file: {tmp_path}"),
+        (empty, f"lfmserve: error: model file is empty: {empty}"),
+    ):
+        result = subprocess.run([LFMSERVE, "-m", str(path)], capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stderr) == (1, message + "\n")

@@ -63,6 +63,7 @@ async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable
         logger.info("model loaded in %.1f s; server is ready", time.perf_counter() - t0)
     except Exception as exc:
         state.load_error = exc
-        logger.error("model failed to load: %s", exc)
         if on_error is not None:
-            on_error(exc)
+            on_error(exc)  # the caller reports it (the CLI, as its one line before exiting)
+        else:
+            logger.error("model failed to load: %s", exc)

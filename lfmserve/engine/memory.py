@@ -10,6 +10,8 @@ to RAM. Engine-thread only (``/slots`` reads the slots' fields as they stand).
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -181,18 +183,38 @@ class SlotMemory:
         return n
 
     def save_file(self, slot_id: int, path: str) -> tuple[int, int]:
-        """Write an idle slot's sequence to ``path``: (tokens saved, bytes written)."""
+        """Write an idle slot's sequence to ``path``: (tokens saved, bytes written).
+
+        llama.cpp writes to a new file beside it, which then replaces ``path``: a symbolic link planted at
+        ``path`` is replaced, never followed, so nothing is written outside the folder.
+        """
         slot = self.idle_slot(slot_id)
-        return len(slot.tokens), self._ctx.save_seq_file(slot.id, path, slot.tokens)
+        name = os.path.basename(path)
+        fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{name}.", suffix=".part")
+        os.close(fd)
+        try:
+            written = self._ctx.save_seq_file(slot.id, partial, slot.tokens)
+            os.replace(partial, path)
+        except IsADirectoryError:
+            raise InvalidRequest(f"cannot save slot {slot_id} to {name}: it is a directory", param="filename") from None
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+        return len(slot.tokens), written
 
     def restore_file(self, slot_id: int, path: str) -> tuple[int, int]:
         """Load a saved sequence into an idle slot: (tokens restored, bytes read)."""
         slot = self.idle_slot(slot_id)
+        name = os.path.basename(path)
+        if os.path.islink(path) or not os.path.isfile(path):
+            raise InvalidRequest(f"{name} is not a regular file in the slot folder", param="filename")
         self.reset(slot)
         try:
             tokens, n_read = self._ctx.load_seq_file(slot.id, path, slot.n_ctx)
         except EngineError:
             self.reset(slot)
-            raise
+            raise InvalidRequest(
+                f"{name} is not a saved slot of this model, or it is larger than slot {slot_id}", param="filename"
+            ) from None
         slot.tokens = tokens
         return len(tokens), n_read

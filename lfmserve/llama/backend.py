@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import atexit
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Any
 
@@ -14,11 +17,31 @@ import llama_cpp.llama_cpp as llama
 _LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
 _llama_logger = logging.getLogger("lfmserve.llama_cpp")
 _backend_ready = False
+_capture = threading.local()  # .errors: a list collecting this thread's llama.cpp errors instead of logging them
 
 
 def _log_llama(level: int, text: bytes, _user_data: Any) -> None:
-    if text:
-        _llama_logger.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", text.decode("utf-8", "replace").rstrip("\n"))
+    if not text:
+        return
+    line = text.decode("utf-8", "replace").rstrip("\n")
+    errors: list[str] | None = getattr(_capture, "errors", None)
+    if errors is not None and level == 4:
+        errors.append(line)
+        _llama_logger.debug("%s", line)
+        return
+    _llama_logger.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", line)
+
+
+@contextmanager
+def captured_errors() -> Iterator[list[str]]:
+    """llama.cpp's error lines from this thread while the block runs, collected for the caller to report
+    (as one error that names the reason) instead of logged one by one."""
+    errors: list[str] = []
+    _capture.errors = errors
+    try:
+        yield errors
+    finally:
+        _capture.errors = None
 
 
 _forward_llama_log = llama.llama_log_callback(_log_llama)  # kept referenced: llama.cpp holds the pointer

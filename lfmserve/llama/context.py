@@ -80,7 +80,7 @@ class NativeContext:
         arr = (llama.llama_token * len(tokens))(*tokens)
         written = llama.llama_state_seq_save_file(self._ctx, path.encode(), seq_id, arr, len(tokens))
         if written == 0:
-            raise EngineError(f"could not save sequence {seq_id} to {path}")
+            raise EngineError(f"could not save sequence {seq_id}")
         return int(written)
 
     def load_seq_file(self, seq_id: int, path: str, capacity: int) -> tuple[list[int], int]:
@@ -89,7 +89,9 @@ class NativeContext:
         count = ctypes.c_size_t(0)
         read = llama.llama_state_seq_load_file(self._ctx, path.encode(), seq_id, arr, capacity, ctypes.byref(count))
         if read == 0:
-            raise EngineError(f"could not restore {path} (not a saved slot of this model, or larger than the slot)")
+            raise EngineError(
+                f"could not restore sequence {seq_id} (not a saved slot of this model, or larger than it)"
+            )
         return list(arr[: count.value]), int(read)
 
     def seq_clear(self, seq_id: int) -> None:

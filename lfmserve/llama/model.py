@@ -6,6 +6,7 @@ Thread-safe for tokenizing and reading pieces; decoding needs a :class:`~lfmserv
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import llama_cpp.llama_cpp as llama
 
 from ..errors import EngineError
-from .backend import init_backend
+from .backend import captured_errors, init_backend
 
 _VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
 
@@ -87,14 +88,16 @@ class NativeModel:
     def __init__(self, path: str | Path, *, n_gpu_layers: int = -1, vocab_only: bool = False) -> None:
         init_backend()
         self.path = str(path)
-        if not Path(self.path).is_file():
-            raise EngineError(f"model file not found: {self.path}")
+        problem = model_file_problem(self.path)
+        if problem is not None:
+            raise EngineError(problem)
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
-        self._model = llama.llama_model_load_from_file(self.path.encode(), params)
+        with captured_errors() as errors:
+            self._model = llama.llama_model_load_from_file(self.path.encode(), params)
         if not self._model:
-            raise EngineError(f"failed to load model from {self.path}")
+            raise EngineError(f"failed to load model from {self.path}: {_load_failure(errors)}")
         self._vocab = llama.llama_model_get_vocab(self._model)
         self.n_vocab: int = llama.llama_vocab_n_tokens(self._vocab)
         self.bos_id = llama.llama_vocab_bos(self._vocab)
@@ -245,3 +248,24 @@ class NativeModel:
         if self._model:
             llama.llama_model_free(self._model)
             self._model = None
+
+
+def model_file_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a GGUF model, before llama.cpp is asked to load it (None: it may be one)."""
+    file = Path(path)
+    if file.is_dir():
+        return f"model path is a directory, not a GGUF file: {path}"
+    if not file.is_file():
+        return f"model file not found: {path}"
+    if file.stat().st_size == 0:
+        return f"model file is empty: {path}"
+    return None
+
+
+def _load_failure(errors: Sequence[str]) -> str:
+    """The reason in llama.cpp's error lines, without their function names and its generic summary lines."""
+    for line in errors:
+        reason = re.sub(r"^(?:[a-z_]+: |error loading model: )+", "", line.strip())
+        if reason and not reason.startswith("failed to load model"):
+            return reason
+    return "llama.cpp could not read it"

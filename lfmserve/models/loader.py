@@ -15,7 +15,7 @@ from ..engine.core import Engine
 from ..engine.records import EngineConfig, ResolvedDefaults
 from ..errors import LfmError
 from ..llama.backend import build_info
-from ..llama.model import NativeModel
+from ..llama.model import NativeModel, model_file_problem
 from ..settings import DEFAULT_HF_REPO, Settings
 from .defaults import gguf_sampling, model_identity, resolve_defaults
 from .hub import resolve_hf_model
@@ -26,8 +26,9 @@ logger = logging.getLogger(__name__)
 def resolve_model_path(settings: Settings) -> str:
     """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model)."""
     if settings.model:
-        if not Path(settings.model).is_file():
-            raise LfmError(f"model file not found: {settings.model}")
+        problem = model_file_problem(settings.model)
+        if problem is not None:
+            raise LfmError(problem)
         return settings.model
     return resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file)
 

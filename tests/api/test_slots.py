@@ -18,10 +18,12 @@ CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "temperature":
 
 
 @pytest.fixture(scope="module")
-def server(
-    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
-) -> ServerThread:
-    save_dir = tmp_path_factory.mktemp("slots")
+def save_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("slots")
+
+
+@pytest.fixture(scope="module")
+def server(server_factory: Callable[..., ServerThread], tiny_gguf: Path, save_dir: Path) -> ServerThread:
     return server_factory(
         Settings(model=str(tiny_gguf), ctx_size=4096, parallel=4, threads=2, metrics=True, slot_save_path=str(save_dir))
     )
@@ -60,6 +62,50 @@ def test_slot_save_restore_erase(server: ServerThread) -> None:
 def test_slot_file_names_are_validated(server: ServerThread, filename: str) -> None:
     response = httpx.post(server.url + "/slots/0?action=save", json={"filename": filename})
     assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_planted_link_is_replaced_on_save_and_refused_on_restore(
+    server: ServerThread, save_dir: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    (save_dir / "planted.bin").symlink_to(outside)
+    saved = httpx.post(server.url + "/slots/1?action=save", json={"filename": "planted.bin"})
+    assert saved.status_code == 200
+    assert outside.read_text() == "keep me"  # nothing was written through the link
+    assert (save_dir / "planted.bin").is_file() and not (save_dir / "planted.bin").is_symlink()
+    assert sorted(p.name for p in save_dir.iterdir() if p.name.endswith(".part")) == []  # no partial file left
+    (save_dir / "linked.bin").symlink_to(save_dir / "planted.bin")  # a link to a real saved slot
+    restored = httpx.post(server.url + "/slots/1?action=restore", json={"filename": "linked.bin"})
+    assert restored.status_code == 400
+    assert restored.json()["error"]["message"] == "linked.bin is not a regular file in the slot folder"
+
+
+def test_bad_slot_files_are_400s_that_name_the_file_only(server: ServerThread, save_dir: Path) -> None:
+    (save_dir / "folder.bin").mkdir()
+    onto_folder = httpx.post(server.url + "/slots/0?action=save", json={"filename": "folder.bin"})
+    assert (onto_folder.status_code, onto_folder.json()["error"]) == (
+        400,
+        {
+            "code": 400,
+            "message": "cannot save slot 0 to folder.bin: it is a directory",
+            "type": "invalid_request_error",
+            "param": "filename",
+        },
+    )
+    httpx.post(server.url + "/v1/chat/completions", json={**CHAT, "id_slot": 3}, timeout=60)
+    assert httpx.post(server.url + "/slots/3?action=save", json={"filename": "good.bin"}).status_code == 200
+    (save_dir / "foreign.bin").write_bytes(b"not a slot file at all" * 10)
+    (save_dir / "cut.bin").write_bytes((save_dir / "good.bin").read_bytes()[:100])
+    for name in ("foreign.bin", "cut.bin"):
+        response = httpx.post(server.url + "/slots/3?action=restore", json={"filename": name})
+        assert (response.status_code, response.json()["error"]["message"]) == (
+            400,
+            f"{name} is not a saved slot of this model, or it is larger than slot 3",
+        )
+        assert str(save_dir) not in response.text
+    good = httpx.post(server.url + "/slots/3?action=restore", json={"filename": "good.bin"})
+    assert good.status_code == 200 and good.json()["n_restored"] > 0  # and the slot still works
 
 
 def test_slot_action_errors(server: ServerThread) -> None:

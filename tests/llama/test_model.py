@@ -84,8 +84,11 @@ def test_a_missing_or_broken_file_is_an_engine_error(tmp_path: Path) -> None:
         NativeModel(tmp_path / "absent.gguf")
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf")
-    with pytest.raises(EngineError, match="failed to load model from"):
+    with pytest.raises(EngineError) as info:
         NativeModel(junk)
+    assert str(info.value) == f"failed to load model from {junk}: invalid magic characters: 'not ', expected 'GGUF'"
+    with pytest.raises(EngineError, match="model path is a directory"):
+        NativeModel(tmp_path)
 
 
 def test_builtin_templates_format_known_templates_and_refuse_others(model: NativeModel) -> None:
