@@ -27,7 +27,12 @@ def test_a_local_model_must_exist(tmp_path: Path) -> None:
     with pytest.raises(LfmError, match=f"model file not found: {path}"):
         resolve_model_path(Settings(model=str(path)))
     path.write_bytes(b"")
-    assert resolve_model_path(Settings(model=str(path))) == str(path)
+    with pytest.raises(LfmError, match=f"model file is empty: {path}"):
+        resolve_model_path(Settings(model=str(path)))
+    with pytest.raises(LfmError, match=f"model path is a directory, not a GGUF file: {tmp_path}"):
+        resolve_model_path(Settings(model=str(tmp_path)))
+    path.write_bytes(b"GGUF")
+    assert resolve_model_path(Settings(model=str(path))) == str(path)  # what it holds is llama.cpp's to judge
 
 
 def test_the_model_id_is_the_alias_else_the_file_name() -> None:
