@@ -24,6 +24,7 @@ from .handlers import install_error_handlers
 from .monitoring import metrics_registry
 from .native.router import router as native_router
 from .openai.router import router as openai_router
+from .openapi import install_openapi
 from .slots import router as slots_router
 from .state import AppState
 
@@ -51,6 +52,7 @@ def create_app(
     install_error_handlers(app)
     for router in (native_router, openai_router, slots_router):
         app.include_router(router)
+    install_openapi(app)
     return app
 
 

@@ -15,6 +15,7 @@ from ..errors import InvalidRequest, NotFound, NotSupported, Unavailable
 from .body import parse_body
 from .monitoring import slots_json
 from .native.protocol import SlotFileRequest
+from .openapi import request_body
 from .state import app_state, serving
 
 router = APIRouter()
@@ -30,7 +31,7 @@ async def slots(request: Request, fail_on_no_slot: bool = False) -> Any:
     return slots_json(engine)
 
 
-@router.post("/slots/{id_slot}")
+@router.post("/slots/{id_slot}", openapi_extra=request_body(SlotFileRequest))
 async def slot_action(request: Request, id_slot: int, action: str = "") -> dict[str, Any]:
     save_path = app_state(request).settings.slot_save_path
     if not save_path:

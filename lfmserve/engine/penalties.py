@@ -59,5 +59,6 @@ class LogitAdjuster:
             ids = np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
             counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(self._counts))
             selected = logits[ids]
-            selected = np.where(selected <= 0, selected * self._repeat, selected / self._repeat)
+            with np.errstate(divide="ignore", invalid="ignore"):  # a penalty of 0 gives llama.cpp's infinities
+                selected = np.where(selected <= 0, selected * self._repeat, selected / self._repeat)
             logits[ids] = selected - (counts * self._frequency + self._presence)

@@ -51,6 +51,7 @@ def llama_reference(logits: np.ndarray, params: SamplingParams, history: list[in
         SamplingParams(
             repeat_penalty=1.1, repeat_last_n=16, logit_bias=((5, 2.5), (9, -1.0), (5, 0.5), (3, float("-inf")))
         ),
+        SamplingParams(repeat_penalty=0.0, repeat_last_n=64),  # llama.cpp divides by it: positive logits go infinite
     ],
 )
 def test_matches_llama_cpp_exactly(params: SamplingParams) -> None:

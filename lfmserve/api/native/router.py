@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..offload import read_body
 from ..openai.protocol import ApplyTemplateRequest
+from ..openapi import request_body
 from ..sse import sse, until_disconnect
 from ..state import serving
 from . import responses
@@ -28,8 +29,8 @@ async def props(request: Request) -> dict[str, Any]:
     return responses.props(serving(request))
 
 
-@router.post("/completion")
-@router.post("/completions")
+@router.post("/completion", openapi_extra=request_body(CompletionRequest))
+@router.post("/completions", openapi_extra=request_body(CompletionRequest))
 async def completion(request: Request) -> Response:
     body, offload = await read_body(request, CompletionRequest)
     served = serving(request)
@@ -47,7 +48,7 @@ async def completion(request: Request) -> Response:
     return JSONResponse(out[0] if len(out) == 1 else out)
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", openapi_extra=request_body(TokenizeRequest))
 async def tokenize(request: Request) -> dict[str, Any]:
     body, offload = await read_body(request, TokenizeRequest)
     served = serving(request)
@@ -57,13 +58,13 @@ async def tokenize(request: Request) -> dict[str, Any]:
     return await offload(responses.tokens, served, ids, with_pieces=body.with_pieces)
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", openapi_extra=request_body(DetokenizeRequest))
 async def detokenize(request: Request) -> dict[str, Any]:
     body, offload = await read_body(request, DetokenizeRequest)
     return {"content": await offload(serving(request).detokenize, body.tokens)}
 
 
-@router.post("/apply-template")
+@router.post("/apply-template", openapi_extra=request_body(ApplyTemplateRequest))
 async def apply_template(request: Request) -> dict[str, Any]:
     body, offload = await read_body(request, ApplyTemplateRequest)
     return {"prompt": await offload(serving(request).render_chat, body.to_chat_request())}

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..native.protocol import CompletionRequest
 from ..offload import read_body
+from ..openapi import request_body
 from ..sse import sse, until_disconnect
 from ..state import app_state, serving
 from . import responses
@@ -23,8 +24,8 @@ async def models(request: Request) -> dict[str, Any]:
     return responses.model_list(serving(request), app_state(request).settings.alias)
 
 
-@router.post("/v1/chat/completions")
-@router.post("/chat/completions")
+@router.post("/v1/chat/completions", openapi_extra=request_body(ChatCompletionRequest))
+@router.post("/chat/completions", openapi_extra=request_body(ChatCompletionRequest))
 async def chat_completions(request: Request) -> Response:
     body, offload = await read_body(request, ChatCompletionRequest)
     served = serving(request)
@@ -35,7 +36,7 @@ async def chat_completions(request: Request) -> Response:
     return JSONResponse(responses.chat_completion(served, body, done, parser))
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", openapi_extra=request_body(CompletionRequest))
 async def completions(request: Request) -> Response:
     body, offload = await read_body(request, CompletionRequest)
     served = serving(request)

@@ -1,0 +1,102 @@
+"""Schemathesis over /openapi.json against a real server on loopback: every route and request model, fuzzed.
+
+Whatever arrives, the server answers below 500; a 4xx is the API's error shape; and the keep-alive
+connection the answer came on still serves the next request. About a minute in the default run
+(``FUZZ_EXAMPLES`` cases per operation); ``pytest -m slow`` runs ten times as many.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from lfmserve.settings import Settings
+from tests.conftest import ServerThread
+
+FUZZ_EXAMPLES = 12
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> ServerThread:
+    """Small slots, so a fuzzed generation ends soon; slot files and metrics on, so their routes are reached."""
+    save_dir = tmp_path_factory.mktemp("fuzz-slots")
+    return server_factory(
+        Settings(
+            model=str(tiny_gguf),
+            ctx_size=512,
+            parallel=2,
+            threads=1,
+            metrics=True,
+            slot_save_path=str(save_dir),
+            max_body_bytes=2**20,
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzz_server: ServerThread) -> Any:
+    return schemathesis.openapi.from_url(fuzz_server.url + "/openapi.json")
+
+
+@pytest.fixture(scope="module")
+def connection(fuzz_server: ServerThread) -> Iterator[http.client.HTTPConnection]:
+    """One keep-alive connection for every case: a server that drops it silently fails the next request."""
+    conn = http.client.HTTPConnection(urlsplit(fuzz_server.url).netloc, timeout=120)
+    yield conn
+    conn.close()
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+def _send(conn: http.client.HTTPConnection, case: Any) -> tuple[http.client.HTTPResponse, bytes]:
+    request = case.as_transport_kwargs(base_url="http://fuzzed")
+    url = urlsplit(request["url"])
+    target = url.path + ("?" + urlencode(request["params"], doseq=True) if request.get("params") else "")
+    headers = {str(k): str(v) for k, v in request["headers"].items() if k.lower() != "accept-encoding"}
+    body = None
+    if "json" in request:
+        body = json.dumps(request["json"], allow_nan=True).encode()
+    elif request.get("data") is not None:
+        body = request["data"] if isinstance(request["data"], bytes) else str(request["data"]).encode()
+    conn.request(request["method"], target, body=body, headers=headers)
+    response = conn.getresponse()
+    return response, response.read()
+
+
+def check_case(conn: http.client.HTTPConnection, case: Any) -> None:
+    response, raw = _send(conn, case)
+    assert response.status < 500, (case.method, case.formatted_path, case.body, raw[:500])
+    if response.status >= 400:
+        error = json.loads(raw)["error"]
+        assert error["code"] == response.status and isinstance(error["message"], str) and error["message"]
+        assert isinstance(error["type"], str) and "Traceback" not in error["message"]
+    if not response.will_close:  # unless the server said it would close it, the connection goes on serving
+        conn.request("GET", "/health")
+        health = conn.getresponse()
+        assert (health.status, health.read()) == (200, b'{"status":"ok"}')
+
+
+@schema.parametrize()
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_every_route_answers_fuzzed_input_below_500_in_the_error_shape(
+    case: Any, connection: http.client.HTTPConnection
+) -> None:
+    check_case(connection, case)
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@settings(max_examples=FUZZ_EXAMPLES * 10, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+def test_every_route_answers_more_fuzzed_input_below_500(case: Any, connection: http.client.HTTPConnection) -> None:
+    check_case(connection, case)
