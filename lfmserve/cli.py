@@ -1,23 +1,45 @@
 """Command line: ``lfmserve [llama-server flags]`` resolves the model, then serves it over HTTP.
 
 The only caller of ``logging.basicConfig``. A missing model file, an unknown flag or a failed load
-exits non-zero with one clear line on stderr.
+exits non-zero with one clear line on stderr. SIGTERM or Ctrl-C stops taking connections, gives the
+running requests ``--shutdown-timeout`` seconds to finish, ends the rest with a 503 in the API's shape,
+and exits 0.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import socket
 import sys
 from collections.abc import Sequence
 
 import uvicorn
+from fastapi import FastAPI
 
 from .api.app import create_app
+from .api.state import AppState
 from .errors import LfmError
 from .models.loader import load_serving, resolve_model_path
 from .settings import Settings
 
 logger = logging.getLogger("lfmserve")
+
+
+class _GracefulServer(uvicorn.Server):
+    """uvicorn, draining the app before its own shutdown: running requests finish or end with a 503, so none is
+    cut off (uvicorn alone cancels them after its timeout, each with a traceback and no answer)."""
+
+    def __init__(self, config: uvicorn.Config, app_state: AppState, timeout_s: float) -> None:
+        super().__init__(config)
+        self._app_state = app_state
+        self._timeout_s = timeout_s
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # no new connections while draining
+        await self._app_state.drain(self._timeout_s)
+        await super().shutdown(sockets)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,17 +65,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_code = 1
         server.should_exit = True
 
-    app = create_app(settings, lambda: load_serving(settings, path), on_load_error=stop_on_load_error)
+    app: FastAPI = create_app(settings, lambda: load_serving(settings, path), on_load_error=stop_on_load_error)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level="info" if settings.verbose else "warning",
         access_log=settings.verbose,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=5,  # after the drain only the ends of answers remain to be written
     )
-    server = uvicorn.Server(config)
+    server = _GracefulServer(config, app.state.app_state, settings.shutdown_timeout)
     logger.info("listening on http://%s:%d (model %s)", settings.host, settings.port, path)
+    # uvicorn raises the signal it stopped for again once it is done, with the handlers it found: with these,
+    # that second delivery finds the shutdown already done and the process exits with this function's code.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda *_: None)
     server.run()
     return exit_code
 

@@ -170,6 +170,14 @@ class Settings:
     # -- server -----------------------------------------------------------------------------------
     host: str = field(default="127.0.0.1", metadata=_flag("--host", help="address to listen on"))
     port: int = field(default=8080, metadata=_flag("--port", help="port to listen on", type=int))
+    shutdown_timeout: float = field(
+        default=10.0,
+        metadata=_flag(
+            "--shutdown-timeout",
+            help="seconds running requests may take to finish on SIGTERM / Ctrl-C; the rest then end with a 503",
+            type=float,
+        ),
+    )
     max_body_bytes: int = field(
         default=64 * 2**20,
         metadata=_flag(

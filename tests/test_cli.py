@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -118,3 +122,50 @@ def test_a_directory_or_an_empty_file_is_refused_before_serving(tmp_path: Path) 
     ):
         result = subprocess.run([LFMSERVE, "-m", str(path)], capture_output=True, text=True, timeout=60)
         assert (result.returncode, result.stderr) == (1, message + "\n")
+
+
+def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tiny_gguf: Path) -> None:
+    """Four requests run when SIGTERM arrives: the one that can finish within the grace does, with [DONE];
+    the endless ones end with a 503 (an error event in a stream, the error body otherwise); exit 0, no traceback."""
+    assert LFMSERVE is not None
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [LFMSERVE, "-m", str(tiny_gguf), "-c", "32768", "-np", "4", "-t", "2", "--shutdown-timeout", "3"]
+    process = subprocess.Popen([*argv, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_healthy(url, process)
+        results: dict[str, list[str]] = {}
+
+        def stream(name: str, max_tokens: int) -> None:
+            body = {"messages": [{"role": "user", "content": name}], "max_tokens": max_tokens, "ignore_eos": True}
+            with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
+                results[name] = [line for line in r.iter_lines() if line]
+
+        def whole(name: str) -> None:
+            body = {"messages": [{"role": "user", "content": name}], "max_tokens": 100000, "ignore_eos": True}
+            response = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+            results[name] = [str(response.status_code), response.text]
+
+        clients = [
+            threading.Thread(target=stream, args=("endless one", 100000)),
+            threading.Thread(target=stream, args=("endless two", 100000)),
+            threading.Thread(target=stream, args=("short", 200)),
+            threading.Thread(target=whole, args=("whole",)),
+        ]
+        for client in clients:
+            client.start()
+        time.sleep(0.3)  # all four are generating
+        process.send_signal(signal.SIGTERM)
+        for client in clients:
+            client.join(timeout=60)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    shutting_down = {"error": {"code": 503, "message": "the server is shutting down", "type": "unavailable_error"}}
+    assert process.returncode == 0 and "Traceback" not in stderr.decode() and "ERROR" not in stderr.decode()
+    for name in ("endless one", "endless two"):
+        assert results[name][-1] == "error: " + json.dumps(shutting_down)
+    assert results["whole"] == ["503", json.dumps(shutting_down, separators=(",", ":"))]
+    finish = json.loads(results["short"][-2].removeprefix("data: "))
+    assert results["short"][-1] == "data: [DONE]" and finish["choices"][0]["finish_reason"] == "length"

@@ -48,6 +48,7 @@ def create_app(
                 await asyncio.to_thread(state.serving.engine.close)
 
     app = FastAPI(title="lfmserve", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.app_state = state  # the CLI's server drains it on shutdown
     app.add_middleware(Gate, state=state)
     install_error_handlers(app)
     for router in (native_router, openai_router, slots_router):

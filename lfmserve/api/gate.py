@@ -33,6 +33,8 @@ class Gate:
 
     def _refusal(self, scope: Scope) -> LfmError | None:
         state = self.state
+        if state.draining:
+            return Unavailable("the server is shutting down")
         if state.serving is None:
             if state.load_error is None:
                 return Unavailable("Loading model")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -20,6 +22,23 @@ class AppState:
     serving: Serving | None = None
     load_error: BaseException | None = None
     metrics: CollectorRegistry | None = None
+    #: Shutting down: new requests are refused while the running ones finish.
+    draining: bool = False
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new requests, let the running ones finish for up to ``timeout_s``, then end the rest.
+
+        Closing the engine ends each unfinished request with a 503 "the server is shutting down": a stream
+        gets it as an error event, a whole answer as its body.
+        """
+        self.draining = True
+        if self.serving is None:
+            return
+        engine = self.serving.engine
+        deadline = time.monotonic() + timeout_s
+        while engine.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.to_thread(engine.close)
 
 
 def app_state(request: Request) -> AppState:

@@ -123,6 +123,11 @@ class Engine:
         return len(self._waiting)
 
     @property
+    def busy(self) -> bool:
+        """Whether any request is running or waiting for a slot."""
+        return bool(self._waiting) or any(slot.busy for slot in self._memory.slots)
+
+    @property
     def ram_cache(self) -> RamPromptCache:
         return self._memory.ram
 
