@@ -124,8 +124,8 @@ class Generation:
 
     def fail(self, error: BaseException) -> None:
         """End with an error the consumer raises (cancelled, or the engine failed it)."""
-        self._sink.put(error)
         self._release()
+        self._sink.put(error)
 
     def _drain(self) -> str:
         """The text still held back (a split character, a partial stop string) when generation ends."""
@@ -135,7 +135,7 @@ class Generation:
     def _finish(
         self, text: str, tokens: tuple[int, ...], reason: FinishReason, stop_type: StopType, stopping_word: str = ""
     ) -> None:
-        self._sink.put(self._output(text, tokens, reason, stop_type, stopping_word))
+        last = self._output(text, tokens, reason, stop_type, stopping_word)
         t = self.timings
         self._stats.n_predicted_tokens += self.n_decoded
         self._stats.predicted_seconds += t.predicted_ms / 1e3
@@ -150,7 +150,8 @@ class Generation:
             t.to_json()["predicted_per_second"],
             stop_type,
         )
-        self._release()
+        self._release()  # before the last output: a client that has the whole answer finds the slot free
+        self._sink.put(last)
 
     def _output(
         self,
