@@ -30,9 +30,10 @@ class LogitAdjuster:
         self.penalised = self.window != 0 and (
             params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
         )
-        self._repeat = np.float32(params.repeat_penalty)
-        self._frequency = np.float32(params.frequency_penalty)
-        self._presence = np.float32(params.presence_penalty)
+        with np.errstate(over="ignore"):  # a penalty beyond float32's range is infinite, as in llama.cpp
+            self._repeat = np.float32(params.repeat_penalty)
+            self._frequency = np.float32(params.frequency_penalty)
+            self._presence = np.float32(params.presence_penalty)
         self._recent: collections.deque[int] = collections.deque(maxlen=max(self.window, 1))
         self._counts: collections.Counter[int] = collections.Counter()
 
@@ -59,6 +60,7 @@ class LogitAdjuster:
             ids = np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
             counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(self._counts))
             selected = logits[ids]
-            with np.errstate(divide="ignore", invalid="ignore"):  # a penalty of 0 gives llama.cpp's infinities
+            # Extreme penalties (0, or near float32's limit) give infinities, as llama.cpp's float arithmetic does.
+            with np.errstate(all="ignore"):
                 selected = np.where(selected <= 0, selected * self._repeat, selected / self._repeat)
-            logits[ids] = selected - (counts * self._frequency + self._presence)
+                logits[ids] = selected - (counts * self._frequency + self._presence)

@@ -52,6 +52,7 @@ def llama_reference(logits: np.ndarray, params: SamplingParams, history: list[in
             repeat_penalty=1.1, repeat_last_n=16, logit_bias=((5, 2.5), (9, -1.0), (5, 0.5), (3, float("-inf")))
         ),
         SamplingParams(repeat_penalty=0.0, repeat_last_n=64),  # llama.cpp divides by it: positive logits go infinite
+        SamplingParams(repeat_penalty=2e37, repeat_last_n=64),  # negative logits times it overflow float32
     ],
 )
 def test_matches_llama_cpp_exactly(params: SamplingParams) -> None:
