@@ -148,18 +148,29 @@ class Serving:
     # -- running ---------------------------------------------------------------------------------
     async def run(self, request: EngineRequest) -> Collected:
         """Generate to the end and return the whole text (the client waits for it all)."""
-        stream = CollectingStream()
-        request_id = self.engine.submit(request, stream)
-        try:
-            last = await stream.last()
-        except asyncio.CancelledError:
-            self.engine.cancel(request_id)
-            raise
-        return Collected("".join(stream.texts), stream.tokens, last, stream.logprobs)
+        return (await self.run_all([request]))[0]
 
     async def run_all(self, requests: Sequence[EngineRequest]) -> list[Collected]:
-        """Several requests at once, run concurrently in the engine's slots."""
-        return list(await asyncio.gather(*(self.run(r) for r in requests)))
+        """Several requests at once, run concurrently in the engine's slots, each to its end.
+
+        All are submitted before any is awaited, so one that the engine refuses is refused before the others
+        run; if one fails, or the caller gives up (the client has gone), the others are cancelled too, so no
+        generation outlives its answer.
+        """
+        submitted: list[tuple[int, CollectingStream]] = []
+        try:
+            for request in requests:
+                stream = CollectingStream()
+                submitted.append((self.engine.submit(request, stream), stream))
+            lasts = await asyncio.gather(*(stream.last() for _, stream in submitted))
+        except BaseException:
+            for request_id, _ in submitted:
+                self.engine.cancel(request_id)  # a no-op for the ones that finished
+            raise
+        return [
+            Collected("".join(stream.texts), stream.tokens, last, stream.logprobs)
+            for (_, stream), last in zip(submitted, lasts, strict=True)
+        ]
 
     def start(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Submit now (so invalid requests raise before any response starts) and follow the outputs.

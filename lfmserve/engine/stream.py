@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import queue
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Protocol
 
 from .records import EngineOutput, TokenLogprob
@@ -31,7 +31,7 @@ class AsyncStream:
 
     def put(self, item: EngineOutput | BaseException) -> None:
         self._items.append(item)  # deque.append is atomic; the wake-up runs on the loop
-        self._loop.call_soon_threadsafe(self._wake)
+        _wake_up(self._loop, self._wake)
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -65,13 +65,13 @@ class CollectingStream:
 
     def put(self, item: EngineOutput | BaseException) -> None:
         if isinstance(item, BaseException):
-            self._loop.call_soon_threadsafe(self._resolve, item)
+            _wake_up(self._loop, self._resolve, item)
             return
         self.texts.append(item.text)
         self.tokens.extend(item.token_ids)
         self.logprobs.extend(item.logprobs)
         if item.finished:
-            self._loop.call_soon_threadsafe(self._resolve, item)
+            _wake_up(self._loop, self._resolve, item)
 
     def _resolve(self, item: EngineOutput | BaseException) -> None:
         if self._done.done():
@@ -84,6 +84,14 @@ class CollectingStream:
     async def last(self) -> EngineOutput:
         """The finished output, once generation has ended (raises a delivered error)."""
         return await self._done
+
+
+def _wake_up(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: object) -> None:
+    """Run ``callback`` on ``loop``; a loop that has closed has nobody listening, and the engine goes on."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:  # "Event loop is closed": the consumer's asyncio.run() ended
+        pass
 
 
 class SyncStream:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,18 @@ def test_detokenize_refuses_ids_outside_the_vocabulary(serving: Serving) -> None
     with pytest.raises(InvalidRequest, match="Invalid token id 475") as info:
         serving.detokenize([6, 475])
     assert info.value.param == "tokens"
+
+
+def test_a_refused_prompt_of_several_cancels_the_others(serving: Serving) -> None:
+    """Before, the first prompt of ``["ok", [1, 99999]]`` went on generating after the client had its 400."""
+    good, bad = serving.prepare_completion(["Go on", [1, 2]], GenerationOptions(max_tokens=100_000), stream=False)
+    endless = replace(good, sampling=good.sampling.updated({"ignore_eos": True}))
+    refused = replace(bad, prompt_tokens=(1, 99999))
+    with pytest.raises(InvalidRequest, match="Invalid token id 99999"):
+        asyncio.run(serving.run_all([endless, refused]))
+    engine = serving.engine
+    for _ in range(200):
+        if engine.stats.n_requests >= 1 and not engine.busy:
+            break
+        time.sleep(0.01)
+    assert not engine.busy and len(engine.slot_tokens(0)) < 100  # stopped at once, not run to the slot's end

@@ -76,3 +76,13 @@ def test_sync_stream_is_a_blocking_iterator() -> None:
     stream = SyncStream()
     _from_a_thread(stream.put, [_out("x", 1), _out("y", 2, finished=True), _out("never", 3)])
     assert [out.text for out in stream] == ["x", "y"]
+
+
+def test_outputs_for_a_closed_loop_are_dropped_without_an_error() -> None:
+    """The consumer's asyncio.run() has ended: the engine thread must not fail on its next output."""
+    loop = asyncio.new_event_loop()
+    streams = [AsyncStream(loop), CollectingStream(loop)]
+    loop.close()
+    for stream in streams:
+        stream.put(_out("late", 1, finished=True))
+        stream.put(EngineError("late"))
