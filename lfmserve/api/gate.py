@@ -1,6 +1,6 @@
-"""ASGI middleware in front of every route: 503 while the model loads, 401 without a valid API key, 413 for a
-body over ``--max-body-bytes`` (refused from its Content-Length, or as soon as a chunked body passes the limit,
-so it is never read whole)."""
+"""ASGI middleware in front of every route: 503 while the model loads or the server shuts down, 401 without a
+valid API key, 413 for a body over ``--max-body-bytes`` (refused from its Content-Length, or as soon as a
+chunked body passes the limit, so it is never read whole)."""
 
 from __future__ import annotations
 
