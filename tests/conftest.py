@@ -19,7 +19,7 @@ from lfmserve.api.app import create_app
 from lfmserve.chat.serving import Serving
 from lfmserve.models.loader import load_serving
 from lfmserve.settings import Settings
-from lfmserve.testing import TinyLfm2, free_port, gemma3_270m_path, write_lfm2_gguf
+from lfmserve.testing import TinyLfm2, TinyProjector, free_port, gemma3_270m_path, write_lfm2_gguf, write_mmproj_gguf
 
 #: The LFM chat templates are the models' data, kept out of the repository: in ``../shared/fixtures`` beside
 #: the checkout, or where ``LFMSERVE_TEMPLATE_FIXTURES`` points.
@@ -55,6 +55,18 @@ def tiny_gguf(models_dir: Path) -> Path:
 def tiny_llama_gguf(models_dir: Path) -> Path:
     """An attention-only model (llama architecture), for KV shifting, which hybrid models cannot do."""
     return write_lfm2_gguf(models_dir / "tiny-llama.gguf", TinyLfm2(seed=2, arch="llama", name="Tiny-Llama-Test"))
+
+
+@pytest.fixture(scope="session")
+def vl_gguf(models_dir: Path) -> Path:
+    """A tiny LFM2 with LFM2-VL's image tokens, to pair with a projector."""
+    return write_lfm2_gguf(models_dir / "tiny-lfm2-vl.gguf", TinyLfm2(seed=1, vision_tokens=True, name="Tiny-LFM2-VL"))
+
+
+@pytest.fixture(scope="session")
+def mmproj_gguf(models_dir: Path) -> Path:
+    """A tiny projector with both encoders (LFM2-VL's ``lfm2`` and LFM2-Audio's ``lfm2a``)."""
+    return write_mmproj_gguf(models_dir / "tiny-mmproj.gguf", TinyProjector(kind="both"))
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import atexit
 import logging
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Any
@@ -44,7 +45,8 @@ def captured_errors() -> Iterator[list[str]]:
         _capture.errors = None
 
 
-_forward_llama_log = llama.llama_log_callback(_log_llama)  # kept referenced: llama.cpp holds the pointer
+#: llama.cpp's (and mtmd's) log, routed to :mod:`logging`; kept referenced: llama.cpp holds the pointer.
+forward_log = llama.llama_log_callback(_log_llama)
 
 # llama-cpp-python opens two /dev/null files when its package is imported (for its high-level API, which
 # lfmserve does not use) and never closes them: every interpreter exit warned "unclosed file".
@@ -52,11 +54,22 @@ for _null in (llama_utils.outnull_file, llama_utils.errnull_file):
     atexit.register(_null.close)
 
 
+def failure_reason(errors: Sequence[str]) -> str:
+    """The reason in llama.cpp's error lines: the first specific one, without function names and hints
+    (its generic "failed to load" summaries follow the real reason)."""
+    for line in errors:
+        first = line.strip().splitlines()[0] if line.strip() else ""
+        reason = re.sub(r"^(?:[a-z_]+: |error: |error loading model: )+", "", first)
+        if reason and not reason.lower().startswith("failed to load"):
+            return reason
+    return "llama.cpp could not read it"
+
+
 def init_backend() -> None:
     """Initialise llama.cpp once per process and route its log to :mod:`logging`."""
     global _backend_ready
     if not _backend_ready:
-        llama.llama_log_set(_forward_llama_log, None)
+        llama.llama_log_set(forward_log, None)
         llama.llama_backend_init()
         _backend_ready = True
 

@@ -6,7 +6,6 @@ Thread-safe for tokenizing and reading pieces; decoding needs a :class:`~lfmserv
 from __future__ import annotations
 
 import ctypes
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import llama_cpp.llama_cpp as llama
 
 from ..errors import EngineError
-from .backend import captured_errors, init_backend
+from .backend import captured_errors, failure_reason, init_backend
 
 _VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
 
@@ -97,7 +96,7 @@ class NativeModel:
         with captured_errors() as errors:
             self._model = llama.llama_model_load_from_file(self.path.encode(), params)
         if not self._model:
-            raise EngineError(f"failed to load model from {self.path}: {_load_failure(errors)}")
+            raise EngineError(f"failed to load model from {self.path}: {failure_reason(errors)}")
         self._vocab = llama.llama_model_get_vocab(self._model)
         self.n_vocab: int = llama.llama_vocab_n_tokens(self._vocab)
         self.bos_id = llama.llama_vocab_bos(self._vocab)
@@ -260,12 +259,3 @@ def model_file_problem(path: str) -> str | None:
     if file.stat().st_size == 0:
         return f"model file is empty: {path}"
     return None
-
-
-def _load_failure(errors: Sequence[str]) -> str:
-    """The reason in llama.cpp's error lines, without their function names and its generic summary lines."""
-    for line in errors:
-        reason = re.sub(r"^(?:[a-z_]+: |error loading model: )+", "", line.strip())
-        if reason and not reason.startswith("failed to load model"):
-            return reason
-    return "llama.cpp could not read it"

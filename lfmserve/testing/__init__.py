@@ -1,4 +1,5 @@
-"""Test models made here, never downloaded: tiny random-weight GGUFs llama.cpp loads like real checkpoints.
+"""Test models made here, never downloaded: tiny random-weight GGUFs (text models and multimodal projectors)
+that llama.cpp loads like real checkpoints.
 
 Example::
 
@@ -15,6 +16,7 @@ from .lfm2 import (
     lfm2_350m_shape,
     write_lfm2_gguf,
 )
+from .mmproj import TinyProjector, write_mmproj_gguf
 from .resources import free_port, gemma3_270m_path
 
 __all__ = [
@@ -23,8 +25,10 @@ __all__ = [
     "LFM2_CHAT_TEMPLATE",
     "LFM2_SPECIAL_TOKENS",
     "TinyLfm2",
+    "TinyProjector",
     "free_port",
     "gemma3_270m_path",
     "lfm2_350m_shape",
     "write_lfm2_gguf",
+    "write_mmproj_gguf",
 ]

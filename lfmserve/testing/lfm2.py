@@ -42,6 +42,12 @@ EOS_ID = 7  # <|im_end|>: end of turn and end of generation
 PAD_ID = 0
 #: Tokens that the thinking and vision variants add; plain text tokens for the tokenizer.
 EXTRA_TOKENS: tuple[str, ...] = ("<think>", "</think>", "<image>", "<|image_start|>", "<|image_end|>")
+#: LFM2-VL's tile tokens: mtmd writes them between the tiles of a large image (a row and column each, then the
+#: thumbnail), and aborts the process on a tiled image when the vocabulary lacks them.
+VISION_TOKENS: tuple[str, ...] = (
+    "<|img_thumbnail|>",
+    *(f"<|img_row_{row}_col_{col}|>" for row in range(1, 11) for col in range(1, 11)),
+)
 
 #: The chat template of LFM2 instruct checkpoints (ChatML with BOS), tools in the system turn.
 LFM2_CHAT_TEMPLATE = (
@@ -112,6 +118,8 @@ class TinyLfm2:
     #: ``"llama"`` writes a plain attention-only model instead (every layer attention, no short
     #: convolutions), for the paths a hybrid model cannot take, such as KV shifting.
     arch: str = "lfm2"
+    #: Add LFM2-VL's tile tokens, as a text model paired with a vision projector needs.
+    vision_tokens: bool = False
 
 
 def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
@@ -189,7 +197,7 @@ def _vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
             seen.add(piece)
             tokens.append(piece)
             types.append(gguf.TokenType.NORMAL)
-    for extra in EXTRA_TOKENS:
+    for extra in EXTRA_TOKENS + (VISION_TOKENS if spec.vision_tokens else ()):
         tokens.append(extra)
         types.append(gguf.TokenType.USER_DEFINED)
     if spec.n_vocab is not None:

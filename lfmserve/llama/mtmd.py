@@ -1,0 +1,195 @@
+"""A multimodal projector (mmproj) through llama.cpp's mtmd: what media it reads, how a prompt with media
+becomes chunks, and each media chunk's embeddings.
+
+Only decoded media reach mtmd: RGB pixels or mono float samples at the projector's rate, already
+checked by the caller (several of mtmd's failures abort the process instead of returning). A media chunk
+is identified by the id the caller gave its media (a content hash), which is what the prompt cache keys
+media by.
+
+Example::
+
+    projector = Projector(path, model, n_threads=2)
+    chunks = projector.tokenize(f"<|im_start|>user\\n{projector.marker}Describe this.", [Media.image(pixels)])
+    embeddings = projector.encode(chunks[1])  # (n_tokens, n_embd) float32
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import llama_cpp.mtmd_cpp as mtmd
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EngineError
+from .backend import captured_errors, failure_reason, forward_log
+from .model import NativeModel
+
+logger = logging.getLogger(__name__)
+
+MediaKind = Literal["image", "audio"]
+_KINDS: dict[int, Literal["text", "image", "audio"]] = {
+    mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT: "text",
+    mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE: "image",
+    mtmd.MTMD_INPUT_CHUNK_TYPE_AUDIO: "audio",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Media:
+    """Decoded media: ``(height, width, 3)`` uint8 RGB pixels, or mono float32 samples at the projector's rate.
+
+    ``id`` is the SHA-256 of the decoded data (the same picture sent as PNG or JPEG-from-PNG is the same id).
+    """
+
+    kind: MediaKind
+    data: npt.NDArray[Any]
+    id: str
+
+    @classmethod
+    def image(cls, pixels: npt.NDArray[np.uint8]) -> Media:
+        rgb = np.ascontiguousarray(pixels, dtype=np.uint8)
+        if rgb.ndim != 3 or rgb.shape[2] != 3 or min(rgb.shape[:2]) < 1:
+            raise ValueError(f"an image is (height, width, 3) uint8 pixels, not {rgb.shape}")
+        return cls("image", rgb, _content_id(b"image", rgb))
+
+    @classmethod
+    def audio(cls, samples: npt.NDArray[np.float32]) -> Media:
+        mono = np.ascontiguousarray(samples, dtype=np.float32)
+        if mono.ndim != 1 or mono.size == 0:
+            raise ValueError(f"audio is non-empty mono float32 samples, not shape {mono.shape}")
+        return cls("audio", mono, _content_id(b"audio", mono))
+
+
+def _content_id(kind: bytes, data: npt.NDArray[Any]) -> str:
+    digest = hashlib.sha256(kind)
+    digest.update(str(data.shape).encode())
+    digest.update(data.tobytes())
+    return digest.hexdigest()
+
+
+@dataclass(eq=False)
+class PromptChunk:
+    """A run of a tokenized prompt: text tokens, or one media item's (part of it, for a tiled image)."""
+
+    kind: Literal["text", "image", "audio"]
+    #: The text tokens (empty for media).
+    tokens: tuple[int, ...]
+    #: Positions the chunk takes in the sequence (the embeddings' row count, for media).
+    n_tokens: int
+    #: The media's id, shared by the tiles of one image (None for text).
+    id: str | None
+    _handle: Any = field(default=None, repr=False)
+
+
+class Projector:
+    def __init__(
+        self,
+        path: str,
+        model: NativeModel,
+        *,
+        n_threads: int,
+        use_gpu: bool = False,
+        image_min_tokens: int = -1,
+        image_max_tokens: int = -1,
+    ) -> None:
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = n_threads
+        params.print_timings = False
+        params.image_min_tokens = image_min_tokens
+        params.image_max_tokens = image_max_tokens
+        mtmd.mtmd_log_set(forward_log, None)
+        with captured_errors() as errors:
+            self._ctx = mtmd.mtmd_init_from_file(path.encode(), model.handle, params)
+        if not self._ctx:
+            raise EngineError(f"failed to load the multimodal projector {path}: {failure_reason(errors)}")
+        self.path = path
+        self.n_embd = model.info.n_embd
+        self.vision = bool(mtmd.mtmd_support_vision(self._ctx))
+        self.audio = bool(mtmd.mtmd_support_audio(self._ctx))
+        #: Samples per second the audio must be at (-1 without an audio encoder).
+        self.sample_rate = int(mtmd.mtmd_get_audio_sample_rate(self._ctx))
+        marker = mtmd.mtmd_get_marker(self._ctx)
+        #: The text that stands for one media item in a prompt.
+        self.marker = (marker or mtmd.mtmd_default_marker()).decode()
+
+    def tokenize(
+        self, text: str, media: Sequence[Media], *, add_special: bool = True, parse_special: bool = True
+    ) -> list[PromptChunk]:
+        """The prompt as chunks; ``text`` holds one :attr:`marker` per item of ``media``, in order."""
+        n_markers = text.count(self.marker)
+        if n_markers != len(media):
+            raise ValueError(f"{n_markers} media markers in the prompt for {len(media)} media items")
+        for item in media:
+            if (item.kind == "image" and not self.vision) or (item.kind == "audio" and not self.audio):
+                raise ValueError(f"this projector does not read {item.kind}")
+        bitmaps = [self._bitmap(item) for item in media]
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            raw = text.encode()
+            prompt = mtmd.mtmd_input_text(
+                text=raw, text_len=len(raw), add_special=add_special, parse_special=parse_special
+            )
+            array = (mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
+            rc = mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(prompt), array, len(bitmaps))
+            if rc != 0:
+                raise EngineError(f"mtmd could not tokenize the prompt (code {rc})")
+            return [
+                self._own(mtmd.mtmd_input_chunks_get(chunks, i)) for i in range(mtmd.mtmd_input_chunks_size(chunks))
+            ]
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+            for bitmap in bitmaps:
+                mtmd.mtmd_bitmap_free(bitmap)
+
+    def encode(self, chunk: PromptChunk) -> npt.NDArray[np.float32]:
+        """The embeddings of a media chunk, ``(n_tokens, n_embd)``: seconds of CPU for a real projector's image."""
+        if chunk.kind == "text" or chunk._handle is None:
+            raise ValueError("only media chunks are encoded")
+        if mtmd.mtmd_encode_chunk(self._ctx, chunk._handle) != 0:
+            raise EngineError(f"mtmd could not encode the {chunk.kind}")
+        output = mtmd.mtmd_get_output_embd(self._ctx)
+        rows = np.ctypeslib.as_array(output, shape=(chunk.n_tokens * self.n_embd,))
+        return rows.reshape(chunk.n_tokens, self.n_embd).copy()
+
+    def close(self) -> None:
+        if self._ctx:
+            mtmd.mtmd_free(self._ctx)
+            self._ctx = None
+
+    def _bitmap(self, item: Media) -> Any:
+        if item.kind == "image":
+            height, width, _ = item.data.shape
+            pixels = item.data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+            bitmap = mtmd.mtmd_bitmap_init(width, height, pixels)
+        else:
+            samples = item.data.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            bitmap = mtmd.mtmd_bitmap_init_from_audio(item.data.size, samples)
+        if not bitmap:
+            raise EngineError(f"mtmd could not take the {item.kind}")
+        mtmd.mtmd_bitmap_set_id(bitmap, item.id.encode())
+        return bitmap
+
+    def _own(self, borrowed: Any) -> PromptChunk:
+        """A chunk of ours, copied out of mtmd's list (freed when the chunk is)."""
+        kind = _KINDS[mtmd.mtmd_input_chunk_get_type(borrowed)]
+        if kind == "text":
+            count = ctypes.c_size_t(0)
+            pointer = mtmd.mtmd_input_chunk_get_tokens_text(borrowed, ctypes.byref(count))
+            tokens = tuple(pointer[: count.value])
+            return PromptChunk("text", tokens, len(tokens), None)
+        handle = mtmd.mtmd_input_chunk_copy(borrowed)
+        raw_id = mtmd.mtmd_input_chunk_get_id(handle)
+        chunk = PromptChunk(
+            kind, (), int(mtmd.mtmd_input_chunk_get_n_tokens(handle)), raw_id.decode() if raw_id else None
+        )
+        chunk._handle = handle
+        weakref.finalize(chunk, mtmd.mtmd_input_chunk_free, handle)
+        return chunk

@@ -1,0 +1,109 @@
+"""A projector through mtmd: prompts with media become chunks with llama-server's token counts, and media
+chunks encode to embeddings of the text model's width."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lfmserve.errors import EngineError
+from lfmserve.llama.model import NativeModel
+from lfmserve.llama.mtmd import Media, Projector
+from lfmserve.testing import TinyProjector, write_mmproj_gguf
+
+
+@pytest.fixture(scope="module")
+def projector(vl_gguf: Path, mmproj_gguf: Path) -> Iterator[Projector]:
+    model = NativeModel(vl_gguf)
+    loaded = Projector(str(mmproj_gguf), model, n_threads=1)
+    yield loaded
+    loaded.close()
+    model.close()
+
+
+def _image(width: int, height: int, seed: int = 0) -> Media:
+    return Media.image(np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def _tone(seconds: float) -> Media:
+    t = np.arange(int(16000 * seconds)) / 16000
+    return Media.audio((0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32))
+
+
+# Media tokens as llama-server counts them for LFM2-VL's projector (../shared/docs/MMPROJ.md, measured there).
+@pytest.mark.parametrize(
+    ("size", "media_chunks"),
+    [
+        ((64, 64), [64]),  # upscaled to the 64-token minimum
+        ((256, 256), [64]),
+        ((640, 480), [234]),  # one tile, resized to 576x416: 18 x 13 tokens
+        ((512, 512), [256]),
+        ((1024, 768), [256] * 6 + [234]),  # 3 x 2 tiles of 512 px, then a thumbnail
+    ],
+)
+def test_images_become_llama_servers_chunks(
+    projector: Projector, size: tuple[int, int], media_chunks: list[int]
+) -> None:
+    chunks = projector.tokenize(f"<|im_start|>user\n{projector.marker}Describe this.<|im_end|>\n", [_image(*size)])
+    image = [c for c in chunks if c.kind == "image"]
+    assert [c.n_tokens for c in image] == media_chunks
+    assert {c.id for c in image} == {_image(*size).id}  # every tile carries the image's content id
+    text = [c for c in chunks if c.kind == "text"]
+    assert text[0].tokens[:2] == (1, 6) and all(c.n_tokens == len(c.tokens) for c in text)  # BOS, <|im_start|>
+    if len(image) > 1:  # the tiles are separated by their row / column tokens, the thumbnail by its own
+        assert [c.kind for c in chunks[1:-1]] == ["image", "text"] * 6 + ["image"]
+
+
+@pytest.mark.parametrize(("seconds", "n_tokens"), [(1, 13), (3, 38), (10, 126)])
+def test_audio_is_one_chunk_of_about_12_5_tokens_a_second(projector: Projector, seconds: float, n_tokens: int) -> None:
+    chunks = projector.tokenize(f"{projector.marker}", [_tone(seconds)])
+    assert [(c.kind, c.n_tokens) for c in chunks if c.kind != "text"] == [("audio", n_tokens)]
+
+
+def test_media_chunks_encode_to_rows_of_the_text_models_width(projector: Projector) -> None:
+    chunks = projector.tokenize(projector.marker + projector.marker, [_image(640, 480), _tone(1)])
+    image, audio = (c for c in chunks if c.kind != "text")
+    for chunk, rows in ((image, 234), (audio, 13)):
+        embeddings = projector.encode(chunk)
+        assert embeddings.shape == (rows, 64) and embeddings.dtype == np.float32 and np.isfinite(embeddings).all()
+    assert np.array_equal(projector.encode(image), projector.encode(image))  # deterministic
+    with pytest.raises(ValueError, match="only media chunks are encoded"):
+        projector.encode(chunks[0])
+
+
+def test_the_same_pixels_are_the_same_id_and_other_pixels_another() -> None:
+    assert _image(64, 64, seed=1).id == _image(64, 64, seed=1).id != _image(64, 64, seed=2).id
+    assert _image(64, 32).id != _image(32, 64).id
+
+
+def test_prompts_and_media_must_agree(projector: Projector, tmp_path: Path, vl_gguf: Path) -> None:
+    with pytest.raises(ValueError, match="1 media markers in the prompt for 2 media items"):
+        projector.tokenize(projector.marker, [_image(64, 64), _image(64, 64)])
+    vision_only = write_mmproj_gguf(tmp_path / "v.gguf", TinyProjector(kind="vision"))
+    model = NativeModel(vl_gguf)
+    eyes = Projector(str(vision_only), model, n_threads=1)
+    try:
+        with pytest.raises(ValueError, match="this projector does not read audio"):
+            eyes.tokenize(eyes.marker, [_tone(1)])
+    finally:
+        eyes.close()
+        model.close()
+    with pytest.raises(ValueError, match=r"an image is \(height, width, 3\) uint8 pixels, not \(4, 4\)"):
+        Media.image(np.zeros((4, 4), dtype=np.uint8))
+
+
+def test_a_projector_for_another_width_is_refused_with_mtmds_reason(tmp_path: Path, vl_gguf: Path) -> None:
+    narrow = write_mmproj_gguf(tmp_path / "narrow.gguf", TinyProjector(n_embd_text=32))
+    model = NativeModel(vl_gguf)
+    try:
+        with pytest.raises(EngineError) as info:
+            Projector(str(narrow), model, n_threads=1)
+        assert str(info.value) == (
+            f"failed to load the multimodal projector {narrow}: "
+            "mismatch between text model (n_embd = 64) and mmproj (n_embd = 32)"
+        )
+    finally:
+        model.close()
