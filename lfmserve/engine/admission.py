@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from ..llama.context import NativeContext
 from ..llama.model import NativeModel
 from .generation import Generation, Limits, Submission
+from .media import media_ends
 from .memory import SlotMemory
 from .records import EngineConfig, EngineRequest, EngineStats
 from .sampling import Sampler
@@ -89,7 +90,11 @@ class Admission:
                 # the previous reply, so an edit of the message that follows needs nothing recomputed before it.
                 self._memory.checkpoint(slot, boundary=False)
             gen.checkpoints_due = checkpoint_positions(
-                gen.prompt, gen.n_cached, turn_ends=self._model.eog_tokens, newline=self._newline
+                gen.prompt,
+                gen.n_cached,
+                turn_ends=self._model.eog_tokens,
+                newline=self._newline,
+                media_ends=media_ends(request.media),
             )
         gen.t_prompt_start = time.perf_counter()  # the prompt's time counts from here, its memory prepared
         logger.debug(

@@ -25,11 +25,15 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import numpy as np
+
 from ..errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled, Unavailable
 from ..llama.context import NativeContext
 from ..llama.model import NativeModel
+from ..llama.mtmd import Projector
 from .admission import Admission
 from .generation import Generation, Submission
+from .media import MediaEncoder, spans_match_prompt
 from .memory import SlotMemory
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineRequest, EngineStats
@@ -44,7 +48,7 @@ T = TypeVar("T")
 class Engine:
     """Continuous batching over ``n_slots`` sequences of one shared llama context."""
 
-    def __init__(self, model: NativeModel, config: EngineConfig) -> None:
+    def __init__(self, model: NativeModel, config: EngineConfig, *, projector: Projector | None = None) -> None:
         self.model = model
         self.config = config
         self._ctx = NativeContext(
@@ -60,7 +64,11 @@ class Engine:
         self.stats = EngineStats()
         self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints)
         self.n_ctx_slot = self._memory.n_ctx_slot
-        self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch)
+        #: Media chunks' embeddings (None without a projector: such requests are refused).
+        self.media = (
+            MediaEncoder(projector, max_bytes=config.media_cache_bytes, stats=self.stats) if projector else None
+        )
+        self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch, encoder=self.media)
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
         self._waiting: list[Submission] = []
         self._running: dict[int, Generation] = {}
@@ -179,7 +187,12 @@ class Engine:
             raise InvalidRequest("The prompt is empty", param="prompt")
         if n >= self.n_ctx_slot:
             raise ContextLengthExceeded(n, self.n_ctx_slot)
-        bad = next((t for t in request.prompt_tokens if not self.model.is_valid_token(t)), None)
+        if request.media:
+            if self.media is None:
+                raise InvalidRequest("this model has no multimodal projector", param="prompt")
+            if not spans_match_prompt(request.prompt_tokens, request.media):
+                raise InvalidRequest("the media spans do not match the prompt's media positions", param="prompt")
+        bad = self._first_invalid_token(request)
         if bad is not None:
             raise InvalidRequest(
                 f"Invalid token id {bad} in the prompt (vocabulary has {self.model.n_vocab})", param="prompt"
@@ -190,6 +203,17 @@ class Engine:
             )
         if len(self._waiting) >= self.config.max_queue:
             raise Unavailable(f"the server is busy: {len(self._waiting)} requests are waiting for a slot")
+
+    def _first_invalid_token(self, request: EngineRequest) -> int | None:
+        """The first prompt id outside the vocabulary, media positions aside (whose ids are the engine's)."""
+        try:
+            tokens = np.asarray(request.prompt_tokens, dtype=np.int64)
+        except OverflowError:  # beyond 64 bits
+            return next(t for t in request.prompt_tokens if not -(2**63) <= t < 2**63)
+        valid = (tokens >= 0) & (tokens < self.model.n_vocab)
+        for span in request.media:
+            valid[span.start : span.end] = True
+        return None if valid.all() else int(tokens[np.flatnonzero(~valid)[0]])
 
     # -- engine thread -------------------------------------------------------------------------
     def _run(self) -> None:

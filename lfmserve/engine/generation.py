@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from ..llama.context import NativeContext
 from .detokenizer import StreamingDetokenizer
-from .records import EngineOutput, EngineRequest, EngineStats, FinishReason, StopType, Timings
+from .records import EngineOutput, EngineRequest, EngineStats, FinishReason, MediaSpan, StopType, Timings
 from .sampling import Sampler
 from .scheduler import Slot
 from .stop import StopMatcher
@@ -78,6 +78,8 @@ class Generation:
         self.n_decoded = 0
         #: Where prefilling stops to checkpoint: (position, is a message boundary).
         self.checkpoints_due: list[tuple[int, bool]] = []
+        #: The media chunk being prefilled and its embedding rows (held: the cache may drop them meanwhile).
+        self.media_rows: tuple[MediaSpan, npt.NDArray[np.float32]] | None = None
         #: When the prompt's time starts (set once the memory is prepared and the checkpoints planned).
         self.t_prompt_start = 0.0
         self._t_generation_start = 0.0

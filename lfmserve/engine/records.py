@@ -87,11 +87,33 @@ class TokenConstraint(Protocol):
         """Advance the grammar past the sampled token."""
 
 
+@dataclass(frozen=True, slots=True)
+class MediaSpan:
+    """A media chunk of a prompt: positions ``[start, start + n_tokens)`` take its embeddings, not tokens.
+
+    In ``prompt_tokens`` those positions hold ids derived from ``key`` (negative, never a vocabulary id:
+    ``engine.media.media_token_ids``), so the prompt cache compares media as it compares text.
+    """
+
+    start: int
+    n_tokens: int
+    #: The media's content hash and the chunk's place in it (the tile of an image): the encoder cache's key.
+    key: str
+    #: What the encoder takes (an ``llama.mtmd.PromptChunk``).
+    chunk: Any = field(compare=False, repr=False)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineRequest:
     """A tokenized prompt and how to continue it."""
 
     prompt_tokens: tuple[int, ...]
+    #: The prompt's media chunks, in position order.
+    media: tuple[MediaSpan, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
     #: Tokens to generate; -1 = until end of generation or the context is full; 0 = only prefill.
     max_tokens: int = -1
@@ -181,6 +203,8 @@ class EngineConfig:
     cache_ram_bytes: int = 8192 * 2**20
     #: ``--cache-reuse``: shortest cached run moved by KV shifting (0 = off; attention-only models).
     cache_reuse: int = 0
+    #: ``--media-cache``: bytes of projector output kept for media seen before (0 = off).
+    media_cache_bytes: int = 256 * 2**20
 
 
 @dataclass(slots=True)
@@ -203,3 +227,6 @@ class EngineStats:
     n_ram_saves: int = 0
     n_ram_restores: int = 0
     n_shifted_tokens: int = 0
+    n_media_encodes: int = 0
+    n_media_cache_hits: int = 0
+    media_encode_seconds: float = 0.0

@@ -41,7 +41,8 @@ class Sampler:
         self._chain = None if greedy else SamplerChain(params, model.n_vocab)
         if self._adjuster.penalised:
             for token in history[-self._adjuster.window :]:  # the window sees the prompt too, as in llama-server
-                self._adjuster.accept(token)
+                if token >= 0:  # not a media position (``engine.media``)
+                    self._adjuster.accept(token)
 
     @property
     def grammar_finished(self) -> bool:

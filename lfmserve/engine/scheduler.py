@@ -244,16 +244,23 @@ def shifted_chunks(cached: Sequence[int], prompt: Sequence[int], start: int, min
 
 
 def checkpoint_positions(
-    prompt: Sequence[int], start: int, *, turn_ends: Collection[int], newline: int | None, every: int = CHECKPOINT_EVERY
+    prompt: Sequence[int],
+    start: int,
+    *,
+    turn_ends: Collection[int],
+    newline: int | None,
+    media_ends: Collection[int] = (),
+    every: int = CHECKPOINT_EVERY,
 ) -> list[tuple[int, bool]]:
     """Where prefilling ``prompt`` from ``start`` stops to checkpoint: (position, is a message boundary).
 
     A message ends after an end-of-turn token and the newline that follows it (ChatML's
-    ``<|im_end|>\\n``); long stretches get a checkpoint every ``every`` tokens (none closer than
+    ``<|im_end|>\\n``); so does a media item (``media_ends``: another question about the same image
+    restarts right after it). Long stretches get a checkpoint every ``every`` tokens (none closer than
     ``MIN_STRETCH`` to the next checkpoint, so no stretch exceeds ``every + MIN_STRETCH``). The state at
     the end of the prompt, with its logits, is kept by the engine after the last chunk (no split needed).
     """
-    boundaries = set()
+    boundaries = set(media_ends)
     for i, token in enumerate(prompt[:-1]):
         if token in turn_ends:
             end = i + 2 if newline is not None and prompt[i + 1] == newline else i + 1
@@ -267,7 +274,7 @@ def checkpoint_positions(
     # 2,200-token chat). So boundaries closer than ``every`` to the previous checkpoint are skipped,
     # except the prompt's first (the end of the system prompt, for trimmed and shared prompts) and the
     # last two (the messages a client edits or continues).
-    always = {min(boundaries, default=0), *candidates[-2:]}
+    always = {min(boundaries, default=0), *candidates[-2:], *media_ends}
     for p in candidates:
         while p - last >= every + MIN_STRETCH:
             last += every

@@ -5,29 +5,47 @@ prefilled in the room left, one sequence id per slot. While streams are generati
 most one micro-batch (``-ub``) per step, so a long prompt delays them by a fraction of a second per
 token instead of freezing them for its whole prefill. A prompt chunk stops at the next checkpoint
 position, where the state is saved after the decode.
+
+Media positions take embedding rows, which llama.cpp decodes in a batch of their own: after the token
+batch's decode (and its sampling), the same step decodes the media rows of the prompts that have reached
+one, in the room left. Encoding a media chunk (seconds of CPU for a real projector's image) happens
+between steps, one chunk per step while streams are generating, and its rows go in the next step: a
+stream waits for one encode or one micro-batch at a time, never for a whole image.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Sequence
 
 from ..errors import EngineError
+from ..llama.batch import Batch
 from ..llama.context import NativeContext
 from .generation import Generation
+from .media import MediaEncoder
 from .memory import SlotMemory
-from .records import EngineStats
+from .records import EngineStats, MediaSpan
 
 logger = logging.getLogger(__name__)
 
 
 class BatchStep:
-    def __init__(self, ctx: NativeContext, memory: SlotMemory, stats: EngineStats, *, n_ubatch: int) -> None:
+    def __init__(
+        self,
+        ctx: NativeContext,
+        memory: SlotMemory,
+        stats: EngineStats,
+        *,
+        n_ubatch: int,
+        encoder: MediaEncoder | None = None,
+    ) -> None:
         self._ctx = ctx
         self._memory = memory
         self._stats = stats
         self._n_ubatch = n_ubatch
+        self._encoder = encoder
 
     def run(self, running: Sequence[Generation]) -> None:
         """Decode one batch for ``running`` and move each generation on (a chunk prefilled, a token sampled)."""
@@ -37,47 +55,110 @@ class BatchStep:
             gen.batch_index = -1
             if gen.pending_token is not None:
                 gen.batch_index = batch.add((gen.pending_token,), len(gen.slot.tokens), gen.slot.id, True)
+        streaming = batch.n_tokens > 0
         # While streams generate, prompts get one micro-batch per step: inter-token latency stays bounded.
-        budget = self._n_ubatch if batch.n_tokens else batch.capacity
+        budget = self._n_ubatch if streaming else batch.capacity
         prefill_chunks: list[tuple[Generation, int]] = []
         for gen in running:
-            if gen.prefilling and budget > 0 and batch.free > 0:
+            if gen.prefilling and budget > 0 and batch.free > 0 and _media_at(gen, len(gen.slot.tokens)) is None:
                 n = self._add_prompt_chunk(gen, min(budget, batch.free))
                 budget -= n
                 prefill_chunks.append((gen, n))
-        if batch.n_tokens == 0:
-            return
+        if batch.n_tokens and self._decode(batch, running):
+            for gen, n in prefill_chunks:
+                self.after_prompt_chunk(gen, n, time.perf_counter())
+            for gen in running:
+                if gen.pending_token is not None and gen.batch_index >= 0:
+                    gen.slot.tokens.append(gen.pending_token)
+                if gen.batch_index >= 0 and not gen.done:
+                    gen.sample(self._ctx)
+        if self._encoder is not None and budget > 0:
+            self._run_media(running, budget, streaming=streaming)
+
+    def _decode(self, batch: Batch, running: Sequence[Generation]) -> bool:
+        """Decode ``batch``; a failure fails every running generation (False)."""
         t0 = time.perf_counter()
         try:
-            self._ctx.decode()
+            self._ctx.decode(batch)
         except EngineError as exc:
             logger.error("%s; failing the %d requests in the batch", exc, len(running))
             for gen in running:
                 self._memory.reset(gen.slot)
                 gen.fail(exc)
-            return
-        t1 = time.perf_counter()
+            return False
         self._stats.n_decode_calls += 1
         self._stats.n_busy_slots_sum += len(running)
-        logger.debug("step: %d tokens (%d sequences) in %.1f ms", batch.n_tokens, len(running), 1e3 * (t1 - t0))
-        for gen, n in prefill_chunks:
-            self.after_prompt_chunk(gen, n, t1)
-        for gen in running:
-            if gen.pending_token is not None and gen.batch_index >= 0:
-                gen.slot.tokens.append(gen.pending_token)
-            if gen.batch_index >= 0 and not gen.done:
-                gen.sample(self._ctx)
+        logger.debug(
+            "step: %d %s (%d sequences) in %.1f ms",
+            batch.n_tokens,
+            "embedding rows" if batch is not self._ctx.batch else "tokens",
+            len(running),
+            1e3 * (time.perf_counter() - t0),
+        )
+        return True
 
     def _add_prompt_chunk(self, gen: Generation, room: int) -> int:
-        """Add up to ``room`` prompt tokens, stopping at the next checkpoint position."""
+        """Add up to ``room`` prompt tokens, stopping at the next checkpoint position or media chunk."""
         done = len(gen.slot.tokens)
-        end = gen.checkpoints_due[0][0] if gen.checkpoints_due else len(gen.prompt)
-        n = min(end - done, room)
+        n = min(_prefill_end(gen, done) - done, room)
         wants_logits = done + n == len(gen.prompt) and gen.request.max_tokens != 0
         index = self._ctx.batch.add(gen.prompt[done : done + n], done, gen.slot.id, wants_logits)
         if wants_logits:
             gen.batch_index = index
         return n
+
+    # -- media ------------------------------------------------------------------------------------
+    def _run_media(self, running: Sequence[Generation], budget: int, *, streaming: bool) -> None:
+        """Encode a media chunk that is due, and decode the embedding rows of prompts at media positions."""
+        assert self._encoder is not None
+        batch = self._ctx.embd_batch
+        batch.clear()
+        budget = min(budget, batch.capacity)
+        encoded = False
+        chunks: list[tuple[Generation, int]] = []
+        for gen in running:
+            gen.batch_index = -1
+            if not gen.prefilling or budget <= 0:
+                continue
+            done = len(gen.slot.tokens)
+            span = _media_at(gen, done)
+            if span is None:
+                continue
+            if gen.media_rows is None or gen.media_rows[0] is not span:
+                rows = self._encoder.cached(span)
+                if rows is None:
+                    if encoded:
+                        continue  # one encode per step: the other waits for the next
+                    encoded = True
+                    try:
+                        rows = self._encoder.encode(span)
+                    except EngineError as exc:  # this request's media, not the others'
+                        logger.error("request %d: %s", gen.id, exc)
+                        self._memory.reset(gen.slot)
+                        gen.fail(exc)
+                        continue
+                    gen.media_rows = (span, rows)
+                    if streaming:
+                        continue  # the streams have waited for the encode: the rows go in the next step
+                gen.media_rows = (span, rows)
+            rows = gen.media_rows[1]
+            n = min(_prefill_end(gen, done) - done, budget)
+            wants_logits = done + n == len(gen.prompt) and gen.request.max_tokens != 0
+            offset = done - span.start
+            index = batch.add_embeddings(rows[offset : offset + n], done, gen.slot.id, wants_logits)
+            if wants_logits:
+                gen.batch_index = index
+            budget -= n
+            chunks.append((gen, n))
+        if not chunks or not self._decode(batch, running):
+            return
+        now = time.perf_counter()
+        for gen, n in chunks:
+            self.after_prompt_chunk(gen, n, now)
+            if gen.media_rows is not None and len(gen.slot.tokens) >= gen.media_rows[0].end:
+                gen.media_rows = None
+            if gen.batch_index >= 0 and not gen.done:
+                gen.sample(self._ctx)
 
     def after_prompt_chunk(self, gen: Generation, n: int, now: float) -> None:
         """``n`` more prompt tokens are in the slot's memory: checkpoint where due, and note the prompt's end.
@@ -98,3 +179,23 @@ class BatchStep:
             logits = self._ctx.logits(gen.batch_index).tobytes() if gen.batch_index >= 0 else None
             self._memory.checkpoint(slot, boundary=False, logits=logits)
         gen.prompt_done(now)
+
+
+def _media_at(gen: Generation, position: int) -> MediaSpan | None:
+    """The media span that covers ``position`` of the generation's prompt, if any."""
+    spans = gen.request.media
+    if not spans:
+        return None
+    i = bisect.bisect_right(spans, position, key=lambda span: span.start) - 1
+    return spans[i] if i >= 0 and position < spans[i].end else None
+
+
+def _prefill_end(gen: Generation, done: int) -> int:
+    """Where a prefill chunk from ``done`` must stop: the next checkpoint, media boundary or prompt end."""
+    end = gen.checkpoints_due[0][0] if gen.checkpoints_due else len(gen.prompt)
+    span = _media_at(gen, done)
+    if span is not None:
+        return min(end, span.end)
+    spans = gen.request.media
+    i = bisect.bisect_right(spans, done, key=lambda span: span.start)
+    return min(end, spans[i].start) if i < len(spans) else end

@@ -47,15 +47,28 @@ class NativeContext:
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)
         self.batch = Batch(self.n_batch)
+        #: Media embedding rows, one micro-batch at most per decode (made on first use: a text-only server
+        #: never needs its ``n_ubatch * n_embd`` floats).
+        self._embd_batch: Batch | None = None
+        self.n_ubatch = llama.llama_n_ubatch(self._ctx)
 
     @property
     def handle(self) -> Any:
         return self._ctx
 
-    def decode(self) -> None:
-        """Decode the current batch; raise :class:`EngineError` on failure."""
-        self.batch.struct.n_tokens = self.batch.n_tokens
-        rc = llama.llama_decode(self._ctx, self.batch.struct)
+    @property
+    def embd_batch(self) -> Batch:
+        """The batch of embedding rows (media), ``n_ubatch`` rows of the model's width."""
+        if self._embd_batch is None:
+            self._embd_batch = Batch(self.n_ubatch, n_embd=self.model.info.n_embd)
+        return self._embd_batch
+
+    def decode(self, batch: Batch | None = None) -> None:
+        """Decode ``batch`` (the token batch by default); raise :class:`EngineError` on failure."""
+        if batch is None:
+            batch = self.batch
+        batch.struct.n_tokens = batch.n_tokens
+        rc = llama.llama_decode(self._ctx, batch.struct)
         if rc != 0:
             reason = {1: "no room in the KV cache", 2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
             raise EngineError(f"llama_decode failed: {reason} (code {rc})")

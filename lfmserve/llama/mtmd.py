@@ -120,6 +120,11 @@ class Projector:
         #: The text that stands for one media item in a prompt.
         self.marker = (marker or mtmd.mtmd_default_marker()).decode()
 
+    @property
+    def handle(self) -> Any:
+        """The ``mtmd_context`` (for llama.cpp's own helpers, as in the tests' reference decoding)."""
+        return self._ctx
+
     def tokenize(
         self, text: str, media: Sequence[Media], *, add_special: bool = True, parse_special: bool = True
     ) -> list[PromptChunk]:

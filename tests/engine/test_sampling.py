@@ -9,7 +9,7 @@ import pytest
 
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineRequest, SamplingParams
-from lfmserve.engine.sampling import token_logprob
+from lfmserve.engine.sampling import Sampler, token_logprob
 from lfmserve.llama.model import NativeModel
 from tests.engine.conftest import prompt, run, tokens_of
 
@@ -42,3 +42,16 @@ def test_probabilities_are_the_models_before_the_bias(engine: Engine, model: Nat
     out = run(engine, EngineRequest(prompt_tokens=p, sampling=biased, max_tokens=1, n_probs=2))
     assert out[-1].token_ids == (favoured,)
     assert out[-1].logprobs[0].top == plain[-1].logprobs[0].top  # the model's, not the biased ones
+
+
+def test_media_positions_in_the_prompt_are_not_penalised_tokens(model: NativeModel) -> None:
+    """A prompt's media positions hold negative ids (``engine.media``): the penalty window skips them, as
+    llama-server skips its media chunks, instead of penalising the tokens at the end of the vocabulary."""
+    params = SamplingParams(temperature=0.0, repeat_penalty=2.0, repeat_last_n=8)
+    logits = np.linspace(1.0, 2.0, model.n_vocab, dtype=np.float32)
+    with_media, text_only = logits.copy(), logits.copy()
+    Sampler(model, params, (5, -1, -2, 9, -7), 256).sample(None, -1, with_media)  # type: ignore[arg-type]
+    Sampler(model, params, (5, 9), 256).sample(None, -1, text_only)  # type: ignore[arg-type]
+    assert np.array_equal(with_media, text_only)
+    changed = np.flatnonzero(with_media != logits).tolist()
+    assert changed == [5, 9]
