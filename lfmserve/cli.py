@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from .api.app import create_app
 from .api.state import AppState
 from .errors import LfmError
-from .models.loader import load_serving, resolve_model_path
+from .models.loader import load_serving, resolve_model_files
 from .settings import Settings
 
 logger = logging.getLogger("lfmserve")
@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
-        path = resolve_model_path(settings)
+        files = resolve_model_files(settings)
         settings.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
     except (LfmError, OSError) as exc:
         print(f"lfmserve: error: {exc}", file=sys.stderr)
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_code = 1
         server.should_exit = True
 
-    app: FastAPI = create_app(settings, lambda: load_serving(settings, path), on_load_error=stop_on_load_error)
+    app: FastAPI = create_app(settings, lambda: load_serving(settings, files), on_load_error=stop_on_load_error)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout_graceful_shutdown=5,  # after the drain only the ends of answers remain to be written
     )
     server = _GracefulServer(config, app.state.app_state, settings.shutdown_timeout)
-    logger.info("listening on http://%s:%d (model %s)", settings.host, settings.port, path)
+    logger.info("listening on http://%s:%d (model %s)", settings.host, settings.port, files.model)
     # uvicorn raises the signal it stopped for again once it is done, with the handlers it found: with these,
     # that second delivery finds the shutdown already done and the process exits with this function's code.
     for stop_signal in (signal.SIGINT, signal.SIGTERM):

@@ -49,6 +49,18 @@ def physical_cores() -> int:
     return len(cores) or os.cpu_count() or 1
 
 
+class OnOffAction(argparse.Action):
+    """A switch with several spellings: a flag starting ``--no-`` turns it off, any other turns it on."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, not (option or "").startswith("--no-"))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Everything the CLI can set. Tests build one directly: ``Settings(model="tiny.gguf")``."""
@@ -89,6 +101,59 @@ class Settings:
             help="where <think> text goes: auto/deepseek = reasoning_content, none = left in content",
             choices=("auto", "deepseek", "deepseek-legacy", "none"),
         ),
+    )
+    # -- multimodal -------------------------------------------------------------------------------
+    mmproj: str | None = field(
+        default=None, metadata=_flag("-mm", "--mmproj", help="multimodal projector GGUF (images, audio)")
+    )
+    mmproj_auto: bool = field(
+        default=True,
+        metadata=_flag(
+            "--mmproj-auto",
+            "--no-mmproj",
+            "--no-mmproj-auto",
+            help="with -hf, also fetch the repo's projector when it has one (default; --no-mmproj: text only)",
+            action=OnOffAction,
+        ),
+    )
+    mmproj_offload: bool = field(
+        default=True,
+        metadata=_flag(
+            "--mmproj-offload",
+            help="run the projector on a GPU when there is one (--no-mmproj-offload: on the CPU)",
+            action=argparse.BooleanOptionalAction,
+        ),
+    )
+    image_min_tokens: int = field(
+        default=-1,
+        metadata=_flag("--image-min-tokens", help="fewest tokens an image takes (-1 = the projector's)", type=int),
+    )
+    image_max_tokens: int = field(
+        default=-1,
+        metadata=_flag("--image-max-tokens", help="most tokens an image takes (-1 = the projector's)", type=int),
+    )
+    media_path: str | None = field(
+        default=None, metadata=_flag("--media-path", help="folder that file:// media URLs are read from")
+    )
+    media_fetch: bool = field(
+        default=True,
+        metadata=_flag(
+            "--media-fetch",
+            help="fetch http(s):// media URLs (default; --no-media-fetch refuses them)",
+            action=argparse.BooleanOptionalAction,
+        ),
+    )
+    media_fetch_private: bool = field(
+        default=False,
+        metadata=_flag(
+            "--media-fetch-private",
+            help="allow media URLs whose host is a loopback, private or link-local address",
+            action="store_true",
+        ),
+    )
+    media_cache: int = field(
+        default=256,
+        metadata=_flag("--media-cache", help="MiB of projector output kept for media seen before (0 = off)", type=int),
     )
     # -- context and batching ---------------------------------------------------------------------
     ctx_size: int = field(
@@ -277,7 +342,7 @@ def _environment_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
             continue
         kind = f.metadata["argparse"].get("type")
         action = f.metadata["argparse"].get("action")
-        if action in ("store_true", argparse.BooleanOptionalAction):
+        if action in ("store_true", argparse.BooleanOptionalAction, OnOffAction):
             value = raw.strip().lower()
             if value not in _TRUE + _FALSE:
                 parser.error(f"environment variable {variable} has value {raw!r}: not a valid bool")

@@ -24,6 +24,10 @@ class Offload:
 
     large: bool
 
+    def also_if(self, heavy: bool) -> Offload:
+        """Off the loop for a large body, and also when ``heavy`` (a prompt with media: mtmd resizes images)."""
+        return Offload(self.large or heavy)
+
     async def __call__(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self.large:
             return await asyncio.to_thread(work, *args, **kwargs)

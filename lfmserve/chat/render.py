@@ -22,14 +22,19 @@ if TYPE_CHECKING:
     from .plan import ChatPlan
 
 
-def render_chat(template: ChatFormatter, request: ChatRequest, plan: ChatPlan | None = None) -> str:
-    """The prompt text; ``plan`` decides which tools and variables the template sees (all, without one)."""
+def render_chat(
+    template: ChatFormatter, request: ChatRequest, plan: ChatPlan | None = None, *, media_marker: str = ""
+) -> str:
+    """The prompt text; ``plan`` decides which tools and variables the template sees (all, without one).
+
+    Each media part becomes ``media_marker`` in its message's text, which the projector replaces by the media.
+    """
     if plan is None:
         tools = [dict(tool) for tool in request.tools] or None
         extra = template_kwargs(request)
     else:
         tools, extra = plan.tools, plan.template_kwargs
-    messages = [template_message(template, m) for m in request.messages]
+    messages = [template_message(template, m, media_marker) for m in request.messages]
     return template.render(messages, tools=tools, add_generation_prompt=request.add_generation_prompt, extra=extra)
 
 
@@ -43,11 +48,13 @@ def template_kwargs(request: ChatRequest) -> dict[str, Any]:
     return kwargs
 
 
-def template_message(template: ChatFormatter, message: Message) -> dict[str, Any]:
+def template_message(template: ChatFormatter, message: Message, media_marker: str = "") -> dict[str, Any]:
     """One message as templates read it (HF transformers' conventions)."""
     content: Any = message.content
-    if isinstance(content, tuple):
-        content = template.normalize_content([_template_part(part) for part in content])
+    if message.media_parts:
+        content = text_with_markers(content, media_marker)
+    elif isinstance(content, tuple):
+        content = template.normalize_content([{"type": "text", "text": part.text} for part in content])
     out: dict[str, Any] = {"role": message.role, "content": content if content is not None else ""}
     for key in ("name", "tool_call_id", "reasoning_content"):
         if getattr(message, key) is not None:
@@ -62,11 +69,19 @@ def template_message(template: ChatFormatter, message: Message) -> dict[str, Any
     return out
 
 
-def _template_part(part: ContentPart) -> dict[str, Any]:
-    """A content part as templates read it: media parts are ``{"type": "image"}`` (or ``audio``) items."""
-    if part.type == "text":
-        return {"type": "text", "text": part.text}
-    return {"type": part.type}
+def text_with_markers(parts: tuple[ContentPart, ...], media_marker: str) -> str:
+    """A message with media as one text, as llama-server writes it: the text parts joined by newlines, each
+    media part as the marker, with no newline next to a marker."""
+    text = ""
+    after_marker = False
+    for part in parts:
+        if part.type == "text":
+            text += ("\n" if text and not after_marker else "") + part.text
+            after_marker = False
+        else:
+            text += media_marker
+            after_marker = True
+    return text
 
 
 def _with_text(content: Any, text: str) -> Any:

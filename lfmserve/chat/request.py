@@ -22,16 +22,32 @@ Role = Literal["system", "user", "assistant", "tool"]
 #: Where ``<think>`` text goes: ``none`` leaves it in the content (llama-server's names).
 ReasoningFormat = Literal["auto", "deepseek", "deepseek-legacy", "none"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
-#: A completion prompt: text, token ids, or a mix of both (text pieces are tokenized in place).
-Prompt = str | Sequence[int | str]
+
+
+MediaType = Literal["image", "audio", "video"]
 
 
 @dataclass(frozen=True, slots=True)
 class ContentPart:
-    """A piece of a message's content: text, or a media item (image or audio)."""
+    """A piece of a message's content: text, or a media item (image, audio or video)."""
 
-    type: Literal["text", "image", "audio"]
+    type: Literal["text"] | MediaType
     text: str = ""
+    #: Where a media item's bytes are: a ``data:`` URI, raw base64, an ``http(s)://`` or ``file://`` URL.
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MediaPrompt:
+    """A completion prompt with media (llama-server's ``{"prompt_string", "multimodal_data"}``): the text holds
+    one media marker per item of ``sources`` (base64 data, or any form a content part's ``source`` takes)."""
+
+    text: str
+    sources: tuple[str, ...]
+
+
+#: A completion prompt: text, token ids, a mix of both (text pieces are tokenized in place), or text with media.
+Prompt = str | Sequence[int | str] | MediaPrompt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,8 +62,10 @@ class Message:
     reasoning_content: str | None = None
 
     @property
-    def has_media(self) -> bool:
-        return isinstance(self.content, tuple) and any(part.type != "text" for part in self.content)
+    def media_parts(self) -> tuple[ContentPart, ...]:
+        if not isinstance(self.content, tuple):
+            return ()
+        return tuple(part for part in self.content if part.type != "text")
 
 
 @dataclass(frozen=True, slots=True)

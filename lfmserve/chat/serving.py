@@ -16,14 +16,18 @@ from typing import Any
 
 from ..engine.constraints import Grammars
 from ..engine.core import Engine
-from ..engine.records import EngineOutput, EngineRequest, ResolvedDefaults, TokenLogprob
+from ..engine.media import prompt_from_chunks
+from ..engine.records import EngineOutput, EngineRequest, MediaSpan, ResolvedDefaults, TokenLogprob
 from ..engine.stream import AsyncStream, CollectingStream
 from ..errors import InvalidRequest
 from ..llama.model import NativeModel
+from ..llama.mtmd import Media
+from ..media.sources import MediaPolicy
+from .media import MediaReader, chat_media_sources, process_media_marker
 from .output import AssistantOutputParser
 from .plan import ChatPlan, native_constraint, plan_chat
 from .render import render_chat
-from .request import ChatRequest, GenerationOptions, Prompt
+from .request import ChatRequest, GenerationOptions, MediaPrompt, Prompt
 from .template import ChatFormatter
 
 
@@ -40,7 +44,8 @@ class Collected:
 class Serving:
     """Example::
 
-    request, parser = serving.prepare_chat(chat_request)
+    media = await serving.read_media(chat_request)
+    request, parser = serving.prepare_chat(chat_request, media)
     done = await serving.run(request)
     message = parser.parse(done.text)
     """
@@ -56,9 +61,15 @@ class Serving:
         default_max_tokens: int,
         fingerprint: str,
         reasoning_format: str = "auto",
+        media_policy: MediaPolicy | None = None,
     ) -> None:
         self.model = model
         self.engine = engine
+        #: The multimodal projector, if the model has one (the engine encodes with it).
+        self.projector = engine.media.projector if engine.media is not None else None
+        self.media = MediaReader(self.projector, media_policy or MediaPolicy())
+        #: The text that stands for a media item in a prompt.
+        self.media_marker = self.projector.marker if self.projector is not None else process_media_marker()
         self.template = template
         self.grammars = Grammars(model)
         self.reasoning_format = reasoning_format
@@ -69,31 +80,85 @@ class Serving:
 
     # -- chat ------------------------------------------------------------------------------------
     def render_chat(self, request: ChatRequest) -> str:
-        """The prompt a chat request renders to, every tool and template variable included (/apply-template)."""
-        return render_chat(self.template, request)
+        """The prompt a chat request renders to, every tool and template variable included (/apply-template);
+        media parts are the media marker."""
+        self.media.check_types(chat_media_sources(request))
+        return render_chat(self.template, request, media_marker=self.media_marker)
 
-    def prepare_chat(self, request: ChatRequest) -> tuple[EngineRequest, AssistantOutputParser]:
-        """The engine request for a chat, and a fresh parser for its output."""
-        if any(message.has_media for message in request.messages):
-            raise InvalidRequest(
-                "image and audio input are not supported: this model has no multimodal projector", param="messages"
-            )
+    async def read_media(self, request: ChatRequest) -> list[Media]:
+        """The chat's media, fetched and decoded (in a worker thread); [] when it has none."""
+        sources = chat_media_sources(request)
+        return await self.media.read(sources) if sources else []
+
+    def prepare_chat(
+        self, request: ChatRequest, media: Sequence[Media] = ()
+    ) -> tuple[EngineRequest, AssistantOutputParser]:
+        """The engine request for a chat whose media :meth:`read_media` has read, and a parser for its output."""
+        if len(media) != len(chat_media_sources(request)):
+            raise InvalidRequest("the chat's media have not been read (Serving.read_media)", param="messages")
         plan = plan_chat(request, self.grammars, reasoning_format=self.reasoning_format)
-        prompt = render_chat(self.template, request, plan)
-        engine_request = self.engine_request(request.generation, self.model.tokenize_chat(prompt), plan)
+        prompt = render_chat(self.template, request, plan, media_marker=self.media_marker)
+        tokens, spans = self.tokenize_with_media(prompt, media, chat=True)
+        engine_request = self.engine_request(request.generation, tokens, plan, media=spans)
         return engine_request, plan.parser(prompt)
 
+    def tokenize_with_media(
+        self, text: str, media: Sequence[Media], *, chat: bool
+    ) -> tuple[Sequence[int], tuple[MediaSpan, ...]]:
+        """A prompt's positions and media spans; ``chat``: a rendered template (no second BOS)."""
+        if not media:
+            if chat:
+                return self.model.tokenize_chat(text), ()
+            return self.model.tokenize(text, add_special=True, parse_special=True), ()
+        assert self.projector is not None  # the media reader refuses media without one
+        bos = self.model.info.bos_token
+        try:
+            chunks = self.projector.tokenize(text, media, add_special=not (chat and bos and text.startswith(bos)))
+        except ValueError as exc:  # markers and media differ in number
+            raise InvalidRequest(str(exc), param="prompt") from None
+        return prompt_from_chunks(chunks)
+
     # -- completions -----------------------------------------------------------------------------
+    async def read_prompt_media(self, prompts: Sequence[Prompt]) -> list[list[Media]]:
+        """Each completion prompt's media (``multimodal_data``), fetched and decoded; [] for a prompt without."""
+        media: list[list[Media]] = []
+        for i, prompt in enumerate(prompts):
+            if not isinstance(prompt, MediaPrompt):
+                media.append([])
+                continue
+            if self.projector is None:
+                raise InvalidRequest(
+                    "Multimodal data provided, but model does not support multimodal requests.", param="prompt"
+                )
+            items = [(None, source, f"prompt.{i}.multimodal_data.{j}") for j, source in enumerate(prompt.sources)]
+            media.append(await self.media.read(items))
+        return media
+
     def prepare_completion(
-        self, prompts: Sequence[Prompt], options: GenerationOptions, *, stream: bool
+        self,
+        prompts: Sequence[Prompt],
+        options: GenerationOptions,
+        *,
+        stream: bool,
+        media: Sequence[Sequence[Media]] = (),
     ) -> list[EngineRequest]:
-        """One engine request per prompt, each a text, token ids, or a mix of both; a stream follows one."""
-        requests = [self.engine_request(options, self.tokenize_prompt(prompt)) for prompt in prompts]
+        """One engine request per prompt (text, token ids, a mix of both, or text with the media that
+        :meth:`read_prompt_media` read); a stream follows one."""
+        requests = []
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, MediaPrompt):
+                items = media[i] if i < len(media) else ()
+                if len(items) != len(prompt.sources):
+                    raise InvalidRequest("the prompt's media have not been read (Serving.read_prompt_media)")
+                tokens, spans = self.tokenize_with_media(prompt.text, items, chat=False)
+                requests.append(self.engine_request(options, tokens, media=spans))
+            else:
+                requests.append(self.engine_request(options, self.tokenize_prompt(prompt)))
         if stream and len(requests) > 1:
             raise InvalidRequest("streaming is supported for a single prompt only", param="prompt")
         return requests
 
-    def tokenize_prompt(self, prompt: Prompt) -> list[int]:
+    def tokenize_prompt(self, prompt: str | Sequence[int | str]) -> list[int]:
         """A completion prompt's tokens: text, token ids, or a mix of both (llama-server's tokenize_mixed)."""
         if isinstance(prompt, str):
             return self.model.tokenize(prompt, add_special=True, parse_special=True)
@@ -107,12 +172,18 @@ class Serving:
 
     # -- engine requests ---------------------------------------------------------------------------
     def engine_request(
-        self, options: GenerationOptions, prompt_tokens: Sequence[int], plan: ChatPlan | None = None
+        self,
+        options: GenerationOptions,
+        prompt_tokens: Sequence[int],
+        plan: ChatPlan | None = None,
+        *,
+        media: tuple[MediaSpan, ...] = (),
     ) -> EngineRequest:
         sampling = self.defaults.params.updated(options.sampling)
         sampling = sampling.updated({"logit_bias": self._logit_bias(options.logit_bias)})
         return EngineRequest(
             prompt_tokens=tuple(prompt_tokens),
+            media=media,
             sampling=sampling,
             max_tokens=self.default_max_tokens if options.max_tokens is None else options.max_tokens,
             stop=options.stop,

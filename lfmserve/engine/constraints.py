@@ -153,10 +153,8 @@ class Grammars:
     def special_token(self, text: str) -> int | None:
         """The id of the control token written as ``text``, or None when the vocabulary has no such token."""
         if text not in self._special:  # asked on every chat request: looked up once
-            ids = self._model.tokenize(text, add_special=False, parse_special=True)
-            control = len(ids) == 1 and self._model.is_control(ids[0])
-            found = control and self._model.token_to_piece(ids[0], special=True) == text.encode()
-            self._special[text] = ids[0] if found else None
+            token = self._model.token_for(text)
+            self._special[text] = token if token is not None and self._model.is_control(token) else None
         return self._special[text]
 
     def json_schema(self, schema: Any, *, param: str) -> TokenMask:

@@ -178,6 +178,13 @@ class NativeModel:
         bos = self.info.bos_token
         return self.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
+    def token_for(self, text: str) -> int | None:
+        """The id of the one token spelled ``text`` (special tokens included), or None when no token is."""
+        ids = self.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1 and self.token_to_piece(ids[0], special=True) == text.encode():
+            return ids[0]
+        return None
+
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
         key = (token, special)
         piece = self._pieces.get(key)
@@ -249,13 +256,14 @@ class NativeModel:
             self._model = None
 
 
-def model_file_problem(path: str) -> str | None:
-    """Why ``path`` cannot be a GGUF model, before llama.cpp is asked to load it (None: it may be one)."""
+def model_file_problem(path: str, what: str = "model") -> str | None:
+    """Why ``path`` cannot be a GGUF ``what`` (model, projector), before llama.cpp is asked to load it
+    (None: it may be one)."""
     file = Path(path)
     if file.is_dir():
-        return f"model path is a directory, not a GGUF file: {path}"
+        return f"{what} path is a directory, not a GGUF file: {path}"
     if not file.is_file():
-        return f"model file not found: {path}"
+        return f"{what} file not found: {path}"
     if file.stat().st_size == 0:
-        return f"model file is empty: {path}"
+        return f"{what} file is empty: {path}"
     return None

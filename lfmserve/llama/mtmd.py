@@ -18,11 +18,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import gguf
 import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
 import numpy.typing as npt
@@ -88,6 +90,38 @@ class PromptChunk:
     _handle: Any = field(default=None, repr=False)
 
 
+#: LFM2-VL's wrapper tokens that mtmd looks up in the text vocabulary (a missing one aborts tiled images).
+LFM2_VL_TOKENS = ("<|image_start|>", "<|image_end|>", "<|img_thumbnail|>")
+#: mtmd's log-mel hop for LFM2-Audio (10 ms at 16 kHz); the encoder needs a position row per 2 frames.
+_AUDIO_HOP_SECONDS = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectorFile:
+    """What a projector GGUF says of itself that mtmd does not report."""
+
+    projector_types: frozenset[str]
+    #: None without an audio encoder (or without the table that bounds it).
+    max_audio_seconds: float | None
+
+
+def read_projector_file(path: str) -> ProjectorFile:
+    """The projector types and the audio length bound, from the GGUF's metadata and tensor shapes."""
+    try:
+        reader = gguf.GGUFReader(path)
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"failed to load the multimodal projector {path}: {exc}") from exc
+    types = set()
+    for key in ("clip.projector_type", "clip.vision.projector_type", "clip.audio.projector_type"):
+        field = reader.get_field(key)
+        if field is not None:
+            types.add(bytes(field.parts[field.data[0]]).decode())
+    rows = next((int(t.shape[1]) for t in reader.tensors if t.name == "a.position_embd.weight"), None)
+    # mtmd asserts rows >= n_frames / 2, with a frame every 10 ms plus one: a margin of one row.
+    seconds = None if rows is None else (2 * rows - 2) * _AUDIO_HOP_SECONDS
+    return ProjectorFile(frozenset(types), seconds)
+
+
 class Projector:
     def __init__(
         self,
@@ -98,8 +132,13 @@ class Projector:
         use_gpu: bool = False,
         image_min_tokens: int = -1,
         image_max_tokens: int = -1,
+        media_marker: str | None = None,
     ) -> None:
+        facts = read_projector_file(path)
         params = mtmd.mtmd_context_params_default()
+        if media_marker is not None:
+            self._marker_bytes = media_marker.encode()  # kept alive: mtmd holds the pointer
+            params.media_marker = self._marker_bytes
         params.use_gpu = use_gpu
         params.n_threads = n_threads
         params.print_timings = False
@@ -111,6 +150,8 @@ class Projector:
         if not self._ctx:
             raise EngineError(f"failed to load the multimodal projector {path}: {failure_reason(errors)}")
         self.path = path
+        #: Tokenizing (a request's worker thread) and encoding (the engine thread) share the context.
+        self._lock = threading.Lock()
         self.n_embd = model.info.n_embd
         self.vision = bool(mtmd.mtmd_support_vision(self._ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self._ctx))
@@ -119,6 +160,30 @@ class Projector:
         marker = mtmd.mtmd_get_marker(self._ctx)
         #: The text that stands for one media item in a prompt.
         self.marker = (marker or mtmd.mtmd_default_marker()).decode()
+        #: The projector types the file holds (``lfm2``, ``lfm2a``, ...).
+        self.projector_types = facts.projector_types
+        #: The longest audio the encoder takes: mtmd aborts the process beyond it (LFM2-Audio's position rows).
+        self.max_audio_seconds = facts.max_audio_seconds
+        try:
+            self._check_model(model)
+        except EngineError:
+            self.close()
+            raise
+
+    def _check_model(self, model: NativeModel) -> None:
+        """Refuse pairings that would fail later, at a request, or abort the process (MMPROJ.md §5)."""
+        if mtmd.mtmd_decode_use_mrope(self._ctx):
+            raise EngineError(
+                f"{self.path} needs M-RoPE positions for its media, which lfmserve does not decode yet "
+                "(it supports projectors whose media take consecutive positions, as LFM2-VL's and LFM2-Audio's)"
+            )
+        if "lfm2" in self.projector_types:
+            missing = [t for t in LFM2_VL_TOKENS if model.token_for(t) is None]
+            if missing:
+                raise EngineError(
+                    f"{self.path} is an LFM2-VL projector, but the text model's vocabulary lacks {', '.join(missing)} "
+                    "(mtmd would abort on the first large image): pair it with the LFM2-VL model it was made for"
+                )
 
     @property
     def handle(self) -> Any:
@@ -135,6 +200,12 @@ class Projector:
         for item in media:
             if (item.kind == "image" and not self.vision) or (item.kind == "audio" and not self.audio):
                 raise ValueError(f"this projector does not read {item.kind}")
+        with self._lock:
+            return self._tokenize(text, media, add_special=add_special, parse_special=parse_special)
+
+    def _tokenize(
+        self, text: str, media: Sequence[Media], *, add_special: bool, parse_special: bool
+    ) -> list[PromptChunk]:
         bitmaps = [self._bitmap(item) for item in media]
         chunks = mtmd.mtmd_input_chunks_init()
         try:
@@ -158,11 +229,12 @@ class Projector:
         """The embeddings of a media chunk, ``(n_tokens, n_embd)``: seconds of CPU for a real projector's image."""
         if chunk.kind == "text" or chunk._handle is None:
             raise ValueError("only media chunks are encoded")
-        if mtmd.mtmd_encode_chunk(self._ctx, chunk._handle) != 0:
-            raise EngineError(f"mtmd could not encode the {chunk.kind}")
-        output = mtmd.mtmd_get_output_embd(self._ctx)
-        rows = np.ctypeslib.as_array(output, shape=(chunk.n_tokens * self.n_embd,))
-        return rows.reshape(chunk.n_tokens, self.n_embd).copy()
+        with self._lock:
+            if mtmd.mtmd_encode_chunk(self._ctx, chunk._handle) != 0:
+                raise EngineError(f"mtmd could not encode the {chunk.kind}")
+            output = mtmd.mtmd_get_output_embd(self._ctx)
+            rows = np.ctypeslib.as_array(output, shape=(chunk.n_tokens * self.n_embd,))
+            return rows.reshape(chunk.n_tokens, self.n_embd).copy()
 
     def close(self) -> None:
         if self._ctx:

@@ -117,3 +117,16 @@ def _check_length(frames: int, rate: int, max_seconds: float, param: str) -> Non
         raise InvalidRequest(
             f"audio of {seconds:.1f} s is longer than the {max_seconds:.0f} s this model's projector takes", param=param
         )
+
+
+def is_audio(data: bytes) -> bool:
+    """Whether the bytes start like audio (WAV, RF64, MP3, FLAC, Ogg); anything else is read as an image.
+
+    llama-server decides by the bytes too, not by the part's type (mtmd-helper's magic numbers, plus Ogg).
+    """
+    head = data[:12]
+    if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
+        return True
+    if head[:3] == b"ID3" or head[:4] in (b"fLaC", b"OggS"):
+        return True
+    return len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0  # an MPEG audio frame

@@ -53,34 +53,64 @@ def pick_gguf(files: Iterable[str], quant: str) -> list[str]:
     return [f for f in matches if f.startswith(prefix) and _SPLIT.search(f)]
 
 
-def resolve_hf_model(spec: str, hf_file: str | None = None) -> str:
-    """Local path of the model file (the first part of a split GGUF), downloading what is missing.
+def quant_bits(path: str) -> int:
+    """The bits of a GGUF's quantisation tag, as llama-server reads them: Q4_K_M -> 4, F16 -> 16, none -> 0."""
+    stem = _SPLIT.sub("", path)
+    stem = stem[: -len(".gguf")] if stem.lower().endswith(".gguf") else stem
+    tag = re.search(r"[-.]([A-Z0-9_]+)$", stem, re.IGNORECASE)
+    digits = re.search(r"\d+", tag.group(1)) if tag else None
+    return int(digits.group()) if digits else 0
 
-    When the hub's host does not answer and the file is cached, the cache is used at once instead of
+
+def pick_mmproj(files: Iterable[str], model_file: str) -> str | None:
+    """The repo's projector for ``model_file`` (llama-server's ``find_best_mmproj``): a ``.gguf`` with
+    ``mmproj`` in its path, in the model's folder or one above it, the deepest first, then the nearest
+    quantisation to the model's."""
+    model_dirs = model_file.split("/")[:-1]
+    bits = quant_bits(model_file)
+    best: tuple[int, int, str] | None = None
+    for path in files:
+        if not path.endswith(".gguf") or "mmproj" not in path:
+            continue
+        dirs = path.split("/")[:-1]
+        if dirs != model_dirs[: len(dirs)]:
+            continue
+        rank = (-len(dirs), abs(quant_bits(path) - bits), path)
+        if best is None or rank[:2] < best[:2]:
+            best = rank
+    return None if best is None else best[2]
+
+
+def resolve_hf_model(spec: str, hf_file: str | None = None, *, projector: bool = False) -> tuple[str, str | None]:
+    """Local paths of the model file (the first part of a split GGUF) and, when asked and the repo has one,
+    of its projector, downloading what is missing.
+
+    When the hub's host does not answer and the files are cached, the cache is used at once instead of
     waiting through huggingface_hub's retries.
     """
     repo, quant = split_spec(spec)
     if not _hub_reachable():
         try:
-            paths = _from_cache(repo, quant, hf_file)
-            logger.warning("the hub at %s cannot be reached; using the cached %s", constants.ENDPOINT, paths[0])
-            return paths[0]
+            cached = _from_cache(repo, quant, hf_file, projector)
+            logger.warning("the hub at %s cannot be reached; using the cached %s", constants.ENDPOINT, cached[0])
+            return cached
         except NotFound:
             pass  # not cached: try the hub anyway (a proxy may reach it)
     try:
-        files = [hf_file] if hf_file else pick_gguf(huggingface_hub.list_repo_files(repo), quant)
+        listing = huggingface_hub.list_repo_files(repo) if projector or not hf_file else []
+        files = [hf_file] if hf_file else pick_gguf(listing, quant)
+        mmproj = pick_mmproj(listing, files[0]) if projector else None
         paths = [huggingface_hub.hf_hub_download(repo, f) for f in files]
+        return paths[0], huggingface_hub.hf_hub_download(repo, mmproj) if mmproj else None
     except LfmError:
         raise
     except HfHubHTTPError as exc:
         if exc.response is not None and exc.response.status_code in (401, 403, 404):
             raise NotFound(f"Hugging Face repo or file not found: {repo} ({exc.response.status_code})") from exc
         logger.warning("the hub failed (%s); looking in the local cache", exc)
-        paths = _from_cache(repo, quant, hf_file)
     except Exception as exc:  # offline mode, DNS, refused connections: whatever the HTTP stack raises
         logger.warning("cannot reach the hub (%s); looking in the local cache", exc)
-        paths = _from_cache(repo, quant, hf_file)
-    return paths[0]
+    return _from_cache(repo, quant, hf_file, projector)
 
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
@@ -96,7 +126,7 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
         return False
 
 
-def _from_cache(repo: str, quant: str, hf_file: str | None) -> list[str]:
+def _from_cache(repo: str, quant: str, hf_file: str | None, projector: bool) -> tuple[str, str | None]:
     try:
         snapshot = huggingface_hub.snapshot_download(repo, local_files_only=True)
     except LocalEntryNotFoundError as exc:
@@ -108,4 +138,5 @@ def _from_cache(repo: str, quant: str, hf_file: str | None) -> list[str]:
     paths = [os.path.join(snapshot, f) for f in files]
     if not all(os.path.exists(p) for p in paths):
         raise NotFound(f"{files[0]} of {repo} is not in the local cache and the hub cannot be reached")
-    return paths
+    mmproj = pick_mmproj(cached, files[0]) if projector else None
+    return paths[0], os.path.join(snapshot, mmproj) if mmproj else None

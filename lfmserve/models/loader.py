@@ -7,8 +7,11 @@ tests. The startup log names the model, its context and where each sampling defa
 from __future__ import annotations
 
 import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..chat.media import process_media_marker
 from ..chat.serving import Serving
 from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
 from ..engine.core import Engine
@@ -16,6 +19,8 @@ from ..engine.records import EngineConfig, ResolvedDefaults
 from ..errors import LfmError
 from ..llama.backend import build_info
 from ..llama.model import NativeModel, model_file_problem
+from ..llama.mtmd import Projector
+from ..media.sources import MediaPolicy
 from ..settings import DEFAULT_HF_REPO, Settings
 from .defaults import gguf_sampling, model_identity, resolve_defaults
 from .hub import resolve_hf_model
@@ -23,14 +28,31 @@ from .hub import resolve_hf_model
 logger = logging.getLogger(__name__)
 
 
-def resolve_model_path(settings: Settings) -> str:
-    """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model)."""
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """The GGUF files a server loads: the model, and the multimodal projector if there is one."""
+
+    model: str
+    projector: str | None = None
+
+
+def resolve_model_files(settings: Settings) -> ModelFiles:
+    """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model), with
+    ``--mmproj FILE``, or with ``-hf`` the repo's projector unless ``--no-mmproj``."""
+    if settings.mmproj:
+        problem = model_file_problem(settings.mmproj, "projector")
+        if problem is not None:
+            raise LfmError(problem)
+    if settings.media_path and not os.path.isdir(settings.media_path):
+        raise LfmError(f"--media-path {settings.media_path} is not a folder")
     if settings.model:
         problem = model_file_problem(settings.model)
         if problem is not None:
             raise LfmError(problem)
-        return settings.model
-    return resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file)
+        return ModelFiles(settings.model, settings.mmproj)
+    auto = settings.mmproj_auto and not settings.mmproj
+    path, projector = resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file, projector=auto)
+    return ModelFiles(path, settings.mmproj or projector)
 
 
 def model_name(settings: Settings, path: str) -> str:
@@ -75,14 +97,33 @@ def engine_config(settings: Settings) -> EngineConfig:
         n_ubatch=settings.ubatch_size,
         n_threads=settings.threads,
         n_threads_batch=settings.threads_batch,
+        media_cache_bytes=settings.media_cache * 2**20,
     )
 
 
-def load_serving(settings: Settings, path: str) -> Serving:
-    """Load the model and start its engine (seconds to minutes for a large model)."""
-    model = NativeModel(path, n_gpu_layers=settings.n_gpu_layers)
+def load_projector(settings: Settings, path: str, model: NativeModel) -> Projector:
+    """The multimodal projector, its media marker llama-server's (``LLAMA_MEDIA_MARKER``, else random)."""
+    projector = Projector(
+        path,
+        model,
+        n_threads=settings.threads_batch or settings.threads,
+        use_gpu=settings.mmproj_offload and settings.n_gpu_layers != 0,
+        image_min_tokens=settings.image_min_tokens,
+        image_max_tokens=settings.image_max_tokens,
+        media_marker=process_media_marker(),
+    )
+    kinds = [kind for kind, supported in (("vision", projector.vision), ("audio", projector.audio)) if supported]
+    logger.info("loaded projector %s: %s (%s)", path, " and ".join(kinds), ", ".join(sorted(projector.projector_types)))
+    return projector
+
+
+def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
+    """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
+    files = path if isinstance(path, ModelFiles) else ModelFiles(path)
+    model = NativeModel(files.model, n_gpu_layers=settings.n_gpu_layers)
     template = chat_template(settings, model)
-    engine = Engine(model, engine_config(settings))
+    projector = load_projector(settings, files.projector, model) if files.projector else None
+    engine = Engine(model, engine_config(settings), projector=projector)
     defaults = sampling_defaults(settings, model)
     info = model.info
     logger.info(
@@ -112,11 +153,14 @@ def load_serving(settings: Settings, path: str) -> Serving:
         model,
         engine,
         template,
-        model_name=model_name(settings, path),
+        model_name=model_name(settings, files.model),
         defaults=defaults,
         default_max_tokens=settings.n_predict,
         fingerprint=build_info(),
         reasoning_format=settings.reasoning_format,
+        media_policy=MediaPolicy(
+            fetch=settings.media_fetch, fetch_private=settings.media_fetch_private, media_path=settings.media_path
+        ),
     )
     serving.grammars.prepare()
     return serving

@@ -124,6 +124,7 @@ OPERATIONS = [
     "GET /models",
     "POST /v1/chat/completions",
     "POST /chat/completions",
+    "POST /v1/chat/completions/input_tokens",
     "POST /v1/completions",
     "GET /slots",
     "POST /slots/{id_slot}",

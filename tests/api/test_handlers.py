@@ -71,7 +71,7 @@ INVALID_REQUESTS: list[tuple[str, str, Any, str, str | None]] = [
         CHAT,
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]},
         "invalid_request_error",
-        "messages",
+        "messages.0.content.0",
     ),
     (
         "bad tool call arguments",

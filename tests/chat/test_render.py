@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from lfmserve.chat.render import render_chat, template_kwargs, template_message
+from lfmserve.chat.render import render_chat, template_kwargs, template_message, text_with_markers
 from lfmserve.chat.request import ChatRequest, ContentPart, Message
 from lfmserve.chat.template import TemplateCaps
 from lfmserve.errors import InvalidRequest
@@ -108,7 +108,7 @@ def test_three_turn_tool_conversation_renders_as_the_template_expects(
         assert cached == first.usage.prompt_tokens + first.usage.completion_tokens - 1
 
 
-def test_a_tool_result_then_a_user_image_is_accepted_by_the_template(tools_server: ServerThread) -> None:
+def test_a_tool_result_then_typed_user_content_is_accepted_by_the_template(tools_server: ServerThread) -> None:
     messages = [
         {"role": "user", "content": "Look"},
         {
@@ -125,20 +125,24 @@ def test_a_tool_result_then_a_user_image_is_accepted_by_the_template(tools_serve
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         {
             "role": "user",
-            "content": [
-                {"type": "text", "text": "And this?"},
-                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}},
-            ],
+            "content": [{"type": "text", "text": "And this?"}, {"type": "text", "text": "Or that?"}],
         },
     ]
     response = httpx.post(tools_server.url + "/apply-template", json={"messages": messages, "tools": [CITY_TOOL]})
     assert response.status_code == 200, response.text
     assert (
         "<|im_start|>tool\n<|tool_response_start|>sunny<|tool_response_end|><|im_end|>\n<|im_start|>user\n"
-        in (response.json()["prompt"])
-    )
-    chat = httpx.post(tools_server.url + "/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
-    assert chat.status_code == 400 and "no multimodal projector" in chat.json()["error"]["message"]
+        "And this?\nOr that?<|im_end|>"
+    ) in response.json()["prompt"]
+    # An image on a server without a projector: llama-server's message, on both routes (a 500 there).
+    messages[-1]["content"][1] = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AAAA"}}  # type: ignore[index]
+    for route in ("/apply-template", "/v1/chat/completions"):
+        refused = httpx.post(tools_server.url + route, json={"messages": messages, "max_tokens": 2})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["message"] == (
+            "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        )
+        assert refused.json()["error"]["param"] == "messages.3.content.1"
 
 
 def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
@@ -214,10 +218,12 @@ def test_history_reaches_the_template_in_its_shape() -> None:
         reasoning_effort="none",
         add_generation_prompt=False,
     )
-    assert render_chat(template, request) == "rendered"
+    assert render_chat(template, request, media_marker="<M>") == "rendered"
     assert template.seen == {
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image"}, {"type": "audio"}]},
+            # a message with media is one text, its media as markers (llama-server's rule), even for a template
+            # that reads typed parts
+            {"role": "user", "content": "Look<M><M>"},
             {
                 "role": "assistant",
                 "content": "",
@@ -240,7 +246,7 @@ def test_calls_a_template_ignores_are_written_into_the_content_as_generated() ->
     assert template_message(template, message)["content"] == (
         'Checking.<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'
     )
-    parts = Message(role="user", content=(ContentPart("text", "a"), ContentPart("image"), ContentPart("text", "b")))
+    parts = Message(role="user", content=(ContentPart("text", "a"), ContentPart("text", "b")))
     assert template_message(template, parts)["content"] == "a\nb"  # a string-content template gets the text
 
 
@@ -266,3 +272,12 @@ def test_tool_call_arguments_that_are_not_json_are_a_400() -> None:
         "name": "f",
         "arguments": {},
     }
+
+
+def test_media_parts_become_markers_with_no_newline_beside_them() -> None:
+    """llama-server's join (common/chat.cpp): text parts by newlines, but none before or after a marker."""
+    a, b, c = (ContentPart("text", t) for t in "abc")
+    image, audio = ContentPart("image", source="x"), ContentPart("audio", source="y")
+    assert text_with_markers((a, b, image, c), "<M>") == "a\nb<M>c"
+    assert text_with_markers((image, a, audio, audio, b, c), "<M>") == "<M>a<M><M>b\nc"
+    assert text_with_markers((image,), "<M>") == "<M>"

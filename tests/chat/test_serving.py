@@ -71,11 +71,18 @@ def test_a_stream_follows_one_prompt(serving: Serving) -> None:
         serving.prepare_completion(["a", "b"], GenerationOptions(), stream=True)
 
 
-def test_media_without_a_projector_is_a_400_naming_messages(serving: Serving) -> None:
-    request = ChatRequest(messages=(Message(role="user", content=(ContentPart("text", "Look"), ContentPart("image"))),))
-    with pytest.raises(InvalidRequest, match="no multimodal projector") as info:
+def test_media_without_a_projector_is_llama_servers_message_naming_the_part(serving: Serving) -> None:
+    parts = (ContentPart("text", "Look"), ContentPart("image", source="data:image/png;base64,AAAA"))
+    request = ChatRequest(messages=(Message(role="user", content=parts),))
+    for attempt in (lambda: asyncio.run(serving.read_media(request)), lambda: serving.render_chat(request)):
+        with pytest.raises(InvalidRequest) as info:
+            attempt()
+        assert str(info.value) == (
+            "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+        )
+        assert info.value.param == "messages.0.content.1"
+    with pytest.raises(InvalidRequest, match="media have not been read"):
         serving.prepare_chat(request)
-    assert info.value.param == "messages"
 
 
 def test_a_chat_becomes_its_rendered_prompts_tokens(serving: Serving) -> None:

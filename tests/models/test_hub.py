@@ -13,8 +13,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from lfmserve.errors import NotFound
-from lfmserve.models.hub import pick_gguf, split_spec
-from lfmserve.testing import TinyLfm2, write_lfm2_gguf
+from lfmserve.models.hub import pick_gguf, pick_mmproj, quant_bits, split_spec
+from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
 from tests.conftest import Running, ServerThread, wait_healthy
 from tests.test_cli import LFMSERVE
 
@@ -79,14 +79,19 @@ def test_split_spec_and_quant_choice() -> None:
 
 def test_hf_downloads_the_quant_then_serves_from_the_cache_offline(tmp_path: Path, running: list[Running]) -> None:
     assert LFMSERVE is not None
-    q4 = write_lfm2_gguf(tmp_path / "q4.gguf", TinyLfm2(seed=11)).read_bytes()
-    q8 = write_lfm2_gguf(tmp_path / "q8.gguf", TinyLfm2(seed=12)).read_bytes()
-    repo = "LiquidAI/LFM2.5-Tiny-GGUF"
+    q4 = write_lfm2_gguf(tmp_path / "q4.gguf", TinyLfm2(seed=11, vision_tokens=True)).read_bytes()
+    q8 = write_lfm2_gguf(tmp_path / "q8.gguf", TinyLfm2(seed=12, vision_tokens=True)).read_bytes()
+    projector = write_mmproj_gguf(tmp_path / "mmproj.gguf", TinyProjector(kind="vision")).read_bytes()
+    repo = "LiquidAI/LFM2.5-VL-Tiny-GGUF"
     files = {
         "README.md": b"# tiny",
-        "LFM2.5-Tiny-Q4_K_M.gguf": q4,
-        "LFM2.5-Tiny-Q8_0.gguf": q8,
-        "mmproj-LFM2.5-Tiny-Q4_K_M.gguf": b"junk",
+        "LFM2.5-VL-Tiny-Q4_K_M.gguf": q4,
+        "LFM2.5-VL-Tiny-Q8_0.gguf": q8,
+        # llama-server's choice: the nearest quantisation to the model's (Q8_0 to Q4_K_M, not F16), in the
+        # model's folder or above it (not in a subfolder)
+        "mmproj-LFM2.5-VL-Tiny-Q8_0.gguf": projector,
+        "mmproj-LFM2.5-VL-Tiny-F16.gguf": b"junk",
+        "extra/mmproj-LFM2.5-VL-Tiny-Q4_K_M.gguf": b"junk",
     }
     hub = ServerThread(fake_hub(repo, files)).start()
     # TQDM_POSITION=-1 shows huggingface_hub's progress bar on a pipe as it does on a terminal.
@@ -101,14 +106,40 @@ def test_hf_downloads_the_quant_then_serves_from_the_cache_offline(tmp_path: Pat
         running.append(online)
         wait_healthy(online.url, online.process)
         props = online_props = httpx.get(online.url + "/props").json()
-        assert props["model_path"].endswith("LFM2.5-Tiny-Q4_K_M.gguf")
+        assert props["model_path"].endswith("LFM2.5-VL-Tiny-Q4_K_M.gguf")
         assert Path(props["model_path"]).read_bytes() == q4
+        assert props["modalities"] == {"vision": True, "audio": False, "video": False}
         log = online.stop()
-        assert "LFM2.5-Tiny-Q4_K_M.gguf" in log and "100%" in log  # the download's progress bar
+        assert "LFM2.5-VL-Tiny-Q4_K_M.gguf" in log and "100%" in log  # the download's progress bar
+        assert "loaded projector" in log and "mmproj-LFM2.5-VL-Tiny-Q8_0.gguf: vision (lfm2)" in log
+        text_only = Running([LFMSERVE, "-hf", repo, "-c", "512", "-np", "1", "--no-mmproj"], env)
+        running.append(text_only)
+        wait_healthy(text_only.url, text_only.process)
+        assert httpx.get(text_only.url + "/props").json()["modalities"]["vision"] is False
+        text_only.stop()
     finally:
         hub.stop()
     offline = Running([LFMSERVE, "-hf", f"{repo}:Q4_K_M", "-c", "512", "-np", "1"], env)
     running.append(offline)
     wait_healthy(offline.url, offline.process)
-    assert httpx.get(offline.url + "/props").json()["model_path"] == online_props["model_path"]
+    offline_props = httpx.get(offline.url + "/props").json()
+    assert offline_props["model_path"] == online_props["model_path"]
+    assert offline_props["modalities"]["vision"] is True  # the projector from the cache too
     assert "cannot be reached; using the cached" in offline.stop()
+
+
+def test_the_projector_is_the_nearest_quantisation_in_the_models_folder_or_above() -> None:
+    """llama-server's find_best_mmproj: deepest shared folder first, then the nearest quantisation bits."""
+    assert [quant_bits(f) for f in ("m-Q4_K_M.gguf", "mmproj-F16.gguf", "m-Q6_K-00001-of-00002.gguf", "m.gguf")] == [
+        4,
+        16,
+        6,
+        0,
+    ]
+    files = ["m-Q4_K_M.gguf", "mmproj-F16.gguf", "mmproj-Q8_0.gguf", "sub/mmproj-Q4_0.gguf", "mmproj-Q8_0.txt"]
+    assert pick_mmproj(files, "m-Q4_K_M.gguf") == "mmproj-Q8_0.gguf"
+    assert pick_mmproj(files, "sub/m-Q4_K_M.gguf") == "sub/mmproj-Q4_0.gguf"  # its own folder first
+    assert pick_mmproj(["sub/m-F16.gguf", "mmproj-F16.gguf", "mmproj-BF16.gguf"], "sub/m-F16.gguf") == (
+        "mmproj-F16.gguf"  # a tie: the first listed
+    )
+    assert pick_mmproj(["m-Q4_K_M.gguf"], "m-Q4_K_M.gguf") is None

@@ -15,7 +15,7 @@ from lfmserve.models.loader import (
     engine_config,
     load_serving,
     model_name,
-    resolve_model_path,
+    resolve_model_files,
     sampling_defaults,
 )
 from lfmserve.settings import Settings
@@ -25,14 +25,14 @@ from lfmserve.testing import LFM2_CHAT_TEMPLATE, TinyLfm2, write_lfm2_gguf
 def test_a_local_model_must_exist(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     with pytest.raises(LfmError, match=f"model file not found: {path}"):
-        resolve_model_path(Settings(model=str(path)))
+        resolve_model_files(Settings(model=str(path)))
     path.write_bytes(b"")
     with pytest.raises(LfmError, match=f"model file is empty: {path}"):
-        resolve_model_path(Settings(model=str(path)))
+        resolve_model_files(Settings(model=str(path)))
     with pytest.raises(LfmError, match=f"model path is a directory, not a GGUF file: {tmp_path}"):
-        resolve_model_path(Settings(model=str(tmp_path)))
+        resolve_model_files(Settings(model=str(tmp_path)))
     path.write_bytes(b"GGUF")
-    assert resolve_model_path(Settings(model=str(path))) == str(path)  # what it holds is llama.cpp's to judge
+    assert resolve_model_files(Settings(model=str(path))).model == str(path)  # what it holds is llama.cpp's to judge
 
 
 def test_the_model_id_is_the_alias_else_the_file_name() -> None:

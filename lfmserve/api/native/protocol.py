@@ -5,17 +5,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field
 
+from ...chat.request import MediaPrompt, Prompt
 from ..body import Body, SamplingFields
 
-if TYPE_CHECKING:
-    from ...chat.request import Prompt
 
-#: One prompt on the wire: text, token ids, or both mixed.
-WirePrompt = str | list[int] | list[str | int]
+class MultimodalPrompt(Body):
+    """llama-server's prompt object: text holding one media marker per ``multimodal_data`` item (base64)."""
+
+    prompt_string: str
+    multimodal_data: list[str] | None = None
+
+    def to_prompt(self) -> Prompt:
+        if self.multimodal_data is None:
+            return self.prompt_string
+        return MediaPrompt(self.prompt_string, tuple(self.multimodal_data))
+
+
+#: One prompt on the wire: text, token ids, both mixed, or text with media.
+WirePrompt = str | list[int] | list[str | int] | MultimodalPrompt
 
 
 class CompletionRequest(SamplingFields):
@@ -35,12 +44,14 @@ class CompletionRequest(SamplingFields):
         """The prompts, as llama-server reads them: token ids (or ids and text mixed) are one prompt; any other
         list is a prompt per item (``["a", "b"]``, ``[[1, 2], "c"]``)."""
         prompt = self.prompt
+        if isinstance(prompt, MultimodalPrompt):
+            return [prompt.to_prompt()]
         if isinstance(prompt, str) or not prompt:
             return [prompt]  # type: ignore[list-item]
         kinds = {type(item) for item in prompt}
-        if list not in kinds and int in kinds:
+        if kinds <= {int, str} and int in kinds:
             return [prompt]  # type: ignore[list-item]
-        return list(prompt)  # type: ignore[arg-type]
+        return [item.to_prompt() if isinstance(item, MultimodalPrompt) else item for item in prompt]  # type: ignore[misc]
 
 
 class TokenizeRequest(Body):

@@ -7,7 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..offload import read_body
+from ...chat.serving import Serving
+from ...engine.records import EngineRequest
+from ..offload import Offload, read_body
 from ..openai.protocol import ApplyTemplateRequest
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
@@ -34,9 +36,7 @@ async def props(request: Request) -> dict[str, Any]:
 async def completion(request: Request) -> Response:
     body, offload = await read_body(request, CompletionRequest)
     served = serving(request)
-    engine_requests = await offload(
-        served.prepare_completion, body.prompts(), body.generation_options(), stream=body.stream
-    )
+    engine_requests = await prepare_completion(served, body, offload)
     if body.stream:
         chunks = responses.completion_chunks(served, body, engine_requests[0], served.start(engine_requests[0]))
         return sse(chunks, done_marker=False)
@@ -46,6 +46,15 @@ async def completion(request: Request) -> Response:
         for i, (engine_request, done) in enumerate(zip(engine_requests, results, strict=True))
     ]
     return JSONResponse(out[0] if len(out) == 1 else out)
+
+
+async def prepare_completion(served: Serving, body: CompletionRequest, offload: Offload) -> list[EngineRequest]:
+    """The engine requests of a completion body (both families' completion routes), media read first."""
+    prompts = body.prompts()
+    media = await served.read_prompt_media(prompts)
+    return await offload.also_if(any(media))(
+        served.prepare_completion, prompts, body.generation_options(), stream=body.stream, media=media
+    )
 
 
 @router.post("/tokenize", openapi_extra=request_body(TokenizeRequest))

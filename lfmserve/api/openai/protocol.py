@@ -6,7 +6,7 @@ layer's neutral :class:`~lfmserve.chat.request.ChatRequest` once, in ``to_chat_r
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -19,12 +19,48 @@ class TextPart(Body):
     text: str
 
 
-class MediaPart(Body):
-    type: Literal["image_url", "input_audio", "image"]
+class ImageUrl(Body):
+    url: str
+    #: OpenAI's ``detail`` (low / high / auto): accepted, and, as in llama-server, without effect.
+    detail: str | None = None
+
+
+class ImageUrlPart(Body):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+    def to_part(self) -> ContentPart:
+        return ContentPart("image", source=self.image_url.url)
+
+
+class InputAudio(Body):
+    """OpenAI's ``{data, format}`` (base64); llama-server also reads a ``url``. The format is not needed: the
+    bytes say what they are."""
+
+    data: str | None = None
+    url: str | None = None
+    format: str | None = None
+
+
+class InputAudioPart(Body):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+    def to_part(self) -> ContentPart:
+        return ContentPart("audio", source=self.input_audio.data or self.input_audio.url or "")
+
+
+class VideoPart(Body):
+    """llama-server's ``input_video`` / ``video_url`` parts: parsed so they get its "not supported" answer."""
+
+    type: Literal["input_video", "video_url"]
     model_config = ConfigDict(strict=True, extra="allow")
 
     def to_part(self) -> ContentPart:
-        return ContentPart("audio" if self.type == "input_audio" else "image")
+        return ContentPart("video")
+
+
+MediaPart = ImageUrlPart | InputAudioPart | VideoPart
 
 
 class ToolFunction(Body):
@@ -57,7 +93,7 @@ class HistoryToolCall(Body):
 
 class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart | MediaPart] | None = None
+    content: str | list[Annotated[TextPart | MediaPart, Field(discriminator="type")]] | None = None
     name: str | None = None
     tool_calls: list[HistoryToolCall] | None = None
     tool_call_id: str | None = None

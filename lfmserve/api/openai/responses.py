@@ -42,11 +42,18 @@ def model_list(serving: Serving, alias: str | None) -> dict[str, Any]:
         "object": "model",
         "created": int(time.time()),
         "owned_by": "llamacpp",
-        "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+        "architecture": {"input_modalities": input_modalities(serving), "output_modalities": ["text"]},
         "meta": serving.model.info.meta_json(serving.engine.n_ctx_slot),
     }
-    card = {"name": serving.model_name, "model": serving.model_name, "type": "model", "capabilities": ["completion"]}
+    capabilities = ["completion", "multimodal"] if serving.projector else ["completion"]
+    card = {"name": serving.model_name, "model": serving.model_name, "type": "model", "capabilities": capabilities}
     return {"object": "list", "data": [entry], "models": [card]}
+
+
+def input_modalities(serving: Serving) -> list[str]:
+    """``text``, plus ``image`` and ``audio`` as the projector reads them (its ``clip.has_*_encoder``)."""
+    modalities = serving.media.modalities
+    return ["text", *(name for key, name in (("vision", "image"), ("audio", "audio")) if modalities[key])]
 
 
 def _envelope(serving: Serving, cid: str, obj: str, created: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..native.protocol import CompletionRequest
+from ..native.router import prepare_completion
 from ..offload import read_body
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
@@ -29,20 +30,31 @@ async def models(request: Request) -> dict[str, Any]:
 async def chat_completions(request: Request) -> Response:
     body, offload = await read_body(request, ChatCompletionRequest)
     served = serving(request)
-    engine_request, parser = await offload(served.prepare_chat, body.to_chat_request())
+    chat = body.to_chat_request()
+    media = await served.read_media(chat)
+    engine_request, parser = await offload.also_if(bool(media))(served.prepare_chat, chat, media)
     if body.stream:
         return sse(responses.chat_chunks(served, body, parser, served.start(engine_request)), done_marker=True)
     done = await until_disconnect(request, served.run(engine_request))
     return JSONResponse(responses.chat_completion(served, body, done, parser))
 
 
+@router.post("/v1/chat/completions/input_tokens", openapi_extra=request_body(ChatCompletionRequest))
+async def chat_input_tokens(request: Request) -> dict[str, Any]:
+    """How many positions a chat's prompt takes, media included, without running it (llama-server's route)."""
+    body, offload = await read_body(request, ChatCompletionRequest)
+    served = serving(request)
+    chat = body.to_chat_request()
+    media = await served.read_media(chat)
+    engine_request, _ = await offload.also_if(bool(media))(served.prepare_chat, chat, media)
+    return {"object": "response.input_tokens", "input_tokens": len(engine_request.prompt_tokens)}
+
+
 @router.post("/v1/completions", openapi_extra=request_body(CompletionRequest))
 async def completions(request: Request) -> Response:
     body, offload = await read_body(request, CompletionRequest)
     served = serving(request)
-    engine_requests = await offload(
-        served.prepare_completion, body.prompts(), body.generation_options(), stream=body.stream
-    )
+    engine_requests = await prepare_completion(served, body, offload)
     if body.stream:
         outputs = served.start(engine_requests[0])
         return sse(responses.text_completion_chunks(served, body, outputs), done_marker=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,8 @@ def test_props_report_defaults_slots_template_and_model(tiny_server: ServerThrea
     settings = props.pop("default_generation_settings")
     assert settings["n_ctx"] == 512 and settings["params"]["n_predict"] == settings["params"]["max_tokens"] == -1
     assert props.pop("sampling_sources")["temperature"] == "LFM family table (LFM2 text, LFM2.5-JP)"
+    marker = props.pop("media_marker")
+    assert re.fullmatch(r"<__media_[0-9a-f]{32}__>", marker)  # random per process: a client cannot type it
     model = props.pop("model")
     assert model.pop("n_params") > 0 and model.pop("size") > 0
     assert model == {
@@ -39,7 +42,7 @@ def test_props_report_defaults_slots_template_and_model(tiny_server: ServerThrea
         "lfm_family": "LFM2 text, LFM2.5-JP",
         "total_slots": 4,
         "model_alias": "tiny-lfm2.gguf",
-        "modalities": {"vision": False, "audio": False},
+        "modalities": {"vision": False, "audio": False, "video": False},
         "chat_template_caps": {
             "supports_string_content": True,
             "supports_typed_content": False,

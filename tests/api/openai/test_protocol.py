@@ -21,10 +21,19 @@ def test_a_full_chat_body_becomes_one_chat_request() -> None:
         {
             "messages": [
                 {"role": "developer", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {}}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Look"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                    ],
+                },
                 {"role": "assistant", "content": None, "reasoning_content": "r", "tool_calls": [CALL]},
                 {"role": "tool", "content": "sunny", "tool_call_id": "c1", "name": "f"},
-                {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "input_audio", "input_audio": {"data": "UklG", "format": "wav"}}],
+                },
             ],
             "tools": [TOOL],
             "tool_choice": {"type": "function", "function": {"name": "f"}},
@@ -44,10 +53,13 @@ def test_a_full_chat_body_becomes_one_chat_request() -> None:
     assert body.to_chat_request() == ChatRequest(
         messages=(
             Message(role="system", content="Be brief."),
-            Message(role="user", content=(ContentPart("text", "Look"), ContentPart("image"))),
+            Message(
+                role="user",
+                content=(ContentPart("text", "Look"), ContentPart("image", source="data:image/png;base64,AAAA")),
+            ),
             Message(role="assistant", reasoning_content="r", tool_calls=(CALL,)),
             Message(role="tool", content="sunny", tool_call_id="c1", name="f"),
-            Message(role="user", content=(ContentPart("audio"),)),
+            Message(role="user", content=(ContentPart("audio", source="UklG"),)),
         ),
         tools=(TOOL,),
         tool_choice=NamedTool("f"),

@@ -1,0 +1,112 @@
+"""A request's media parts as decoded media the projector takes, or a 400 that names the part.
+
+Bytes come from the part's source (``media.sources``: data URI, base64, remote or local URL), then are
+decoded by what they are, not by the part's type, as llama-server does (``media.decode``: WAV bytes in
+an ``image_url`` part are audio). Decoding runs in a worker thread: a large JPEG or a minute of MP3
+takes tens of milliseconds of CPU that the event loop must not wait for.
+
+Example::
+
+    reader = MediaReader(projector, MediaPolicy())
+    media = await reader.read([(part, "messages.0.content.1")])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import secrets
+from collections.abc import Sequence
+
+from ..errors import InvalidRequest
+from ..llama.mtmd import Media, Projector
+from ..media.decode import decode_audio, decode_image, is_audio
+from ..media.sources import MediaPolicy, media_bytes
+from .request import ChatRequest, MediaType
+
+#: Media items one request may carry (each may be up to 50 megapixels once decoded).
+MAX_MEDIA_ITEMS = 64
+#: The longest audio taken when the projector file does not bound it.
+MAX_AUDIO_SECONDS = 600.0
+
+
+#: A media item to read: its part's type (None: decided by the bytes alone), its source, and its wire field.
+MediaSource = tuple[MediaType | None, str, str]
+
+
+@functools.cache
+def process_media_marker() -> str:
+    """The text that stands for a media item in prompts, llama-server's: ``LLAMA_MEDIA_MARKER``, else random
+    once per process (so a client's text cannot hold it, by chance or on purpose)."""
+    return os.environ.get("LLAMA_MEDIA_MARKER") or f"<__media_{secrets.token_hex(16)}__>"
+
+
+def unsupported(kind: str, param: str) -> InvalidRequest:
+    """llama-server's message for media the model cannot read (a 400 here, a 500 there)."""
+    return InvalidRequest(
+        f"{kind} input is not supported - hint: if this is unexpected, you may need to provide the mmproj",
+        param=param,
+    )
+
+
+def chat_media_sources(request: ChatRequest) -> list[MediaSource]:
+    """Every media part of a chat, in prompt order."""
+    return [
+        (part.type, part.source, f"messages.{i}.content.{j}")
+        for i, message in enumerate(request.messages)
+        if isinstance(message.content, tuple)
+        for j, part in enumerate(message.content)
+        if part.type != "text"
+    ]
+
+
+class MediaReader:
+    """Reads media for one projector (or refuses all of it, without one)."""
+
+    def __init__(self, projector: Projector | None, policy: MediaPolicy) -> None:
+        self._projector = projector
+        self._policy = policy
+
+    @property
+    def modalities(self) -> dict[str, bool]:
+        """What ``/props`` reports: ``vision``, ``audio``; video never."""
+        projector = self._projector
+        return {
+            "vision": projector is not None and projector.vision,
+            "audio": projector is not None and projector.audio,
+            "video": False,
+        }
+
+    def check_types(self, sources: Sequence[MediaSource]) -> None:
+        """Refuse parts whose type the projector cannot read (before anything is fetched)."""
+        if len(sources) > MAX_MEDIA_ITEMS:
+            raise InvalidRequest(f"at most {MAX_MEDIA_ITEMS} media items per request (got {len(sources)})")
+        for kind, _, param in sources:
+            if kind is None and self._projector is None:
+                raise unsupported("image", param)
+            if kind is not None:
+                self._check_supported(kind, param)
+
+    async def read(self, sources: Sequence[MediaSource]) -> list[Media]:
+        """The decoded media of the sources, in order."""
+        self.check_types(sources)
+        media = []
+        for _, source, param in sources:
+            data = await media_bytes(source, self._policy, param=param)
+            media.append(await asyncio.to_thread(self._decode, data, param))
+        return media
+
+    def _check_supported(self, kind: MediaType, param: str) -> None:
+        if not self.modalities["vision" if kind == "image" else kind]:
+            raise unsupported(kind, param)
+
+    def _decode(self, data: bytes, param: str) -> Media:
+        projector = self._projector
+        assert projector is not None  # checked by the part's type first
+        if is_audio(data):
+            self._check_supported("audio", param)
+            seconds = projector.max_audio_seconds or MAX_AUDIO_SECONDS
+            return Media.audio(decode_audio(data, sample_rate=projector.sample_rate, max_seconds=seconds, param=param))
+        self._check_supported("image", param)
+        return Media.image(decode_image(data, param=param))
