@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -10,29 +11,43 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
 
 from lfmserve.llama.quantize import quantize_q4_k_m
-from lfmserve.testing import free_port, lfm2_350m_shape, write_lfm2_gguf
+from lfmserve.testing import free_port, lfm2_350m_shape, lfm2_vl_450m_projector, write_lfm2_gguf, write_mmproj_gguf
 
 PINNED = "llama-cpp-python==0.3.36"
 CACHE = Path(os.environ.get("LFMSERVE_BENCH_CACHE", Path.home() / ".cache" / "lfmserve-bench"))
 
 
-def bench_model() -> Path:
-    """The LFM2-350M-shaped Q4_K_M model, made once and cached."""
-    target = CACHE / "lfm2-350m-random-Q4_K_M.gguf"
+def bench_model(*, vision_tokens: bool = False) -> Path:
+    """The LFM2-350M-shaped Q4_K_M model (with LFM2-VL's image tokens if asked), made once and cached."""
+    name = "lfm2-vl-350m-random" if vision_tokens else "lfm2-350m-random"
+    target = CACHE / f"{name}-Q4_K_M.gguf"
     if not target.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        f16 = CACHE / "lfm2-350m-random-F16.gguf"
-        print("writing the LFM2-350M-shaped model ...", file=sys.stderr)
-        write_lfm2_gguf(f16, lfm2_350m_shape(seed=0))
+        f16 = CACHE / f"{name}-F16.gguf"
+        print(f"writing {f16.name} ...", file=sys.stderr)
+        write_lfm2_gguf(f16, replace(lfm2_350m_shape(seed=0), vision_tokens=vision_tokens))
         quantize_q4_k_m(f16, target)
         f16.unlink()
+    return target
+
+
+def bench_projector() -> Path:
+    """The projector shaped like LFM2-VL-450M's (F16, random weights), made once and cached."""
+    target = CACHE / "mmproj-lfm2-vl-450m-random-F16.gguf"
+    if not target.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        print(f"writing {target.name} ...", file=sys.stderr)
+        partial = target.with_suffix(".partial")
+        write_mmproj_gguf(partial, lfm2_vl_450m_projector(seed=0))
+        partial.rename(target)
     return target
 
 
@@ -132,3 +147,30 @@ def results_log(args: argparse.Namespace, name: str) -> TextIO:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     return (out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl").open("w")
+
+
+Runs = dict[str, dict[str, list[dict[str, Any]]]]
+
+
+def run_interleaved(
+    urls: dict[str, str],
+    scenarios: Iterable[str],
+    repeats: int,
+    run_one: Callable[[str, str, int], dict[str, Any]],
+    log: TextIO,
+    runs: Runs,
+) -> None:
+    """Run every scenario ``repeats`` times on every server, into ``runs[server][scenario]``.
+
+    Scenario by scenario, so the machine's drift hits every server alike, and alternating which server
+    goes first. ``run_one(url, scenario, rep)`` gives one run's numbers, each logged as a JSON line.
+    """
+    names = list(urls)
+    for name in scenarios:
+        for rep in range(repeats):
+            for server in names if rep % 2 == 0 else names[::-1]:
+                result = run_one(urls[server], name, rep)
+                runs.setdefault(server, {}).setdefault(name, []).append(result)
+                row = json.dumps({"server": server, "scenario": name, "rep": rep, **result})
+                log.write(row + "\n")
+                print(row, flush=True)

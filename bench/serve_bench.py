@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import Server, bench_arguments, bench_model, lfmserve_command, llama_server_binary, results_log
+from common import (
+    Runs,
+    Server,
+    bench_arguments,
+    bench_model,
+    lfmserve_command,
+    llama_server_binary,
+    results_log,
+    run_interleaved,
+)
 
 from lfmserve.testing import gemma3_270m_path
 
@@ -62,7 +71,7 @@ class Stream:
 
 
 async def chat(
-    client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int, *, ignore_eos: bool = True
+    client: httpx.AsyncClient, messages: list[dict[str, Any]], max_tokens: int, *, ignore_eos: bool = True
 ) -> Stream:
     stream = await _chat(client, messages, max_tokens, ignore_eos)
     if stream.error and "RemoteProtocolError" in stream.error and not stream.t_tokens:
@@ -70,7 +79,7 @@ async def chat(
     return stream
 
 
-async def _chat(client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int, ignore_eos: bool) -> Stream:
+async def _chat(client: httpx.AsyncClient, messages: list[dict[str, Any]], max_tokens: int, ignore_eos: bool) -> Stream:
     body = {
         "messages": messages,
         "max_tokens": max_tokens,
@@ -241,22 +250,25 @@ def median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def table(all_results: dict[str, dict[str, Any]]) -> str:
-    rows: list[tuple[str, str, bool]] = [  # (label, path, higher is better)
-        *[(f"aggregate tok/s, {n} streams", f"throughput_{n}.tok_s", True) for n in (1, 2, 4, 8)],
-        *[(f"TTFT p50 s, {n} streams", f"throughput_{n}.ttft_p50", False) for n in (1, 4, 8)],
-        *[(f"TTFT p95 s, {n} streams", f"throughput_{n}.ttft_p95", False) for n in (1, 4, 8)],
-        ("inter-token latency p95 s during another prompt's prefill", "itl.itl_p95", False),
-        ("worst inter-token gap s during that prefill", "itl.itl_max", False),
-        ("multi-turn TTFT s (median of turns 2-8)", "conversation.turn_ttft_median_2_on", False),
-        ("TTFT s after trimming the oldest turns", "conversation.trimmed_ttft", False),
-        ("multi-turn TTFT s, real model (median of turns 2-5)", "real_conversation.turn_ttft_median_2_on", False),
-        ("TTFT s, 8 users sharing a 2,000-token system prompt (mean)", "shared_prompt.ttft_mean", False),
-        ("failed requests", "failed", False),
-    ]
+SERVE_ROWS = [  # (label, path)
+    *[(f"aggregate tok/s, {n} streams", f"throughput_{n}.tok_s") for n in (1, 2, 4, 8)],
+    *[(f"TTFT p50 s, {n} streams", f"throughput_{n}.ttft_p50") for n in (1, 4, 8)],
+    *[(f"TTFT p95 s, {n} streams", f"throughput_{n}.ttft_p95") for n in (1, 4, 8)],
+    ("inter-token latency p95 s during another prompt's prefill", "itl.itl_p95"),
+    ("worst inter-token gap s during that prefill", "itl.itl_max"),
+    ("multi-turn TTFT s (median of turns 2-8)", "conversation.turn_ttft_median_2_on"),
+    ("TTFT s after trimming the oldest turns", "conversation.trimmed_ttft"),
+    ("multi-turn TTFT s, real model (median of turns 2-5)", "real_conversation.turn_ttft_median_2_on"),
+    ("TTFT s, 8 users sharing a 2,000-token system prompt (mean)", "shared_prompt.ttft_mean"),
+    ("failed requests", "failed"),
+]
+
+
+def table(all_results: dict[str, dict[str, Any]], rows: list[tuple[str, str]]) -> str:
+    """A markdown table of ``rows`` (label, dotted path into the results), with lfmserve / llama-server."""
     names = list(all_results)
     out = ["| metric | " + " | ".join(names) + " | lfmserve / llama-server |", "|---" * (len(names) + 2) + "|"]
-    for label, path, _ in rows:
+    for label, path in rows:
         values = [_get(all_results[n], path) for n in names]
         ref, ours = _get(all_results.get("llama-server", {}), path), _get(all_results.get("lfmserve", {}), path)
         ratio = f"{ours / ref:.2f}" if ref and ref == ref and ours == ours else "—"
@@ -327,7 +339,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     binary = llama_server_binary(parser, args)
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    runs: Runs = {}
     groups = [(bench_model, SCENARIOS), (gemma3_270m_path, REAL_MODEL_SCENARIOS)]
     with results_log(args, "serve") as log:
         for model, scenarios in groups:
@@ -337,16 +349,13 @@ def main() -> int:
             servers = make_servers(str(model()), binary, args)
             with contextlib.ExitStack() as stack:
                 urls = {srv.name: stack.enter_context(srv) for srv in servers}  # all loaded; one is sent work at a time
-                for name in names:  # interleaved, so the machine's drift hits every server alike
-                    for rep in range(args.repeats):
-                        for srv in servers if rep % 2 == 0 else servers[::-1]:  # neither server always goes first
-                            result = asyncio.run(run_scenario(urls[srv.name], name, args, rep))
-                            runs.setdefault(srv.name, {}).setdefault(name, []).append(result)
-                            row = {"server": srv.name, "scenario": name, "rep": rep, **result}
-                            log.write(json.dumps(row) + "\n")
-                            print(json.dumps(row), flush=True)
+
+                def run_one(url: str, name: str, rep: int) -> dict[str, Any]:
+                    return asyncio.run(run_scenario(url, name, args, rep))
+
+                run_interleaved(urls, names, args.repeats, run_one, log, runs)
     all_results = {srv: {name: median_result(r) for name, r in by.items()} for srv, by in runs.items()}
-    print(table(all_results))
+    print(table(all_results, SERVE_ROWS))
     return 0
 
 

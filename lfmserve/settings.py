@@ -151,6 +151,15 @@ class Settings:
             action="store_true",
         ),
     )
+    media_encode_beside: bool = field(
+        default=True,
+        metadata=_flag(
+            "--media-encode-beside",
+            help="encode media on half the cores while other streams keep generating (default; holds the "
+            "projector twice; --no-media-encode-beside: streams wait for each encode, as in llama-server)",
+            action=argparse.BooleanOptionalAction,
+        ),
+    )
     media_cache: int = field(
         default=256,
         metadata=_flag("--media-cache", help="MiB of projector output kept for media seen before (0 = off)", type=int),

@@ -17,7 +17,7 @@ import uvicorn
 
 from lfmserve.api.app import create_app
 from lfmserve.chat.serving import Serving
-from lfmserve.models.loader import load_serving
+from lfmserve.models.loader import ModelFiles, load_serving
 from lfmserve.settings import Settings
 from lfmserve.testing import TinyLfm2, TinyProjector, free_port, gemma3_270m_path, write_lfm2_gguf, write_mmproj_gguf
 
@@ -109,8 +109,8 @@ class ServerThread:
 
 def serve(settings: Settings, load: Callable[[], Serving] | None = None) -> ServerThread:
     assert settings.model is not None
-    path = settings.model
-    app = create_app(settings, load or (lambda: load_serving(settings, path)))
+    files = ModelFiles(settings.model, settings.mmproj)
+    app = create_app(settings, load or (lambda: load_serving(settings, files)))
     return ServerThread(app).start()
 
 

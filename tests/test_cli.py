@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lfmserve.testing import free_port
+from lfmserve.testing import TinyProjector, free_port, write_mmproj_gguf
 from tests.conftest import Running, wait_healthy
 
 LFMSERVE = shutil.which("lfmserve")
@@ -169,3 +169,28 @@ def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tin
     assert results["whole"] == ["503", json.dumps(shutting_down, separators=(",", ":"))]
     finish = json.loads(results["short"][-2].removeprefix("data: "))
     assert results["short"][-1] == "data: [DONE]" and finish["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_projector_for_another_text_width_fails_with_one_line(tmp_path: Path, vl_gguf: Path) -> None:
+    assert LFMSERVE is not None
+    narrow = write_mmproj_gguf(tmp_path / "mmproj-32.gguf", TinyProjector(kind="vision", n_embd_text=32))
+    result = subprocess.run(
+        [LFMSERVE, "-m", str(vl_gguf), "--mmproj", str(narrow), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[-1] == (
+        f"lfmserve: error: failed to load the multimodal projector {narrow}: "
+        "mismatch between text model (n_embd = 64) and mmproj (n_embd = 32)"
+    )
+    assert [line for line in lines if "ERROR" in line or "error" in line] == [lines[-1]]
+
+
+def test_a_missing_projector_file_is_refused_before_loading(tmp_path: Path, vl_gguf: Path) -> None:
+    assert LFMSERVE is not None
+    missing = tmp_path / "mmproj.gguf"
+    result = subprocess.run([LFMSERVE, "-m", str(vl_gguf), "--mmproj", str(missing)], capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (1, f"lfmserve: error: projector file not found: {missing}\n")

@@ -119,16 +119,21 @@ BodyT = TypeVar("BodyT", bound=BaseModel)
 
 
 def parse_body(model: type[BodyT], raw: bytes) -> BodyT:
-    """Validate a raw JSON body; the first problem becomes an :class:`InvalidRequest` naming the field."""
+    """Validate a raw JSON body; the most specific problem becomes an :class:`InvalidRequest` naming the field.
+
+    A value that matches no member of a union gets an error per member; the deepest one says what is wrong
+    (the list item whose part type is unknown, rather than "not a string" for the whole list).
+    """
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise invalid_request(exc.errors(include_url=False)[0]) from None
+        errors = exc.errors(include_url=False)
+        raise invalid_request(max(errors, key=lambda error: len(error["loc"]))) from None
 
 
 def invalid_request(error: Any) -> InvalidRequest:
     """One pydantic (or FastAPI) validation error as a 400 naming its field and the value given."""
-    location = ".".join(str(part) for part in error["loc"])
+    location = ".".join(str(part) for part in error["loc"] if not _union_member(part))
     if error["type"] == "json_invalid":
         return InvalidRequest(f"Invalid JSON body: {error['msg'].removeprefix('Invalid JSON: ')}")
     if error["type"] == "missing":
@@ -138,6 +143,11 @@ def invalid_request(error: Any) -> InvalidRequest:
     return InvalidRequest(
         f"Invalid value for '{location}': {error['msg']} (got {_short(error.get('input'))})", param=location
     )
+
+
+def _union_member(part: object) -> bool:
+    """A union member's label in pydantic's error location (``str``, ``list[...]``), which no client sent."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool", "none") or "[" in part)
 
 
 def _short(value: Any) -> str:

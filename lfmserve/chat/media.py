@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from ..errors import InvalidRequest
 from ..llama.mtmd import Media, Projector
-from ..media.decode import decode_audio, decode_image, is_audio
+from ..media.decode import decode_audio, decode_image, is_audio, is_image
 from ..media.sources import MediaPolicy, media_bytes
 from .request import ChatRequest, MediaType
 
@@ -92,19 +92,20 @@ class MediaReader:
         """The decoded media of the sources, in order."""
         self.check_types(sources)
         media = []
-        for _, source, param in sources:
+        for kind, source, param in sources:
             data = await media_bytes(source, self._policy, param=param)
-            media.append(await asyncio.to_thread(self._decode, data, param))
+            media.append(await asyncio.to_thread(self._decode, kind, data, param))
         return media
 
     def _check_supported(self, kind: MediaType, param: str) -> None:
         if not self.modalities["vision" if kind == "image" else kind]:
             raise unsupported(kind, param)
 
-    def _decode(self, data: bytes, param: str) -> Media:
+    def _decode(self, kind: MediaType | None, data: bytes, param: str) -> Media:
         projector = self._projector
         assert projector is not None  # checked by the part's type first
-        if is_audio(data):
+        # Bytes that are neither audio nor an image, in an audio part: refused as audio, not as "not an image".
+        if is_audio(data) or (kind == "audio" and not is_image(data)):
             self._check_supported("audio", param)
             seconds = projector.max_audio_seconds or MAX_AUDIO_SECONDS
             return Media.audio(decode_audio(data, sample_rate=projector.sample_rate, max_seconds=seconds, param=param))

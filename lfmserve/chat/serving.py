@@ -271,6 +271,12 @@ class Serving:
         """The steps of the message itself: the end-of-generation token is not part of it."""
         return [step for step in steps if not self.model.is_eog(step.token)]
 
+    def prompt_text(self, request: EngineRequest) -> str:
+        """A request's prompt as text, its media left out (llama-server's ``server_tokens::detokenize``)."""
+        if not request.media:
+            return self.model.detokenize(request.prompt_tokens, special=True)
+        return self.model.detokenize([t for t in request.prompt_tokens if t >= 0], special=True)
+
     def detokenize(self, tokens: Sequence[int]) -> str:
         """Token ids as text (special tokens spelled out); an id outside the vocabulary is a 400."""
         bad = [t for t in tokens if not self.model.is_valid_token(t)]

@@ -66,7 +66,9 @@ class Engine:
         self.n_ctx_slot = self._memory.n_ctx_slot
         #: Media chunks' embeddings (None without a projector: such requests are refused).
         self.media = (
-            MediaEncoder(projector, max_bytes=config.media_cache_bytes, stats=self.stats) if projector else None
+            MediaEncoder(projector, max_bytes=config.media_cache_bytes, stats=self.stats, wake=self._wake)
+            if projector
+            else None
         )
         self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch, encoder=self.media)
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
@@ -217,15 +219,18 @@ class Engine:
 
     # -- engine thread -------------------------------------------------------------------------
     def _run(self) -> None:
+        stalled = False  # the last step only waited for encodes beside: sleep until one ends (or a command)
         while not self._closing:
-            self._drain_inbox(block=not self._waiting and not self._running)
+            self._drain_inbox(block=stalled or (not self._waiting and not self._running))
             if self._closing:
                 break
+            stalled = False
             try:
                 self._start_waiting()
                 running = self._live()
                 if running:
-                    self._step.run(running)
+                    progressed = self._step.run(running)
+                    stalled = not progressed and self.media is not None and self.media.encoding_beside
             except Exception as exc:  # a bug must cost the requests in flight, never the engine
                 logger.exception("engine step failed; failing the active requests")
                 for gen in self._live():
@@ -236,6 +241,12 @@ class Engine:
             gen.fail(Unavailable("the server is shutting down"))
         for submission in self._waiting:
             submission.sink.put(Unavailable("the server is shutting down"))
+        if self.media is not None:
+            self.media.close()
+
+    def _wake(self) -> None:
+        """Wake the engine thread from a stall (called by the encoder's worker)."""
+        self._inbox.put(_nothing)
 
     def _live(self) -> list[Generation]:
         """The generations still running, oldest request first (one may finish as it starts, or be cancelled
@@ -306,3 +317,7 @@ class Engine:
             slot.busy = False
             slot.last_used = time.monotonic()
         submission.sink.put(error)
+
+
+def _nothing() -> None:
+    """The command that only wakes the engine thread."""

@@ -9,6 +9,10 @@ The encoder keeps each chunk's embedding rows in an LRU bounded in bytes (``--me
 image in another prompt (a new conversation about the same snapshot, another slot) skips the projector,
 the part that costs seconds of CPU for a real one. llama-server encodes again.
 
+While other generations run, a chunk is encoded beside them: on a worker thread, with the projector's
+second context (its own threads), while the engine keeps decoding with the cores that are left. The
+streams slow down by those cores instead of stopping for seconds, as they do in llama-server.
+
 Example::
 
     prompt, spans = prompt_from_chunks(projector.tokenize(text, media))
@@ -22,7 +26,8 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -87,17 +92,43 @@ def spans_match_prompt(prompt: Sequence[int], spans: Sequence[MediaSpan]) -> boo
     return True
 
 
-class MediaEncoder:
-    """A projector's embeddings for media chunks, the most recently used kept up to ``max_bytes``."""
+Rows = npt.NDArray[np.float32]
 
-    def __init__(self, projector: Projector, *, max_bytes: int, stats: EngineStats) -> None:
+
+class MediaEncoder:
+    """A projector's embeddings for media chunks, the most recently used kept up to ``max_bytes``.
+
+    Used from the engine thread only; ``wake`` is called (from the worker) when an encode beside finishes.
+    """
+
+    def __init__(
+        self, projector: Projector, *, max_bytes: int, stats: EngineStats, wake: Callable[[], None] = lambda: None
+    ) -> None:
         self.projector = projector
         self.max_bytes = max_bytes
         self._stats = stats
-        self._rows: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._wake = wake
+        self._rows: OrderedDict[str, Rows] = OrderedDict()
         self.n_bytes = 0
+        self._worker = (
+            ThreadPoolExecutor(1, thread_name_prefix="lfmserve-encode") if projector.side_threads > 0 else None
+        )
+        #: Encodes started beside the engine, by span key, until their rows are taken.
+        self._beside: dict[str, Future[tuple[Rows, float]]] = {}
 
-    def cached(self, span: MediaSpan) -> npt.NDArray[np.float32] | None:
+    @property
+    def can_encode_beside(self) -> bool:
+        return self._worker is not None
+
+    def started_beside(self, span: MediaSpan) -> bool:
+        return span.key in self._beside
+
+    @property
+    def encoding_beside(self) -> bool:
+        """Whether an encode beside is running (the engine then decodes with fewer threads)."""
+        return any(not future.done() for future in self._beside.values())
+
+    def cached(self, span: MediaSpan) -> Rows | None:
         """The span's rows if they are kept (a cache hit, marked as just used), else None."""
         rows = self._rows.get(span.key)
         if rows is not None:
@@ -105,21 +136,60 @@ class MediaEncoder:
             self._stats.n_media_cache_hits += 1
         return rows
 
-    def encode(self, span: MediaSpan) -> npt.NDArray[np.float32]:
-        """The span's embedding rows from the projector (then kept)."""
-        t0 = time.perf_counter()
-        rows = self.projector.encode(span.chunk)
-        self._stats.media_encode_seconds += time.perf_counter() - t0
-        self._stats.n_media_encodes += 1
-        self._keep(span.key, rows)
+    def encode(self, span: MediaSpan) -> Rows:
+        """The span's embedding rows from the projector (then kept), on this thread with all its threads."""
+        rows, seconds = self._timed(span, beside=False)
+        self._encoded(span.key, rows, seconds)
         return rows
+
+    def encode_beside(self, span: MediaSpan) -> Rows | None:
+        """The span's rows from an encode beside the engine: None while it runs (it starts on the first call).
+
+        An encode that failed raises its :class:`EngineError` here, once.
+        """
+        assert self._worker is not None, "no second projector context"
+        future = self._beside.get(span.key)
+        if future is None:
+            self._take_orphans()
+            future = self._worker.submit(self._timed, span, beside=True)
+            future.add_done_callback(lambda _: self._wake())
+            self._beside[span.key] = future
+        if not future.done():
+            return None
+        del self._beside[span.key]
+        rows, seconds = future.result()
+        self._encoded(span.key, rows, seconds)
+        return rows
+
+    def close(self) -> None:
+        """Wait for an encode beside to finish (the projector must outlive it)."""
+        if self._worker is not None:
+            self._worker.shutdown(wait=True, cancel_futures=True)
+
+    def _take_orphans(self) -> None:
+        """Keep the rows of encodes whose requests went away before taking them (cancelled, failed)."""
+        for key, future in list(self._beside.items()):
+            if future.done():
+                del self._beside[key]
+                if future.exception() is None:
+                    self._encoded(key, *future.result())
+
+    def _timed(self, span: MediaSpan, *, beside: bool) -> tuple[Rows, float]:
+        t0 = time.perf_counter()
+        rows = self.projector.encode(span.chunk, beside=beside)
+        return rows, time.perf_counter() - t0
+
+    def _encoded(self, key: str, rows: Rows, seconds: float) -> None:
+        self._stats.media_encode_seconds += seconds
+        self._stats.n_media_encodes += 1
+        self._keep(key, rows)
 
     @property
     def n_entries(self) -> int:
         return len(self._rows)
 
-    def _keep(self, key: str, rows: npt.NDArray[np.float32]) -> None:
-        if rows.nbytes > self.max_bytes:
+    def _keep(self, key: str, rows: Rows) -> None:
+        if rows.nbytes > self.max_bytes or key in self._rows:
             return
         self._rows[key] = rows
         self.n_bytes += rows.nbytes

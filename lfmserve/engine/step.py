@@ -8,9 +8,10 @@ position, where the state is saved after the decode.
 
 Media positions take embedding rows, which llama.cpp decodes in a batch of their own: after the token
 batch's decode (and its sampling), the same step decodes the media rows of the prompts that have reached
-one, in the room left. Encoding a media chunk (seconds of CPU for a real projector's image) happens
-between steps, one chunk per step while streams are generating, and its rows go in the next step: a
-stream waits for one encode or one micro-batch at a time, never for a whole image.
+one, in the room left. Encoding a media chunk costs seconds of CPU for a real projector's image. While
+other generations run it happens beside them, on the encoder's worker with cores the engine lends it
+(decoding goes on with the rest), and the prompt waits for its rows; a generation alone encodes on the
+engine thread with every core, one chunk per step.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..errors import EngineError
 from ..llama.batch import Batch
 from ..llama.context import NativeContext
 from .generation import Generation
-from .media import MediaEncoder
+from .media import MediaEncoder, Rows
 from .memory import SlotMemory
 from .records import EngineStats, MediaSpan
 
@@ -47,8 +48,13 @@ class BatchStep:
         self._n_ubatch = n_ubatch
         self._encoder = encoder
 
-    def run(self, running: Sequence[Generation]) -> None:
-        """Decode one batch for ``running`` and move each generation on (a chunk prefilled, a token sampled)."""
+    def run(self, running: Sequence[Generation]) -> bool:
+        """Decode one batch for ``running`` and move each generation on (a chunk prefilled, a token sampled).
+
+        False when there was nothing to do but wait for encodes beside (the encoder's ``wake`` ends the wait).
+        """
+        if self._encoder is not None:
+            self._ctx.lend_threads(self._encoder.projector.side_threads if self._encoder.encoding_beside else 0)
         batch = self._ctx.batch
         batch.clear()
         for gen in running:
@@ -64,7 +70,8 @@ class BatchStep:
                 n = self._add_prompt_chunk(gen, min(budget, batch.free))
                 budget -= n
                 prefill_chunks.append((gen, n))
-        if batch.n_tokens and self._decode(batch, running):
+        decoded = batch.n_tokens > 0
+        if decoded and self._decode(batch, running):
             for gen, n in prefill_chunks:
                 self.after_prompt_chunk(gen, n, time.perf_counter())
             for gen in running:
@@ -73,7 +80,9 @@ class BatchStep:
                 if gen.batch_index >= 0 and not gen.done:
                     gen.sample(self._ctx)
         if self._encoder is not None and budget > 0:
-            self._run_media(running, budget, streaming=streaming)
+            beside = self._encoder.can_encode_beside and (streaming or len(running) > 1)
+            decoded |= self._run_media(running, budget, streaming=streaming, beside=beside)
+        return decoded
 
     def _decode(self, batch: Batch, running: Sequence[Generation]) -> bool:
         """Decode ``batch``; a failure fails every running generation (False)."""
@@ -108,13 +117,16 @@ class BatchStep:
         return n
 
     # -- media ------------------------------------------------------------------------------------
-    def _run_media(self, running: Sequence[Generation], budget: int, *, streaming: bool) -> None:
-        """Encode a media chunk that is due, and decode the embedding rows of prompts at media positions."""
+    def _run_media(self, running: Sequence[Generation], budget: int, *, streaming: bool, beside: bool) -> bool:
+        """Get the rows of media chunks that are due, and decode those of prompts at media positions.
+
+        False when nothing happened (every prompt at a media position waits for an encode beside).
+        """
         assert self._encoder is not None
         batch = self._ctx.embd_batch
         batch.clear()
         budget = min(budget, batch.capacity)
-        encoded = False
+        progressed = encoded_here = False
         chunks: list[tuple[Generation, int]] = []
         for gen in running:
             gen.batch_index = -1
@@ -125,22 +137,21 @@ class BatchStep:
             if span is None:
                 continue
             if gen.media_rows is None or gen.media_rows[0] is not span:
-                rows = self._encoder.cached(span)
+                try:
+                    rows, encoded = self._rows(span, beside=beside, may_encode=not encoded_here)
+                except EngineError as exc:  # this request's media, not the others'
+                    logger.error("request %d: %s", gen.id, exc)
+                    self._memory.reset(gen.slot)
+                    gen.fail(exc)
+                    progressed = True
+                    continue
+                progressed |= encoded
+                encoded_here |= encoded
                 if rows is None:
-                    if encoded:
-                        continue  # one encode per step: the other waits for the next
-                    encoded = True
-                    try:
-                        rows = self._encoder.encode(span)
-                    except EngineError as exc:  # this request's media, not the others'
-                        logger.error("request %d: %s", gen.id, exc)
-                        self._memory.reset(gen.slot)
-                        gen.fail(exc)
-                        continue
-                    gen.media_rows = (span, rows)
-                    if streaming:
-                        continue  # the streams have waited for the encode: the rows go in the next step
+                    continue  # being encoded (beside, or after this step's encode)
                 gen.media_rows = (span, rows)
+                if encoded and streaming:
+                    continue  # the streams have waited for the encode: the rows go in the next step
             rows = gen.media_rows[1]
             n = min(_prefill_end(gen, done) - done, budget)
             wants_logits = done + n == len(gen.prompt) and gen.request.max_tokens != 0
@@ -151,7 +162,7 @@ class BatchStep:
             budget -= n
             chunks.append((gen, n))
         if not chunks or not self._decode(batch, running):
-            return
+            return progressed or bool(chunks)
         now = time.perf_counter()
         for gen, n in chunks:
             self.after_prompt_chunk(gen, n, now)
@@ -159,6 +170,20 @@ class BatchStep:
                 gen.media_rows = None
             if gen.batch_index >= 0 and not gen.done:
                 gen.sample(self._ctx)
+        return True
+
+    def _rows(self, span: MediaSpan, *, beside: bool, may_encode: bool) -> tuple[Rows | None, bool]:
+        """A span's rows if they are at hand (cached, or an encode beside has finished), and whether this
+        thread encoded them; None while an encode beside runs, or when this step has already encoded one."""
+        assert self._encoder is not None
+        rows = self._encoder.cached(span)
+        if rows is not None:
+            return rows, False
+        if beside or self._encoder.started_beside(span):
+            return self._encoder.encode_beside(span), False
+        if not may_encode:
+            return None, False  # one encode per step: this one waits for the next
+        return self._encoder.encode(span), True
 
     def after_prompt_chunk(self, gen: Generation, n: int, now: float) -> None:
         """``n`` more prompt tokens are in the slot's memory: checkpoint where due, and note the prompt's end.

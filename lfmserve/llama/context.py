@@ -43,6 +43,8 @@ class NativeContext:
         if not self._ctx:
             raise EngineError("failed to create the llama.cpp context (out of memory?)")
         self.model = model
+        self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
+        self._threads_lent = 0
         self._memory = llama.llama_get_memory(self._ctx)
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)
@@ -62,6 +64,12 @@ class NativeContext:
         if self._embd_batch is None:
             self._embd_batch = Batch(self.n_ubatch, n_embd=self.model.info.n_embd)
         return self._embd_batch
+
+    def lend_threads(self, n: int) -> None:
+        """Decode with ``n`` fewer threads (at least one) until lent 0 again: the cores go to another encoder."""
+        if n != self._threads_lent:
+            self._threads_lent = n
+            llama.llama_set_n_threads(self._ctx, max(1, self.n_threads - n), max(1, self.n_threads_batch - n))
 
     def decode(self, batch: Batch | None = None) -> None:
         """Decode ``batch`` (the token batch by default); raise :class:`EngineError` on failure."""

@@ -209,8 +209,11 @@ class NativeModel:
         return self.token_to_piece(token, special=True).decode("utf-8", "replace")
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """The text of ``tokens``, which must all be vocabulary ids (llama.cpp aborts the process on others)."""
         if not tokens:
             return ""
+        if not all(0 <= t < self.n_vocab for t in tokens):
+            raise ValueError(f"token ids outside the vocabulary of {self.n_vocab}")
         arr = (llama.llama_token * len(tokens))(*tokens)
         capacity = len(tokens) * 16 + 16
         while True:

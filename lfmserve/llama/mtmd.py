@@ -105,6 +105,16 @@ class ProjectorFile:
     max_audio_seconds: float | None
 
 
+def _open(path: str, model: NativeModel, params: Any, n_threads: int) -> Any:
+    """An mtmd context for ``path`` over ``model`` with ``n_threads`` encoder threads."""
+    params.n_threads = n_threads
+    with captured_errors() as errors:
+        ctx = mtmd.mtmd_init_from_file(path.encode(), model.handle, params)
+    if not ctx:
+        raise EngineError(f"failed to load the multimodal projector {path}: {failure_reason(errors)}")
+    return ctx
+
+
 def read_projector_file(path: str) -> ProjectorFile:
     """The projector types and the audio length bound, from the GGUF's metadata and tensor shapes."""
     try:
@@ -123,12 +133,21 @@ def read_projector_file(path: str) -> ProjectorFile:
 
 
 class Projector:
+    """An mtmd context over a text model; optionally a second one, with fewer threads, to encode beside decoding.
+
+    mtmd fixes an encoder's thread count when it loads. On a machine whose cores the engine's decoding
+    uses, a projector that encodes while streams generate needs cores of its own: ``side_threads`` opens a
+    second context with that many threads (the projector's weights are then held twice), which the engine
+    uses from a worker thread while it decodes with the rest.
+    """
+
     def __init__(
         self,
         path: str,
         model: NativeModel,
         *,
         n_threads: int,
+        side_threads: int = 0,
         use_gpu: bool = False,
         image_min_tokens: int = -1,
         image_max_tokens: int = -1,
@@ -140,18 +159,16 @@ class Projector:
             self._marker_bytes = media_marker.encode()  # kept alive: mtmd holds the pointer
             params.media_marker = self._marker_bytes
         params.use_gpu = use_gpu
-        params.n_threads = n_threads
         params.print_timings = False
         params.image_min_tokens = image_min_tokens
         params.image_max_tokens = image_max_tokens
         mtmd.mtmd_log_set(forward_log, None)
-        with captured_errors() as errors:
-            self._ctx = mtmd.mtmd_init_from_file(path.encode(), model.handle, params)
-        if not self._ctx:
-            raise EngineError(f"failed to load the multimodal projector {path}: {failure_reason(errors)}")
         self.path = path
+        self._side_ctx: Any = None
+        self._ctx = _open(path, model, params, n_threads)
         #: Tokenizing (a request's worker thread) and encoding (the engine thread) share the context.
         self._lock = threading.Lock()
+        self._side_lock = threading.Lock()
         self.n_embd = model.info.n_embd
         self.vision = bool(mtmd.mtmd_support_vision(self._ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self._ctx))
@@ -164,8 +181,12 @@ class Projector:
         self.projector_types = facts.projector_types
         #: The longest audio the encoder takes: mtmd aborts the process beyond it (LFM2-Audio's position rows).
         self.max_audio_seconds = facts.max_audio_seconds
+        #: Threads of the second context (0: there is none, every encode uses the first).
+        self.side_threads = side_threads
         try:
             self._check_model(model)
+            if side_threads > 0:
+                self._side_ctx = _open(path, model, params, side_threads)
         except EngineError:
             self.close()
             raise
@@ -225,21 +246,29 @@ class Projector:
             for bitmap in bitmaps:
                 mtmd.mtmd_bitmap_free(bitmap)
 
-    def encode(self, chunk: PromptChunk) -> npt.NDArray[np.float32]:
-        """The embeddings of a media chunk, ``(n_tokens, n_embd)``: seconds of CPU for a real projector's image."""
+    def encode(self, chunk: PromptChunk, *, beside: bool = False) -> npt.NDArray[np.float32]:
+        """The embeddings of a media chunk, ``(n_tokens, n_embd)``: seconds of CPU for a real projector's image.
+
+        ``beside`` encodes with the second context (:attr:`side_threads` threads); both give the same rows.
+        """
         if chunk.kind == "text" or chunk._handle is None:
             raise ValueError("only media chunks are encoded")
-        with self._lock:
-            if mtmd.mtmd_encode_chunk(self._ctx, chunk._handle) != 0:
+        if beside and not self._side_ctx:
+            raise ValueError("this projector has no second context (side_threads=0)")
+        ctx, lock = (self._side_ctx, self._side_lock) if beside else (self._ctx, self._lock)
+        with lock:
+            if mtmd.mtmd_encode_chunk(ctx, chunk._handle) != 0:
                 raise EngineError(f"mtmd could not encode the {chunk.kind}")
-            output = mtmd.mtmd_get_output_embd(self._ctx)
+            output = mtmd.mtmd_get_output_embd(ctx)
             rows = np.ctypeslib.as_array(output, shape=(chunk.n_tokens * self.n_embd,))
             return rows.reshape(chunk.n_tokens, self.n_embd).copy()
 
     def close(self) -> None:
-        if self._ctx:
-            mtmd.mtmd_free(self._ctx)
-            self._ctx = None
+        for name in ("_side_ctx", "_ctx"):
+            ctx = getattr(self, name)
+            if ctx:
+                mtmd.mtmd_free(ctx)
+                setattr(self, name, None)
 
     def _bitmap(self, item: Media) -> Any:
         if item.kind == "image":

@@ -60,6 +60,8 @@ def decode_image(data: bytes, *, param: str) -> npt.NDArray[np.uint8]:
             f"image larger than {MAX_IMAGE_PIXELS // 1_000_000} megapixels (by its header)", param=param
         ) from None
     except UnidentifiedImageError:
+        if is_image(data):  # the signature of a format read here, with a header Pillow refused (a 0x0 PNG)
+            raise InvalidRequest(f"{FAILED}: the image's header is invalid", param=param) from None
         raise InvalidRequest(
             f"{FAILED}: not an image in a format read here ({', '.join(IMAGE_FORMATS)})", param=param
         ) from None
@@ -98,6 +100,8 @@ def decode_audio(data: bytes, *, sample_rate: int, max_seconds: float, param: st
         raise
     except (soundfile.LibsndfileError, RuntimeError, ValueError, TypeError) as exc:
         reason = re.sub(r"^Error opening .*?: ", "", str(exc)).rstrip(".")  # not the BytesIO's repr
+        if "not a regular file" in reason:  # libsndfile's words for an MPEG stream with no readable frame
+            reason = "no audio frames found"
         raise InvalidRequest(f"{FAILED}: the audio cannot be decoded ({reason})", param=param) from None
     _check_length(len(samples), rate, max_seconds, param)  # what was actually there, not what the header said
     mono = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
@@ -130,3 +134,9 @@ def is_audio(data: bytes) -> bool:
     if head[:3] == b"ID3" or head[:4] in (b"fLaC", b"OggS"):
         return True
     return len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0  # an MPEG audio frame
+
+
+def is_image(data: bytes) -> bool:
+    """Whether the bytes start with the signature of a format read here (Pillow's own check, header unread)."""
+    Image.init()
+    return any(accept(data[:16]) for accept in (Image.OPEN[fmt][1] for fmt in IMAGE_FORMATS) if accept is not None)

@@ -103,10 +103,12 @@ def engine_config(settings: Settings) -> EngineConfig:
 
 def load_projector(settings: Settings, path: str, model: NativeModel) -> Projector:
     """The multimodal projector, its media marker llama-server's (``LLAMA_MEDIA_MARKER``, else random)."""
+    n_threads = settings.threads_batch or settings.threads
     projector = Projector(
         path,
         model,
-        n_threads=settings.threads_batch or settings.threads,
+        n_threads=n_threads,
+        side_threads=n_threads // 2 if settings.media_encode_beside else 0,
         use_gpu=settings.mmproj_offload and settings.n_gpu_layers != 0,
         image_min_tokens=settings.image_min_tokens,
         image_max_tokens=settings.image_max_tokens,

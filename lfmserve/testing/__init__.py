@@ -16,7 +16,7 @@ from .lfm2 import (
     lfm2_350m_shape,
     write_lfm2_gguf,
 )
-from .mmproj import TinyProjector, write_mmproj_gguf
+from .mmproj import TinyProjector, lfm2_vl_450m_projector, write_mmproj_gguf
 from .resources import free_port, gemma3_270m_path
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "free_port",
     "gemma3_270m_path",
     "lfm2_350m_shape",
+    "lfm2_vl_450m_projector",
     "write_lfm2_gguf",
     "write_mmproj_gguf",
 ]

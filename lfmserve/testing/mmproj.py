@@ -44,6 +44,27 @@ class TinyProjector:
     n_mel: int = 128
     position_rows: int = 16392
     weight_scale: float = 0.5
+    #: Matrices in F16 (as real projectors ship) instead of F32; norms and biases stay F32.
+    f16_matrices: bool = False
+
+
+def lfm2_vl_450m_projector(seed: int = 0, n_embd_text: int = 1024) -> TinyProjector:
+    """A vision projector shaped like LFM2-VL-450M's (SigLIP2 base: 12 layers, width 768), for benchmarks.
+
+    About 90 M random F16 weights; pair it with :func:`lfm2_350m_shape` ``(vision_tokens=True)``.
+    """
+    return TinyProjector(
+        seed=seed,
+        kind="vision",
+        n_embd_text=n_embd_text,
+        width=768,
+        n_layer=12,
+        n_head=12,
+        n_ff_vision=3072,
+        projector_hidden=2560,
+        weight_scale=0.2,
+        f16_matrices=True,
+    )
 
 
 def write_mmproj_gguf(path: str | Path, spec: TinyProjector | None = None) -> Path:
@@ -54,6 +75,7 @@ def write_mmproj_gguf(path: str | Path, spec: TinyProjector | None = None) -> Pa
     rng = np.random.default_rng(spec.seed)
 
     def add(name: str, *numpy_shape: int, ones: bool = False, f16: bool = False) -> None:
+        f16 = f16 or (spec.f16_matrices and len(numpy_shape) >= 2 and not name.startswith("v.position"))
         if ones:
             data = np.ones(numpy_shape, dtype=np.float32)
         else:  # scaled by the fan-in, so activations stay finite through the blocks; clip.cpp wants F32 (or F16)

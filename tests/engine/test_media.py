@@ -4,6 +4,7 @@ reference), alone, batched with text streams, across turns, and from the media c
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from lfmserve.engine.core import Engine
 from lfmserve.engine.media import MediaEncoder, media_ends, media_token_ids, prompt_from_chunks, spans_match_prompt
-from lfmserve.engine.records import EngineConfig, EngineRequest, EngineStats, MediaSpan
+from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest, EngineStats, MediaSpan
 from lfmserve.engine.stream import SyncStream
 from lfmserve.errors import InvalidRequest
 from lfmserve.llama.model import NativeModel
@@ -195,6 +196,68 @@ def test_an_image_batched_with_three_text_streams_gives_the_same_tokens(
         engine.close()
 
 
+class _Recording:
+    """A sink that keeps every output and says when the request has finished."""
+
+    def __init__(self) -> None:
+        self.outputs: list[EngineOutput] = []
+        self.finished = threading.Event()
+
+    def put(self, item: EngineOutput | BaseException) -> None:
+        assert not isinstance(item, BaseException), item
+        self.outputs.append(item)
+        if item.finished:
+            self.finished.set()
+
+
+def test_streams_keep_generating_while_an_image_encodes_beside_them(vl_model: NativeModel, mmproj_gguf: Path) -> None:
+    """With a second projector context, an image that arrives while streams run is encoded on the encoder's
+    thread: the streams go on (here to their end) while the encode is held, and every answer is unchanged."""
+    beside = Projector(str(mmproj_gguf), vl_model, n_threads=2, side_threads=1)
+    engine = _engine(vl_model, beside, n_threads=2)
+    entered, release = threading.Event(), threading.Event()
+    encode = beside.encode
+
+    def held_encode(chunk: object, *, beside: bool = False) -> np.ndarray:
+        if beside:
+            entered.set()
+            assert release.wait(30)
+        return encode(chunk, beside=beside)  # type: ignore[arg-type]
+
+    beside.encode = held_encode  # type: ignore[method-assign]
+    try:
+        text = _chat(beside, "What is here?")
+        image = _image(640, 480, seed=19)
+        texts = [
+            EngineRequest(
+                prompt_tokens=tuple(vl_model.tokenize_chat(_chat(beside, f"Story {i}", n_media=0))),
+                sampling=GREEDY,
+                max_tokens=30,
+                cache_prompt=False,
+            )
+            for i in range(3)
+        ]
+        alone = [tokens_of(run(engine, r)) for r in texts]
+        sinks = [_Recording() for _ in range(4)]
+        for request, sink in zip(texts, sinks[1:], strict=True):
+            engine.submit(request, sink)
+        assert entered.wait(0) is False
+        engine.submit(_request(beside, text, [image], cache_prompt=False), sinks[0])
+        assert entered.wait(30)  # the image's encode started beside the streams, and is held there
+        for sink in sinks[1:]:
+            assert sink.finished.wait(30)  # the streams finished while it was held
+        assert not sinks[0].finished.is_set() and engine.stats.n_media_encodes == 0
+        release.set()  # the engine, with nothing else to do, sleeps until the encode wakes it
+        assert sinks[0].finished.wait(30)
+        assert [tokens_of(sink.outputs) for sink in sinks[1:]] == alone
+        assert tokens_of(sinks[0].outputs) == _reference(vl_model, beside, text, [image], N_TOKENS)
+        assert engine.stats.n_media_encodes == 1
+    finally:
+        release.set()
+        engine.close()
+        beside.close()
+
+
 def test_turn_two_reuses_the_image_and_gives_the_tokens_of_a_fresh_prefill(
     vl_model: NativeModel, projector: Projector
 ) -> None:
@@ -272,10 +335,12 @@ def test_media_requests_need_a_projector_and_matching_spans(
 class _CountingProjector:
     """Stands in for a projector: rows of a fixed size, and a count of encodes."""
 
+    side_threads = 0
+
     def __init__(self) -> None:
         self.n_encodes = 0
 
-    def encode(self, chunk: object) -> np.ndarray:
+    def encode(self, chunk: object, *, beside: bool = False) -> np.ndarray:
         self.n_encodes += 1
         return np.zeros((100, 64), dtype=np.float32)  # 25,600 bytes
 

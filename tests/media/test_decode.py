@@ -100,7 +100,7 @@ def test_the_first_frame_of_an_animation() -> None:
         ),
         (
             _png_header(0, 0),
-            "Failed to load image or audio file: not an image in a format read here (JPEG, PNG, GIF, BMP, TIFF, WEBP)",
+            "Failed to load image or audio file: the image's header is invalid",
         ),
         (_png_header(30000, 30000), "image larger than 50 megapixels (by its header)"),
         (_png_header(9000, 6000), "image of 9000x6000 pixels is larger than 50 megapixels"),
@@ -149,8 +149,7 @@ def test_audio_becomes_mono_samples_at_the_projectors_rate(data: bytes, n_sample
         ),
         (
             b"\xff\xfb\x90\x64" + b"\x00garbage" * 200,
-            "Failed to load image or audio file: the audio cannot be decoded"
-            " (File does not exist or is not a regular file (possibly a pipe?))",
+            "Failed to load image or audio file: the audio cannot be decoded (no audio frames found)",
         ),
         (
             _audio(1.0, fmt="AIFF"),

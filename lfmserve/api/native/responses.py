@@ -81,7 +81,7 @@ def completion_result(
             "stream": body.stream,
             "cache_prompt": request.cache_prompt,
         },
-        "prompt": serving.model.detokenize(request.prompt_tokens, special=True),
+        "prompt": serving.prompt_text(request),
         "has_new_line": "\n" in done.text if done else False,
         "truncated": False,
         "stop_type": out.stop_type,
