@@ -53,8 +53,6 @@ class BatchStep:
 
         False when there was nothing to do but wait for encodes beside (the encoder's ``wake`` ends the wait).
         """
-        if self._encoder is not None:
-            self._ctx.lend_threads(self._encoder.projector.side_threads if self._encoder.encoding_beside else 0)
         batch = self._ctx.batch
         batch.clear()
         for gen in running:
@@ -85,7 +83,12 @@ class BatchStep:
         return decoded
 
     def _decode(self, batch: Batch, running: Sequence[Generation]) -> bool:
-        """Decode ``batch``; a failure fails every running generation (False)."""
+        """Decode ``batch``; a failure fails every running generation (False).
+
+        While an encode runs beside, its threads are lent to it; once it has finished, they are back.
+        """
+        if self._encoder is not None:
+            self._ctx.lend_threads(self._encoder.projector.side_threads if self._encoder.encoding_beside else 0)
         t0 = time.perf_counter()
         try:
             self._ctx.decode(batch)

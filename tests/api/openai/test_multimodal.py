@@ -10,9 +10,12 @@ a 234-token thumbnail and 9 wrapper tokens; a second of audio at 16 kHz is 13 to
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +129,58 @@ def test_a_streamed_image_answer_ends_with_the_usage_of_the_whole_prompt(client:
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == text_only + IMAGE_640
+
+
+# -- remote and local sources -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("snapshots")
+    (folder / "door.jpg").write_bytes(picture(640, 480, seed=11))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def origin(snapshots: Path) -> Iterator[str]:
+    """A static file server on 127.0.0.1 holding the snapshots."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(snapshots))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_urls_on_loopback_and_files_under_media_path_with_the_flags_that_allow_them(
+    server_factory: Callable[..., ServerThread], vl_gguf: Path, mmproj_gguf: Path, snapshots: Path, origin: str
+) -> None:
+    settings = Settings(
+        model=str(vl_gguf),
+        mmproj=str(mmproj_gguf),
+        ctx_size=4096,
+        parallel=1,
+        threads=1,
+        media_fetch_private=True,
+        media_path=str(snapshots),
+    )
+    served = openai.OpenAI(base_url=server_factory(settings).url + "/v1", api_key="unused")
+    question = {"type": "text", "text": "Describe this."}
+    text_only = _prompt_tokens(served, [question])
+    inline = _prompt_tokens(served, [image_part(picture(640, 480, seed=11)), question])
+    assert inline == text_only + IMAGE_640
+    for url in (f"{origin}/door.jpg", "file://door.jpg"):
+        assert _prompt_tokens(served, [{"type": "image_url", "image_url": {"url": url}}, question]) == inline
+    with pytest.raises(openai.BadRequestError, match="Failed to download image: HTTP 404"):
+        _prompt_tokens(served, [{"type": "image_url", "image_url": {"url": f"{origin}/gone.jpg"}}, question])
+
+
+def test_the_default_server_refuses_loopback_urls_and_file_urls(client: openai.OpenAI, origin: str) -> None:
+    question = {"type": "text", "text": "Describe this."}
+    with pytest.raises(openai.BadRequestError, match="resolves to 127.0.0.1, a loopback, private or link-local"):
+        _prompt_tokens(client, [{"type": "image_url", "image_url": {"url": f"{origin}/door.jpg"}}, question])
+    with pytest.raises(openai.BadRequestError, match="file:// URLs are not allowed unless --media-path"):
+        _prompt_tokens(client, [{"type": "image_url", "image_url": {"url": "file://door.jpg"}}, question])
 
 
 # -- native routes and discovery -----------------------------------------------------------------------
