@@ -57,6 +57,28 @@ def test_images_become_llama_servers_chunks(
         assert [c.kind for c in chunks[1:-1]] == ["image", "text"] * 6 + ["image"]
 
 
+# llama-server with --image-max-tokens 64 / --image-min-tokens 128 and the same files answered prompt_tokens
+# 1627 for a 640x480 image (7 chunks, as below, plus the 9 tile tokens and the text) and 174 for a 64x64 one.
+@pytest.mark.parametrize(
+    ("limits", "size", "media_chunks"),
+    [
+        ({"image_max_tokens": 64}, (640, 480), [256] * 6 + [54]),  # mtmd then tiles it, thumbnail within 64
+        ({"image_min_tokens": 128}, (64, 64), [144]),
+    ],
+)
+def test_image_token_limits_are_mtmds(
+    vl_gguf: Path, mmproj_gguf: Path, limits: dict[str, int], size: tuple[int, int], media_chunks: list[int]
+) -> None:
+    model = NativeModel(vl_gguf)
+    limited = Projector(str(mmproj_gguf), model, n_threads=1, **limits)
+    try:
+        chunks = limited.tokenize(f"{limited.marker}Describe this.", [_image(*size)])
+        assert [c.n_tokens for c in chunks if c.kind == "image"] == media_chunks
+    finally:
+        limited.close()
+        model.close()
+
+
 @pytest.mark.parametrize(("seconds", "n_tokens"), [(1, 13), (3, 38), (10, 126)])
 def test_audio_is_one_chunk_of_about_12_5_tokens_a_second(projector: Projector, seconds: float, n_tokens: int) -> None:
     chunks = projector.tokenize(f"{projector.marker}", [_tone(seconds)])
