@@ -164,6 +164,32 @@ class Settings:
         default=256,
         metadata=_flag("--media-cache", help="MiB of projector output kept for media seen before (0 = off)", type=int),
     )
+    # -- embeddings -------------------------------------------------------------------------------
+    embeddings: bool = field(
+        default=False,
+        metadata=_flag(
+            "--embedding",
+            "--embeddings",
+            help="also serve /v1/embeddings and /embedding (a second context; chat and completions keep working)",
+            action="store_true",
+        ),
+    )
+    pooling: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--pooling",
+            help="how a text's token embeddings become one vector (default: the model's)",
+            choices=("none", "mean", "cls", "last", "rank"),
+        ),
+    )
+    embd_normalize: int = field(
+        default=2,
+        metadata=_flag(
+            "--embd-normalize",
+            help="embedding normalisation: 2 Euclidean (default), -1 none, 0 max-abs to int16, 1 taxicab, p > 2 p-norm",
+            type=int,
+        ),
+    )
     # -- context and batching ---------------------------------------------------------------------
     ctx_size: int = field(
         default=0, metadata=_flag("-c", "--ctx-size", help="context size in tokens (0 = the model's)", type=int)

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from ..chat.serving import Serving
 from ..settings import Settings
+from .embeddings import router as embeddings_router
 from .gate import Gate
 from .handlers import install_error_handlers
 from .monitoring import metrics_registry
@@ -51,7 +52,7 @@ def create_app(
     app.state.app_state = state  # the CLI's server drains it on shutdown
     app.add_middleware(Gate, state=state)
     install_error_handlers(app)
-    for router in (native_router, openai_router, slots_router):
+    for router in (native_router, openai_router, embeddings_router, slots_router):
         app.include_router(router)
     install_openapi(app)
     return app

@@ -50,6 +50,23 @@ class MediaPrompt:
 Prompt = str | Sequence[int | str] | MediaPrompt
 
 
+@dataclass(frozen=True, slots=True)
+class ContentPrompt:
+    """An embedding input given as chat-style content parts (llama-server joins the text parts without a
+    separator and applies no chat template)."""
+
+    parts: tuple[ContentPart, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingOptions:
+    """What an embedding request asks beyond its inputs: ``embd_normalize`` (None: the server's) and
+    OpenAI's ``dimensions`` (None: the model's width)."""
+
+    normalize: int | None = None
+    dimensions: int | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     role: Role

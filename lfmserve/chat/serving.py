@@ -16,18 +16,21 @@ from typing import Any
 
 from ..engine.constraints import Grammars
 from ..engine.core import Engine
+from ..engine.embeddings import EmbeddingRequest, EmbeddingResult
 from ..engine.media import prompt_from_chunks
 from ..engine.records import EngineOutput, EngineRequest, MediaSpan, ResolvedDefaults, TokenLogprob
-from ..engine.stream import AsyncStream, CollectingStream
+from ..engine.stream import AsyncStream, CollectingStream, ResultFuture
 from ..errors import InvalidRequest
 from ..llama.model import NativeModel
 from ..llama.mtmd import Media
 from ..media.sources import MediaPolicy
+from .embeddings import EmbeddingInput, embedding_request
 from .media import MediaReader, chat_media_sources, process_media_marker
 from .output import AssistantOutputParser
 from .plan import ChatPlan, native_constraint, plan_chat
+from .prompt_tokens import prompt_tokens
 from .render import render_chat
-from .request import ChatRequest, GenerationOptions, MediaPrompt, Prompt
+from .request import ChatRequest, EmbeddingOptions, GenerationOptions, MediaPrompt, Prompt
 from .template import ChatFormatter
 
 
@@ -62,8 +65,11 @@ class Serving:
         fingerprint: str,
         reasoning_format: str = "auto",
         media_policy: MediaPolicy | None = None,
+        embd_normalize: int = 2,
     ) -> None:
         self.model = model
+        #: ``--embd-normalize``: how embedding vectors are normalised unless a request says.
+        self.embd_normalize = embd_normalize
         self.engine = engine
         #: The multimodal projector, if the model has one (the engine encodes with it).
         self.projector = engine.media.projector if engine.media is not None else None
@@ -160,15 +166,7 @@ class Serving:
 
     def tokenize_prompt(self, prompt: str | Sequence[int | str]) -> list[int]:
         """A completion prompt's tokens: text, token ids, or a mix of both (llama-server's tokenize_mixed)."""
-        if isinstance(prompt, str):
-            return self.model.tokenize(prompt, add_special=True, parse_special=True)
-        tokens: list[int] = []
-        for i, piece in enumerate(prompt):
-            if isinstance(piece, int):
-                tokens.append(piece)
-            else:
-                tokens += self.model.tokenize(piece, add_special=i == 0, parse_special=True)
-        return tokens
+        return prompt_tokens(self.model, prompt)
 
     # -- engine requests ---------------------------------------------------------------------------
     def engine_request(
@@ -270,6 +268,21 @@ class Serving:
     def shown_steps(self, steps: Sequence[TokenLogprob]) -> list[TokenLogprob]:
         """The steps of the message itself: the end-of-generation token is not part of it."""
         return [step for step in steps if not self.model.is_eog(step.token)]
+
+    # -- embeddings --------------------------------------------------------------------------------
+    @property
+    def pooling(self) -> str | None:
+        """The embedding context's pooling (None: the server was not started with ``--embeddings``)."""
+        return self.engine.embeddings.context.pooling if self.engine.embeddings is not None else None
+
+    def embedding_request(self, inputs: Sequence[EmbeddingInput], options: EmbeddingOptions) -> EmbeddingRequest:
+        return embedding_request(self.model, inputs, options, default_normalize=self.embd_normalize)
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        """Each input's vector (or rows), embedded between generation steps."""
+        future: ResultFuture[EmbeddingResult] = ResultFuture()
+        self.engine.submit_embeddings(request, future)
+        return await future.result()
 
     def prompt_text(self, request: EngineRequest) -> str:
         """A request's prompt as text, its media left out (llama-server's ``server_tokens::detokenize``)."""

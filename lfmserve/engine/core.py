@@ -27,11 +27,13 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..errors import ContextLengthExceeded, EngineError, InvalidRequest, RequestCancelled, Unavailable
+from ..errors import ContextLengthExceeded, EngineError, InvalidRequest, NotSupported, RequestCancelled, Unavailable
 from ..llama.context import NativeContext
+from ..llama.embedding import EmbeddingContext
 from ..llama.model import NativeModel
 from ..llama.mtmd import Projector
 from .admission import Admission
+from .embeddings import EmbeddingQueue, EmbeddingRequest, ResultSink, check_embedding_request
 from .generation import Generation, Submission
 from .media import MediaEncoder, spans_match_prompt
 from .memory import SlotMemory
@@ -70,6 +72,8 @@ class Engine:
             if projector
             else None
         )
+        #: ``--embeddings``: inputs embedded on a second context, between generation steps.
+        self.embeddings = EmbeddingQueue(self._embedding_context(model, config)) if config.embeddings else None
         self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch, encoder=self.media)
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
         self._waiting: list[Submission] = []
@@ -97,6 +101,14 @@ class Engine:
             if self._accepting:
                 self._inbox.put(lambda: self._cancel(request_id))
 
+    def submit_embeddings(self, request: EmbeddingRequest, sink: ResultSink) -> None:
+        """Queue inputs to embed; the result (or the error) arrives on ``sink``. Invalid ones raise here."""
+        if self.embeddings is None:
+            raise NotSupported("This server does not support embeddings. Start it with `--embeddings`")
+        check_embedding_request(request, n_ubatch=self.embeddings.context.n_ubatch, n_vocab=self.model.n_vocab)
+        queue = self.embeddings
+        self._send(lambda: queue.add(request, sink))
+
     def close(self) -> None:
         """Finish the thread (requests still running or waiting get :class:`Unavailable`), then free the context."""
         with self._lock:
@@ -106,6 +118,18 @@ class Engine:
             self._inbox.put(self._stop)
         self._thread.join()
         self._ctx.close()
+        if self.embeddings is not None:
+            self.embeddings.context.close()
+
+    @staticmethod
+    def _embedding_context(model: NativeModel, config: EngineConfig) -> EmbeddingContext:
+        return EmbeddingContext(
+            model,
+            pooling=config.pooling,
+            n_ubatch=config.n_ubatch,
+            n_seq_max=config.embedding_sequences,
+            n_threads=config.n_threads_batch or config.n_threads,
+        )
 
     def _send(self, command: Callable[[], None]) -> None:
         """Queue a command for the engine thread; every command queued runs before the thread stops."""
@@ -221,7 +245,8 @@ class Engine:
     def _run(self) -> None:
         stalled = False  # the last step only waited for encodes beside: sleep until one ends (or a command)
         while not self._closing:
-            self._drain_inbox(block=stalled or (not self._waiting and not self._running))
+            idle = not self._waiting and not self._running
+            self._drain_inbox(block=(stalled or idle) and not (self.embeddings and self.embeddings.pending))
             if self._closing:
                 break
             stalled = False
@@ -231,6 +256,8 @@ class Engine:
                 if running:
                     progressed = self._step.run(running)
                     stalled = not progressed and self.media is not None and self.media.encoding_beside
+                if self.embeddings is not None and self.embeddings.pending:
+                    self.embeddings.run_one()  # one decode between steps: streams wait a micro-batch at most
             except Exception as exc:  # a bug must cost the requests in flight, never the engine
                 logger.exception("engine step failed; failing the active requests")
                 for gen in self._live():
@@ -241,6 +268,8 @@ class Engine:
             gen.fail(Unavailable("the server is shutting down"))
         for submission in self._waiting:
             submission.sink.put(Unavailable("the server is shutting down"))
+        if self.embeddings is not None:
+            self.embeddings.fail_all(Unavailable("the server is shutting down"))
         if self.media is not None:
             self.media.close()
 

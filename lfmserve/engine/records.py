@@ -184,6 +184,10 @@ class EngineOutput:
         return self.finish_reason is not None
 
 
+#: How an input's token embeddings become its vector (``--pooling``); ``none`` keeps a row per token.
+Pooling = Literal["none", "mean", "cls", "last", "rank"]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     n_ctx: int = 0
@@ -205,6 +209,11 @@ class EngineConfig:
     cache_reuse: int = 0
     #: ``--media-cache``: bytes of projector output kept for media seen before (0 = off).
     media_cache_bytes: int = 256 * 2**20
+    #: ``--embeddings``: a second context that embeds inputs, pooled as ``pooling`` says (None: the model's).
+    embeddings: bool = False
+    pooling: Pooling | None = None
+    #: Inputs one embedding decode takes at most (each its own sequence).
+    embedding_sequences: int = 64
 
 
 @dataclass(slots=True)

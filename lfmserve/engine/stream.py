@@ -12,9 +12,11 @@ import asyncio
 import collections
 import queue
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from .records import EngineOutput, TokenLogprob
+
+T = TypeVar("T")
 
 
 class OutputSink(Protocol):
@@ -57,23 +59,37 @@ class CollectingStream:
     consumer once, at the end, instead of once per token."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._loop = loop or asyncio.get_running_loop()
-        self._done: asyncio.Future[EngineOutput] = self._loop.create_future()
+        self._last: ResultFuture[EngineOutput] = ResultFuture(loop)
         self.texts: list[str] = []
         self.tokens: list[int] = []
         self.logprobs: list[TokenLogprob] = []
 
     def put(self, item: EngineOutput | BaseException) -> None:
         if isinstance(item, BaseException):
-            _wake_up(self._loop, self._resolve, item)
+            self._last.put(item)
             return
         self.texts.append(item.text)
         self.tokens.extend(item.token_ids)
         self.logprobs.extend(item.logprobs)
         if item.finished:
-            _wake_up(self._loop, self._resolve, item)
+            self._last.put(item)
 
-    def _resolve(self, item: EngineOutput | BaseException) -> None:
+    async def last(self) -> EngineOutput:
+        """The finished output, once generation has ended (raises a delivered error)."""
+        return await self._last.result()
+
+
+class ResultFuture(Generic[T]):
+    """One result (or error) put by the engine thread, awaited on an asyncio loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._done: asyncio.Future[T] = self._loop.create_future()
+
+    def put(self, item: T | BaseException) -> None:
+        _wake_up(self._loop, self._resolve, item)
+
+    def _resolve(self, item: T | BaseException) -> None:
         if self._done.done():
             return
         if isinstance(item, BaseException):
@@ -81,8 +97,7 @@ class CollectingStream:
         else:
             self._done.set_result(item)
 
-    async def last(self) -> EngineOutput:
-        """The finished output, once generation has ended (raises a delivered error)."""
+    async def result(self) -> T:
         return await self._done
 
 

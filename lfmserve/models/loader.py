@@ -10,12 +10,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from ..chat.media import process_media_marker
 from ..chat.serving import Serving
 from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
 from ..engine.core import Engine
-from ..engine.records import EngineConfig, ResolvedDefaults
+from ..engine.records import EngineConfig, Pooling, ResolvedDefaults
 from ..errors import LfmError
 from ..llama.backend import build_info
 from ..llama.model import NativeModel, model_file_problem
@@ -98,6 +99,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         n_threads=settings.threads,
         n_threads_batch=settings.threads_batch,
         media_cache_bytes=settings.media_cache * 2**20,
+        embeddings=settings.embeddings,
+        pooling=cast(Pooling | None, settings.pooling),
     )
 
 
@@ -160,6 +163,7 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
         default_max_tokens=settings.n_predict,
         fingerprint=build_info(),
         reasoning_format=settings.reasoning_format,
+        embd_normalize=settings.embd_normalize,
         media_policy=MediaPolicy(
             fetch=settings.media_fetch, fetch_private=settings.media_fetch_private, media_path=settings.media_path
         ),

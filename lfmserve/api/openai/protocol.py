@@ -18,6 +18,9 @@ class TextPart(Body):
     type: Literal["text"]
     text: str
 
+    def to_part(self) -> ContentPart:
+        return ContentPart("text", self.text)
+
 
 class ImageUrl(Body):
     url: str
@@ -109,9 +112,7 @@ class ChatMessage(Body):
         content = self.content
         return Message(
             role="system" if self.role == "developer" else self.role,
-            content=content
-            if not isinstance(content, list)
-            else tuple(ContentPart("text", p.text) if isinstance(p, TextPart) else p.to_part() for p in content),
+            content=content if not isinstance(content, list) else tuple(p.to_part() for p in content),
             name=self.name,
             tool_calls=tuple(call.model_dump(exclude_none=True) for call in self.tool_calls or ()),
             tool_call_id=self.tool_call_id,

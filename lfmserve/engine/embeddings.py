@@ -1,0 +1,156 @@
+"""Embedding requests on the engine thread: inputs packed into as few decodes as fit, between generation steps.
+
+The engine thread owns both contexts, so embedding decodes never compete with generation for the cores;
+it runs one packed decode per loop turn while streams generate (they wait for one micro-batch at most),
+and back to back otherwise. Vectors are normalised as llama-server's ``common_embd_normalize`` does.
+
+Example::
+
+    queue = EmbeddingQueue(EmbeddingContext(model, pooling="mean", n_ubatch=512, n_seq_max=64, n_threads=2))
+    queue.add(EmbeddingRequest(inputs=((1, 306), (1, 77, 9))), sink)
+    while queue.pending:
+        queue.run_one()  # sink gets an EmbeddingResult once both inputs are embedded
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EngineError, InvalidRequest
+from ..llama.embedding import EmbeddingContext
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    """Token ids of each input; ``normalize`` is llama-server's ``embd_normalize`` (2: Euclidean, -1: none)."""
+
+    inputs: tuple[tuple[int, ...], ...]
+    normalize: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingResult:
+    """Per input: its pooled, normalised ``(n_embd,)`` vector, or with pooling ``none`` its unnormalised
+    ``(n_tokens, n_embd)`` rows; and the tokens embedded in all."""
+
+    vectors: list[Vector]
+    n_prompt_tokens: int
+
+
+class ResultSink(Protocol):
+    def put(self, item: EmbeddingResult | BaseException) -> None: ...
+
+
+def normalized(vector: Vector, norm: int) -> Vector:
+    """``vector`` scaled as llama.cpp's ``common_embd_normalize``: -1 none, 0 max-abs to the int16 range,
+    2 Euclidean, any other p a p-norm."""
+    values = vector.astype(np.float64)
+    with np.errstate(all="ignore"):  # a huge p overflows to inf, as in llama.cpp: the vector becomes zeros
+        total = _norm_of(values, norm)
+    scale = np.float32(1.0 / total) if 0.0 < total < np.inf else np.float32(0.0)
+    return (vector * scale).astype(np.float32)
+
+
+def _norm_of(values: npt.NDArray[np.float64], norm: int) -> float:
+    if norm == -1:
+        return 1.0
+    if norm == 0:
+        return float(np.abs(values).max(initial=0.0)) / 32760.0
+    if norm == 2:
+        return float(np.sqrt(np.sum(values * values)))
+    return float(np.sum(np.abs(values) ** float(norm)) ** (1.0 / norm))
+
+
+def packed(lengths: Sequence[int], max_tokens: int, max_sequences: int) -> list[range]:
+    """Consecutive groups of inputs, each within ``max_tokens`` in all and ``max_sequences`` inputs."""
+    groups: list[range] = []
+    start = total = 0
+    for i, n in enumerate(lengths):
+        if i > start and (total + n > max_tokens or i - start == max_sequences):
+            groups.append(range(start, i))
+            start, total = i, 0
+        total += n
+    if start < len(lengths):
+        groups.append(range(start, len(lengths)))
+    return groups
+
+
+@dataclass(slots=True)
+class _Job:
+    request: EmbeddingRequest
+    sink: ResultSink
+    groups: collections.deque[range]
+    vectors: list[Vector] = field(default_factory=list)
+
+
+def check_embedding_request(request: EmbeddingRequest, *, n_ubatch: int, n_vocab: int) -> None:
+    """Refuse what llama-server refuses (with its messages), before anything is queued; a 400 each."""
+    if not request.inputs:
+        raise InvalidRequest('"input" must not be empty', param="input")
+    for i, tokens in enumerate(request.inputs):
+        if not tokens:
+            raise InvalidRequest("Input content cannot be empty", param=f"input.{i}")
+        if len(tokens) > n_ubatch:
+            raise InvalidRequest(
+                f"input ({len(tokens)} tokens) is too large to process. increase the physical batch size "
+                f"(current batch size: {n_ubatch})",
+                param=f"input.{i}",
+            )
+        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise InvalidRequest(f"Invalid token id {bad} (vocabulary has {n_vocab} tokens)", param=f"input.{i}")
+
+
+class EmbeddingQueue:
+    """Embedding requests waiting on the engine thread, oldest first, one packed decode at a time."""
+
+    def __init__(self, context: EmbeddingContext) -> None:
+        self.context = context
+        self._jobs: collections.deque[_Job] = collections.deque()
+        #: Decodes run so far (the batching is what makes many inputs cheap).
+        self.n_decodes = 0
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._jobs)
+
+    def add(self, request: EmbeddingRequest, sink: ResultSink) -> None:
+        lengths = [len(tokens) for tokens in request.inputs]
+        groups = packed(lengths, self.context.n_ubatch, self.context.n_seq_max)
+        self._jobs.append(_Job(request, sink, collections.deque(groups)))
+
+    def run_one(self) -> None:
+        """Embed the next group of the oldest request; deliver the request's result once it is complete.
+
+        Any failure is that request's: it is answered with the error and leaves the queue.
+        """
+        job = self._jobs[0]
+        try:
+            self._run_group(job)
+        except Exception as exc:
+            self._jobs.popleft()
+            job.sink.put(exc if isinstance(exc, EngineError) else EngineError(f"embedding failed: {exc}"))
+            return
+        if not job.groups:
+            self._jobs.popleft()
+            n_tokens = sum(len(tokens) for tokens in job.request.inputs)
+            job.sink.put(EmbeddingResult(job.vectors, n_tokens))
+
+    def _run_group(self, job: _Job) -> None:
+        group = job.groups.popleft()
+        rows = self.context.embed([job.request.inputs[i] for i in group])
+        self.n_decodes += 1
+        pooled = self.context.pooling != "none"
+        job.vectors += [normalized(row, job.request.normalize) if pooled else row for row in rows]
+
+    def fail_all(self, error: BaseException) -> None:
+        while self._jobs:
+            self._jobs.popleft().sink.put(error)

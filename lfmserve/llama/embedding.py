@@ -1,0 +1,109 @@
+"""A second llama_context over the same model, made to output embeddings: many inputs per ``llama_decode``.
+
+Generation keeps its own context (its slots, its prompt cache); this one holds nothing between calls. Each
+input is a sequence of its own, decoded from an empty memory, so one decode embeds as many inputs as fit in
+a micro-batch (``-ub``) and ``n_seq_max`` sequences (attention-only models; recurrent and hybrid ones take one
+at a time, see :attr:`EmbeddingContext.n_seq_max`), where llama-server decodes one input per slot.
+
+Example::
+
+    embedder = EmbeddingContext(model, pooling="mean", n_ubatch=512, n_seq_max=64, n_threads=2)
+    vectors = embedder.embed([[1, 306, 411], [1, 77]])  # two (n_embd,) arrays, not normalised
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import llama_cpp.llama_cpp as llama
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EngineError
+from .batch import Batch
+from .model import NativeModel
+
+#: llama.cpp's pooling types by the names of ``--pooling``.
+POOLING_TYPES: dict[str, int] = {
+    "none": llama.LLAMA_POOLING_TYPE_NONE,
+    "mean": llama.LLAMA_POOLING_TYPE_MEAN,
+    "cls": llama.LLAMA_POOLING_TYPE_CLS,
+    "last": llama.LLAMA_POOLING_TYPE_LAST,
+    "rank": llama.LLAMA_POOLING_TYPE_RANK,
+}
+_POOLING_NAMES = {value: name for name, value in POOLING_TYPES.items()}
+
+
+class EmbeddingContext:
+    """Embeddings of whole inputs: pooled (one row each) or, with pooling ``none``, one row per token."""
+
+    def __init__(
+        self, model: NativeModel, *, pooling: str | None, n_ubatch: int, n_seq_max: int, n_threads: int
+    ) -> None:
+        params = llama.llama_context_default_params()
+        params.embeddings = True
+        params.pooling_type = POOLING_TYPES[pooling] if pooling else llama.LLAMA_POOLING_TYPE_UNSPECIFIED
+        params.n_ctx = n_ubatch
+        params.n_batch = params.n_ubatch = n_ubatch
+        params.n_seq_max = min(n_seq_max, n_ubatch)  # more sequences than outputs fails an assert in llama.cpp
+        params.n_threads = params.n_threads_batch = n_threads
+        params.kv_unified = True  # the sequences of one decode share the micro-batch's cells
+        params.no_perf = True
+        self._ctx = llama.llama_init_from_model(model.handle, params)
+        if not self._ctx:
+            raise EngineError("failed to create the embedding context (out of memory?)")
+        self.model = model
+        self._memory = llama.llama_get_memory(self._ctx)
+        #: The pooling in effect (the model's when none was asked for).
+        self.pooling = _POOLING_NAMES[llama.llama_pooling_type(self._ctx)]
+        self.n_ubatch = llama.llama_n_ubatch(self._ctx)
+        #: Inputs per decode. One for recurrent and hybrid models (LFM2): llama.cpp splits their micro-batches
+        #: into equal-length runs per sequence, and with inputs of unequal lengths its mean pooling aborts the
+        #: process (``GGML_ASSERT(ggml_can_mul_mat(a, b))`` in ``build_pooling``); one at a time was also faster
+        #: (64 inputs of ~48 tokens on the LFM2-350M-shaped model: 11.7 s, against 12.6 s four at a time).
+        self.n_seq_max = (
+            1
+            if llama.llama_model_is_recurrent(model.handle) or llama.llama_model_is_hybrid(model.handle)
+            else llama.llama_n_seq_max(self._ctx)
+        )
+        self.n_embd = llama.llama_model_n_embd_out(model.handle)
+        self._batch = Batch(self.n_ubatch)
+
+    def embed(self, inputs: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
+        """One decode of ``inputs`` (at most ``n_seq_max``, ``n_ubatch`` tokens in all): each input's pooled
+        ``(n_embd,)`` row, or its ``(n_tokens, n_embd)`` rows with pooling ``none``; copies, not normalised."""
+        if len(inputs) > self.n_seq_max or sum(map(len, inputs)) > self.n_ubatch or not all(inputs):
+            raise ValueError("inputs must be non-empty and fit one micro-batch and the sequence limit")
+        batch = self._batch
+        batch.clear()
+        starts = []
+        for seq_id, tokens in enumerate(inputs):
+            starts.append(batch.n_tokens)
+            batch.add(tokens, 0, seq_id, True)
+        batch.logits[: batch.n_tokens] = 1  # every token is an output (llama.cpp does so for embeddings anyway)
+        llama.llama_memory_clear(self._memory, True)
+        batch.struct.n_tokens = batch.n_tokens
+        rc = llama.llama_decode(self._ctx, batch.struct)
+        if rc != 0:
+            raise EngineError(f"llama_decode failed for embeddings (code {rc})")
+        if self.pooling == "none":
+            return [self._rows(start, len(tokens)) for start, tokens in zip(starts, inputs, strict=True)]
+        return [self._pooled(seq_id) for seq_id in range(len(inputs))]
+
+    def _pooled(self, seq_id: int) -> npt.NDArray[np.float32]:
+        width = llama.llama_model_n_cls_out(self.model.handle) if self.pooling == "rank" else self.n_embd
+        pointer = llama.llama_get_embeddings_seq(self._ctx, seq_id)
+        if not pointer:
+            raise EngineError(f"no pooled embedding for sequence {seq_id}")
+        return np.ctypeslib.as_array(pointer, shape=(width,)).copy()
+
+    def _rows(self, start: int, n_tokens: int) -> npt.NDArray[np.float32]:
+        rows = np.empty((n_tokens, self.n_embd), dtype=np.float32)
+        for i in range(n_tokens):
+            rows[i] = np.ctypeslib.as_array(llama.llama_get_embeddings_ith(self._ctx, start + i), shape=(self.n_embd,))
+        return rows
+
+    def close(self) -> None:
+        if self._ctx:
+            llama.llama_free(self._ctx)
+            self._ctx = None

@@ -1,0 +1,220 @@
+"""Embeddings on the engine thread: llama.cpp's normalisations, inputs packed into few decodes (one at a time for
+hybrid models), the same vectors however they are packed, and generation unchanged beside them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lfmserve.engine.core import Engine
+from lfmserve.engine.embeddings import (
+    EmbeddingQueue,
+    EmbeddingRequest,
+    EmbeddingResult,
+    check_embedding_request,
+    normalized,
+    packed,
+)
+from lfmserve.engine.records import EngineConfig, EngineRequest
+from lfmserve.errors import EngineError, InvalidRequest, NotSupported
+from lfmserve.llama.embedding import EmbeddingContext
+from lfmserve.llama.model import NativeModel
+from tests.engine.conftest import GREEDY, prompt, run, tokens_of
+
+
+class _Waiting:
+    """A result sink the test thread waits on."""
+
+    def __init__(self) -> None:
+        self.item: EmbeddingResult | BaseException | None = None
+        self.done = threading.Event()
+
+    def put(self, item: EmbeddingResult | BaseException) -> None:
+        self.item = item
+        self.done.set()
+
+    def result(self) -> EmbeddingResult:
+        assert self.done.wait(60)
+        assert isinstance(self.item, EmbeddingResult), self.item
+        return self.item
+
+
+@pytest.fixture(scope="module")
+def llama_model(tiny_llama_gguf: Path) -> Iterator[NativeModel]:
+    m = NativeModel(tiny_llama_gguf)
+    yield m
+    m.close()
+
+
+def _tokens(model: NativeModel, n: int, seed: int) -> tuple[int, ...]:
+    rng = np.random.default_rng(seed)
+    return tuple(int(t) for t in rng.integers(10, model.n_vocab, n))
+
+
+# -- arithmetic ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("norm", "expected"),
+    [
+        (2, [0.6, -0.8]),
+        (-1, [3.0, -4.0]),
+        (0, [24570.0, -32760.0]),  # max-abs scaled to the int16 range
+        (1, [3 / 7, -4 / 7]),
+        (3, [3 / 91 ** (1 / 3), -4 / 91 ** (1 / 3)]),
+    ],
+)
+def test_normalisation_is_llama_cpps(norm: int, expected: list[float]) -> None:
+    out = normalized(np.array([3.0, -4.0], dtype=np.float32), norm)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert normalized(np.zeros(3, dtype=np.float32), 2).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_huge_p_overflows_to_zeros_as_in_llama_cpp() -> None:
+    for norm in (2**31 - 1, -(2**31)):
+        assert normalized(np.array([3.0, -4.0], dtype=np.float32), norm).tolist() == [0.0, 0.0]
+
+
+class _FailingOnce:
+    """Stands in for an embedding context: the first decode raises, the others give ones."""
+
+    n_ubatch, n_seq_max, pooling = 64, 8, "mean"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def embed(self, inputs: list[tuple[int, ...]]) -> list[np.ndarray]:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("boom")
+        return [np.ones(4, dtype=np.float32) for _ in inputs]
+
+
+def test_a_failed_decode_answers_its_request_only_and_the_queue_goes_on() -> None:
+    queue = EmbeddingQueue(_FailingOnce())  # type: ignore[arg-type]
+    first, second = _Waiting(), _Waiting()
+    queue.add(EmbeddingRequest(((1, 2), (3,))), first)
+    queue.add(EmbeddingRequest(((4,),)), second)
+    while queue.pending:
+        queue.run_one()
+    assert isinstance(first.item, EngineError) and first.item.message == "embedding failed: boom"
+    assert [v.tolist() for v in second.result().vectors] == [[0.5, 0.5, 0.5, 0.5]]
+
+
+def test_inputs_pack_in_order_within_the_token_and_sequence_limits() -> None:
+    assert packed([5, 5, 5], 10, 64) == [range(0, 2), range(2, 3)]
+    assert packed([5, 5, 5], 10, 1) == [range(0, 1), range(1, 2), range(2, 3)]
+    assert packed([3] * 7, 100, 3) == [range(0, 3), range(3, 6), range(6, 7)]
+    assert packed([10, 1], 10, 64) == [range(0, 1), range(1, 2)]
+    assert packed([], 10, 64) == []
+
+
+def test_requests_are_checked_with_llama_servers_messages() -> None:
+    def refused(request: EmbeddingRequest) -> tuple[str, str | None]:
+        with pytest.raises(InvalidRequest) as caught:
+            check_embedding_request(request, n_ubatch=8, n_vocab=100)
+        return caught.value.message, caught.value.param
+
+    assert refused(EmbeddingRequest(())) == ('"input" must not be empty', "input")
+    assert refused(EmbeddingRequest(((1, 2), ()))) == ("Input content cannot be empty", "input.1")
+    assert refused(EmbeddingRequest(((1,) * 9,))) == (
+        "input (9 tokens) is too large to process. increase the physical batch size (current batch size: 8)",
+        "input.0",
+    )
+    assert refused(EmbeddingRequest(((1, 100),))) == ("Invalid token id 100 (vocabulary has 100 tokens)", "input.0")
+    check_embedding_request(EmbeddingRequest(((1,) * 8,)), n_ubatch=8, n_vocab=100)
+
+
+# -- the embedding context -------------------------------------------------------------------------
+
+
+def test_an_attention_model_packs_many_inputs_into_one_decode_with_the_same_vectors(llama_model: NativeModel) -> None:
+    context = EmbeddingContext(llama_model, pooling="mean", n_ubatch=256, n_seq_max=64, n_threads=1)
+    try:
+        inputs = tuple(_tokens(llama_model, 3 + i % 9, seed=i) for i in range(40))  # 276 tokens in all
+        queue = EmbeddingQueue(context)
+        sink = _Waiting()
+        queue.add(EmbeddingRequest(inputs), sink)
+        while queue.pending:
+            queue.run_one()
+        assert queue.n_decodes == len(packed([len(t) for t in inputs], 256, 64)) == 2
+        together = sink.result()
+        assert together.n_prompt_tokens == sum(len(t) for t in inputs)
+        alone = [normalized(context.embed([tokens])[0], 2) for tokens in inputs]
+        for a, b in zip(together.vectors, alone, strict=True):  # equal but for float rounding in other kernels
+            assert a.shape == (64,)
+            assert float(a @ b) > 0.9999
+            assert np.linalg.norm(a) == pytest.approx(1.0, abs=1e-6)
+        assert not np.allclose(alone[0], alone[1])  # the inputs give different vectors
+    finally:
+        context.close()
+
+
+def test_a_hybrid_model_embeds_one_input_per_decode(model: NativeModel) -> None:
+    """LFM2 with inputs of unequal lengths in one decode aborts in llama.cpp's mean pooling: never packed."""
+    context = EmbeddingContext(model, pooling="mean", n_ubatch=256, n_seq_max=64, n_threads=1)
+    try:
+        assert context.n_seq_max == 1 and context.pooling == "mean"
+        queue = EmbeddingQueue(context)
+        sink = _Waiting()
+        inputs = tuple(_tokens(model, n, seed=n) for n in (5, 9, 2, 17))
+        queue.add(EmbeddingRequest(inputs, normalize=-1), sink)
+        while queue.pending:
+            queue.run_one()
+        assert queue.n_decodes == 4
+        vectors = sink.result().vectors
+        np.testing.assert_array_equal(vectors[1], context.embed([inputs[1]])[0])  # not normalised (-1)
+    finally:
+        context.close()
+
+
+def test_pooling_none_gives_a_row_per_token(llama_model: NativeModel) -> None:
+    context = EmbeddingContext(llama_model, pooling="none", n_ubatch=64, n_seq_max=8, n_threads=1)
+    try:
+        rows = context.embed([_tokens(llama_model, 5, 1), _tokens(llama_model, 3, 2)])
+        assert [r.shape for r in rows] == [(5, 64), (3, 64)]
+        mean = EmbeddingContext(llama_model, pooling="mean", n_ubatch=64, n_seq_max=8, n_threads=1)
+        try:  # mean pooling is the mean of these rows
+            np.testing.assert_allclose(mean.embed([_tokens(llama_model, 5, 1)])[0], rows[0].mean(axis=0), atol=1e-5)
+        finally:
+            mean.close()
+    finally:
+        context.close()
+
+
+# -- in the engine ------------------------------------------------------------------------------------
+
+
+def test_the_engine_embeds_between_generation_steps_without_changing_the_generation(
+    llama_model: NativeModel,
+) -> None:
+    config = EngineConfig(n_ctx=1024, n_slots=2, n_batch=64, n_ubatch=64, n_threads=1, embeddings=True, pooling="last")
+    engine = Engine(llama_model, config)
+    plain = Engine(llama_model, EngineConfig(n_ctx=1024, n_slots=2, n_batch=64, n_ubatch=64, n_threads=1))
+    try:
+        request = EngineRequest(prompt_tokens=prompt(llama_model, "Tell a story"), sampling=GREEDY, max_tokens=24)
+        alone = tokens_of(run(plain, request))
+        sink = _Waiting()
+        inputs = tuple(_tokens(llama_model, 30, seed=i) for i in range(12))  # 6 decodes of 2 inputs
+        stream_result: list[list[int]] = []
+        runner = threading.Thread(target=lambda: stream_result.append(tokens_of(run(engine, request))))
+        runner.start()
+        engine.submit_embeddings(EmbeddingRequest(inputs), sink)
+        runner.join(60)
+        vectors = sink.result().vectors
+        assert stream_result == [alone]
+        assert engine.embeddings is not None and engine.embeddings.n_decodes == 6
+        context = engine.embeddings.context
+        assert float(vectors[3] @ normalized(context.embed([inputs[3]])[0], 2)) > 0.9999
+        with pytest.raises(InvalidRequest, match="too large to process"):
+            engine.submit_embeddings(EmbeddingRequest((_tokens(llama_model, 65, 0),)), _Waiting())
+        with pytest.raises(NotSupported, match="Start it with `--embeddings`"):
+            plain.submit_embeddings(EmbeddingRequest(inputs), _Waiting())
+    finally:
+        engine.close()
+        plain.close()
