@@ -28,6 +28,7 @@ from .openai.router import router as openai_router
 from .openapi import install_openapi
 from .slots import router as slots_router
 from .state import AppState
+from .transcriptions import router as transcriptions_router
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def create_app(
     app.state.app_state = state  # the CLI's server drains it on shutdown
     app.add_middleware(Gate, state=state)
     install_error_handlers(app)
-    for router in (native_router, openai_router, embeddings_router, slots_router):
+    for router in (native_router, openai_router, embeddings_router, transcriptions_router, slots_router):
         app.include_router(router)
     install_openapi(app)
     return app

@@ -138,6 +138,8 @@ OPERATIONS = [
     "POST /v1/embeddings",
     "POST /embedding",
     "POST /embeddings",
+    "POST /v1/audio/transcriptions",
+    "POST /audio/transcriptions",
 ]
 
 
