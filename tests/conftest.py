@@ -135,6 +135,13 @@ def tiny_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) ->
     return server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=4, threads=2))
 
 
+def vl_settings(vl_gguf: Path, mmproj_gguf: Path, **options: Any) -> Settings:
+    """A server on the tiny LFM2-VL model with the tiny projector (one slot, one thread unless ``options`` say)."""
+    return Settings(
+        model=str(vl_gguf), mmproj=str(mmproj_gguf), **{"ctx_size": 4096, "parallel": 1, "threads": 1, **options}
+    )
+
+
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

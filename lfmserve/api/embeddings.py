@@ -93,7 +93,9 @@ async def _embeddings(request: Request, *, openai_shape: bool) -> Any:
     if openai_shape and pooling == "none":
         raise InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
     options = body.options()
-    engine_request = await offload(served.embedding_request, body.inputs(), options)
+    inputs = body.inputs()
+    media = await served.read_embedding_media(inputs)
+    engine_request = await offload.also_if(any(media))(served.embedding_request, inputs, options, media)
     result = await served.embed(engine_request)
     vectors = shaped(result, options, normalize=engine_request.normalize, width=served.model.info.n_embd)
     if not openai_shape:

@@ -24,7 +24,7 @@ from ..errors import InvalidRequest
 from ..llama.model import NativeModel
 from ..llama.mtmd import Media
 from ..media.sources import MediaPolicy
-from .embeddings import EmbeddingInput, embedding_request
+from .embeddings import EmbeddingInput, embedding_request, embedding_sources
 from .media import MediaReader, chat_media_sources, process_media_marker
 from .output import AssistantOutputParser
 from .plan import ChatPlan, native_constraint, plan_chat
@@ -275,8 +275,18 @@ class Serving:
         """The embedding context's pooling (None: the server was not started with ``--embeddings``)."""
         return self.engine.embeddings.context.pooling if self.engine.embeddings is not None else None
 
-    def embedding_request(self, inputs: Sequence[EmbeddingInput], options: EmbeddingOptions) -> EmbeddingRequest:
-        return embedding_request(self.model, inputs, options, default_normalize=self.embd_normalize)
+    async def read_embedding_media(self, inputs: Sequence[EmbeddingInput]) -> list[list[Media]]:
+        """Each embedding input's media, fetched and decoded ([] for text and token inputs)."""
+        sources = embedding_sources(inputs)
+        self.media.check_types([source for per_input in sources for source in per_input])
+        return [await self.media.read(per_input) if per_input else [] for per_input in sources]
+
+    def embedding_request(
+        self, inputs: Sequence[EmbeddingInput], options: EmbeddingOptions, media: Sequence[Sequence[Media]] = ()
+    ) -> EmbeddingRequest:
+        return embedding_request(
+            self.model, self.projector, inputs, media, options, default_normalize=self.embd_normalize
+        )
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         """Each input's vector (or rows), embedded between generation steps."""

@@ -73,7 +73,9 @@ class Engine:
             else None
         )
         #: ``--embeddings``: inputs embedded on a second context, between generation steps.
-        self.embeddings = EmbeddingQueue(self._embedding_context(model, config)) if config.embeddings else None
+        self.embeddings = (
+            EmbeddingQueue(self._embedding_context(model, config), self.media) if config.embeddings else None
+        )
         self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch, encoder=self.media)
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
         self._waiting: list[Submission] = []
@@ -105,7 +107,9 @@ class Engine:
         """Queue inputs to embed; the result (or the error) arrives on ``sink``. Invalid ones raise here."""
         if self.embeddings is None:
             raise NotSupported("This server does not support embeddings. Start it with `--embeddings`")
-        check_embedding_request(request, n_ubatch=self.embeddings.context.n_ubatch, n_vocab=self.model.n_vocab)
+        check_embedding_request(
+            request, n_ubatch=self.embeddings.context.n_ubatch, n_vocab=self.model.n_vocab, media=self.media is not None
+        )
         queue = self.embeddings
         self._send(lambda: queue.add(request, sink))
 

@@ -17,23 +17,32 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import EngineError, InvalidRequest
 from ..llama.embedding import EmbeddingContext
+from .media import MediaEncoder, spans_match_prompt
+from .records import MediaSpan
 
 Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingRequest:
-    """Token ids of each input; ``normalize`` is llama-server's ``embd_normalize`` (2: Euclidean, -1: none)."""
+    """Token ids of each input; ``normalize`` is llama-server's ``embd_normalize`` (2: Euclidean, -1: none).
+
+    ``media``, if given, has each input's media spans (as a generation's: their positions hold the spans' ids).
+    """
 
     inputs: tuple[tuple[int, ...], ...]
     normalize: int = 2
+    media: tuple[tuple[MediaSpan, ...], ...] = ()
+
+    def spans(self, index: int) -> tuple[MediaSpan, ...]:
+        return self.media[index] if self.media else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,16 +100,29 @@ class _Job:
     vectors: list[Vector] = field(default_factory=list)
 
 
-def check_embedding_request(request: EmbeddingRequest, *, n_ubatch: int, n_vocab: int) -> None:
-    """Refuse what llama-server refuses (with its messages), before anything is queued; a 400 each."""
+def check_embedding_request(request: EmbeddingRequest, *, n_ubatch: int, n_vocab: int, media: bool) -> None:
+    """Refuse what llama-server refuses (with its messages), before anything is queued; a 400 each.
+
+    ``media``: whether inputs may hold media (the engine has a projector).
+    """
     if not request.inputs:
         raise InvalidRequest('"input" must not be empty', param="input")
+    if request.media and (len(request.media) != len(request.inputs) or not media):
+        raise InvalidRequest("media inputs need a multimodal projector and a span list per input", param="input")
     for i, tokens in enumerate(request.inputs):
-        if not tokens:
+        spans = request.spans(i)
+        if spans and not spans_match_prompt(tokens, spans):
+            raise InvalidRequest("the media spans do not match the input's media positions", param=f"input.{i}")
+        if spans:
+            tokens = tuple(t for t in tokens if t >= 0)  # media positions hold the spans' (negative) ids
+            if len(tokens) + sum(span.n_tokens for span in spans) != len(request.inputs[i]):
+                raise InvalidRequest("an input's negative ids must all be media positions", param=f"input.{i}")
+        total = len(request.inputs[i])
+        if not total:
             raise InvalidRequest("Input content cannot be empty", param=f"input.{i}")
-        if len(tokens) > n_ubatch:
+        if total > n_ubatch:
             raise InvalidRequest(
-                f"input ({len(tokens)} tokens) is too large to process. increase the physical batch size "
+                f"input ({total} tokens) is too large to process. increase the physical batch size "
                 f"(current batch size: {n_ubatch})",
                 param=f"input.{i}",
             )
@@ -112,8 +134,10 @@ def check_embedding_request(request: EmbeddingRequest, *, n_ubatch: int, n_vocab
 class EmbeddingQueue:
     """Embedding requests waiting on the engine thread, oldest first, one packed decode at a time."""
 
-    def __init__(self, context: EmbeddingContext) -> None:
+    def __init__(self, context: EmbeddingContext, encoder: MediaEncoder | None = None) -> None:
         self.context = context
+        #: The generation's media encoder: media in embedding inputs share its cache of projector output.
+        self.encoder = encoder
         self._jobs: collections.deque[_Job] = collections.deque()
         #: Decodes run so far (the batching is what makes many inputs cheap).
         self.n_decodes = 0
@@ -123,8 +147,18 @@ class EmbeddingQueue:
         return bool(self._jobs)
 
     def add(self, request: EmbeddingRequest, sink: ResultSink) -> None:
-        lengths = [len(tokens) for tokens in request.inputs]
-        groups = packed(lengths, self.context.n_ubatch, self.context.n_seq_max)
+        """Queue a request: runs of text inputs packed, each input with media alone (its chunks in turn)."""
+        groups: list[range] = []
+        start = 0
+        for i in [*(i for i in range(len(request.inputs)) if request.spans(i)), len(request.inputs)]:
+            lengths = [len(tokens) for tokens in request.inputs[start:i]]
+            groups += [
+                range(start + g.start, start + g.stop)
+                for g in packed(lengths, self.context.n_ubatch, self.context.n_seq_max)
+            ]
+            if i < len(request.inputs):
+                groups.append(range(i, i + 1))
+            start = i + 1
         self._jobs.append(_Job(request, sink, collections.deque(groups)))
 
     def run_one(self) -> None:
@@ -146,10 +180,30 @@ class EmbeddingQueue:
 
     def _run_group(self, job: _Job) -> None:
         group = job.groups.popleft()
-        rows = self.context.embed([job.request.inputs[i] for i in group])
+        spans = job.request.spans(group.start)
+        if spans:
+            rows = [self.context.embed_pieces(self._pieces(job.request.inputs[group.start], spans))]
+        else:
+            rows = self.context.embed([job.request.inputs[i] for i in group])
         self.n_decodes += 1
         pooled = self.context.pooling != "none"
         job.vectors += [normalized(row, job.request.normalize) if pooled else row for row in rows]
+
+    def _pieces(self, tokens: tuple[int, ...], spans: tuple[MediaSpan, ...]) -> list[npt.NDArray[Any]]:
+        """An input as the runs of text and the media rows it is decoded as (rows from the media cache, or
+        encoded now on the engine thread)."""
+        assert self.encoder is not None  # checked when the request was submitted
+        pieces: list[npt.NDArray[Any]] = []
+        done = 0
+        for span in spans:
+            if span.start > done:
+                pieces.append(np.asarray(tokens[done : span.start], dtype=np.int32))
+            rows = self.encoder.cached(span)
+            pieces.append(rows if rows is not None else self.encoder.encode(span))
+            done = span.end
+        if done < len(tokens):
+            pieces.append(np.asarray(tokens[done:], dtype=np.int32))
+        return pieces
 
     def fail_all(self, error: BaseException) -> None:
         while self._jobs:

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import llama_cpp.llama_cpp as llama
 import numpy as np
@@ -68,6 +69,7 @@ class EmbeddingContext:
         )
         self.n_embd = llama.llama_model_n_embd_out(model.handle)
         self._batch = Batch(self.n_ubatch)
+        self._rows_batch: Batch | None = None  # media rows, made on first use
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
         """One decode of ``inputs`` (at most ``n_seq_max``, ``n_ubatch`` tokens in all): each input's pooled
@@ -89,6 +91,35 @@ class EmbeddingContext:
         if self.pooling == "none":
             return [self._rows(start, len(tokens)) for start, tokens in zip(starts, inputs, strict=True)]
         return [self._pooled(seq_id) for seq_id in range(len(inputs))]
+
+    def embed_pieces(self, pieces: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
+        """One input made of pieces (int32 token ids, or float32 ``(n, n_embd)`` media rows from a projector),
+        decoded in turn as llama-server decodes a prompt's chunks: the pooled row of the last piece's decode
+        (llama.cpp pools over one decode's tokens), or that piece's rows with pooling ``none``."""
+        if not pieces or sum(len(p) for p in pieces) > self.n_ubatch or not all(len(p) for p in pieces):
+            raise ValueError("pieces must be non-empty and fit one micro-batch")
+        llama.llama_memory_clear(self._memory, True)
+        position = 0
+        for piece in pieces:
+            if piece.dtype == np.float32:
+                if self._rows_batch is None:
+                    self._rows_batch = Batch(self.n_ubatch, n_embd=self.model.info.n_embd)
+                batch = self._rows_batch
+                batch.clear()
+                batch.add_embeddings(piece, position, 0, True)
+            else:
+                batch = self._batch
+                batch.clear()
+                batch.add(piece, position, 0, True)
+            batch.logits[: batch.n_tokens] = 1
+            batch.struct.n_tokens = batch.n_tokens
+            rc = llama.llama_decode(self._ctx, batch.struct)
+            if rc != 0:
+                raise EngineError(f"llama_decode failed for embeddings (code {rc})")
+            position += len(piece)
+        if self.pooling == "none":
+            return self._rows(0, len(pieces[-1]))
+        return self._pooled(0)
 
     def _pooled(self, seq_id: int) -> npt.NDArray[np.float32]:
         width = llama.llama_model_n_cls_out(self.model.handle) if self.pooling == "rank" else self.n_embd

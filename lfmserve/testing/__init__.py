@@ -1,5 +1,5 @@
 """Test models made here, never downloaded: tiny random-weight GGUFs (text models and multimodal projectors)
-that llama.cpp loads like real checkpoints.
+that llama.cpp loads like real checkpoints; and test media (tinted pictures, tones).
 
 Example::
 
@@ -16,6 +16,7 @@ from .lfm2 import (
     lfm2_350m_shape,
     write_lfm2_gguf,
 )
+from .media import image_bytes, tinted_pixels, tone_samples, wav_bytes
 from .mmproj import TinyProjector, lfm2_vl_450m_projector, write_mmproj_gguf
 from .resources import free_port, gemma3_270m_path
 
@@ -28,8 +29,12 @@ __all__ = [
     "TinyProjector",
     "free_port",
     "gemma3_270m_path",
+    "image_bytes",
     "lfm2_350m_shape",
     "lfm2_vl_450m_projector",
+    "tinted_pixels",
+    "tone_samples",
+    "wav_bytes",
     "write_lfm2_gguf",
     "write_mmproj_gguf",
 ]

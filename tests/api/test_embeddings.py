@@ -16,7 +16,8 @@ import pytest
 
 from lfmserve.llama.model import NativeModel
 from lfmserve.settings import Settings
-from tests.conftest import Running, ServerThread, wait_healthy
+from lfmserve.testing import image_bytes, wav_bytes
+from tests.conftest import Running, ServerThread, vl_settings, wait_healthy
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +122,8 @@ def test_chat_is_served_beside_embeddings(served: ServerThread) -> None:
         ({"input": "x", "dimensions": 65}, "dimensions must be between 1 and 64 for this model", "dimensions"),
         (
             {"input": [{"content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]},
-            "images and audio in embedding inputs are not supported yet",
-            "input.0",
+            "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj",
+            "input.0.content.0",
         ),
     ],
 )
@@ -132,7 +133,7 @@ def test_bad_requests_get_llama_servers_messages(
     reply = _post(served, "/v1/embeddings", body)
     error = reply.json()["error"]
     assert (error["message"], error.get("param")) == (message, param)
-    assert reply.status_code == (501 if "not supported" in message else 400)
+    assert reply.status_code == 400
 
 
 def test_an_input_longer_than_a_micro_batch_is_a_400_naming_the_sizes(
@@ -220,3 +221,96 @@ def test_vectors_equal_llama_servers_side_by_side(
     # Packed into one decode, rows take other kernels (ggml's 4-row GEMM tiles instead of the GEMV for a
     # short input's rows): 0.9993 at worst on Gemma's Q4_K. llama-server's own batches of slots differ more.
     assert min(map(cosine, ours_batch, theirs_alone)) >= 0.999
+
+
+# -- media in embedding inputs ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vl_served(server_factory: Callable[..., ServerThread], vl_gguf: Path, mmproj_gguf: Path) -> ServerThread:
+    return server_factory(vl_settings(vl_gguf, mmproj_gguf, embeddings=True, pooling="mean"))
+
+
+def _png(width: int, height: int, seed: int) -> str:
+    return base64.b64encode(image_bytes(width, height, seed=seed, format="PNG")).decode()
+
+
+def _wav(seconds: float) -> str:
+    return base64.b64encode(wav_bytes(seconds)).decode()
+
+
+def _image_input(data: str) -> dict[str, Any]:
+    """Frigate's image input: the picture, then a newline (its older ``<__media__>\\n`` prompt)."""
+    return {
+        "content": [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+            {"type": "text", "text": "\n"},
+        ]
+    }
+
+
+def test_images_and_audio_are_embedded_with_llama_servers_token_counts(vl_served: ServerThread) -> None:
+    image = _png(640, 480, seed=1)
+    reply = _post(vl_served, "/v1/embeddings", {"input": [_image_input(image)]}).json()
+    assert reply["usage"]["prompt_tokens"] == 1 + 234 + 2 + 1  # BOS, the image and its two wrapper tokens, "\n"
+    vector = np.array(reply["data"][0]["embedding"])
+    assert vector.shape == (64,) and abs(np.linalg.norm(vector) - 1) < 1e-5
+    marker = httpx.get(vl_served.url + "/props").json()["media_marker"]
+    native = {"prompt_string": f"{marker}\n", "multimodal_data": [image]}  # the same input, llama-server's other form
+    same = np.array(_post(vl_served, "/embedding", {"content": [native]}).json()[0]["embedding"][0])
+    np.testing.assert_allclose(same, vector, atol=1e-6)
+    other = np.array(
+        _post(vl_served, "/v1/embeddings", {"input": [_image_input(_png(640, 480, seed=2))]}).json()["data"][0][
+            "embedding"
+        ]
+    )
+    assert float(other @ vector) < 0.9999  # the pixels matter
+    audio = {"content": [{"type": "input_audio", "input_audio": {"data": _wav(1), "format": "wav"}}]}
+    mixed = _post(vl_served, "/v1/embeddings", {"input": ["a cat", audio, _image_input(image)]}).json()
+    assert [item["index"] for item in mixed["data"]] == [0, 1, 2]
+    np.testing.assert_allclose(np.array(mixed["data"][2]["embedding"]), vector, atol=1e-6)
+    cat = _post(vl_served, "/v1/embeddings", {"input": "a cat"}).json()["usage"]["prompt_tokens"]
+    assert mixed["usage"]["prompt_tokens"] == cat + (1 + 13) + 238  # the audio: BOS and 13 tokens a second
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LLAMA_SERVER.exists(), reason=f"no llama-server at {LLAMA_SERVER} (set LLAMA_SERVER)")
+def test_media_vectors_equal_llama_servers_side_by_side(
+    vl_served: ServerThread, running: list[Running], vl_gguf: Path, mmproj_gguf: Path
+) -> None:
+    theirs = Running(
+        [
+            str(LLAMA_SERVER),
+            "-m",
+            str(vl_gguf),
+            "--mmproj",
+            str(mmproj_gguf),
+            "-c",
+            "4096",
+            "-np",
+            "1",
+            "-t",
+            "1",
+            "--embeddings",
+            "--pooling",
+            "mean",
+        ]
+    )
+    running.append(theirs)
+    wait_healthy(theirs.url, theirs.process)
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(640, 480, seed=4)}"}}
+    audio = {"type": "input_audio", "input_audio": {"data": _wav(1), "format": "wav"}}
+    inputs = [
+        {"content": [image, {"type": "text", "text": "\n"}]},
+        {"content": [image]},
+        {"content": [{"type": "text", "text": "front door "}, image, {"type": "text", "text": " at night"}]},
+        {"content": [audio, {"type": "text", "text": "\n"}]},
+    ]
+    for item in inputs:
+        ours, reference = (
+            httpx.post(url + "/v1/embeddings", json={"input": [item]}, timeout=120).json()
+            for url in (vl_served.url, theirs.url)
+        )
+        assert ours["usage"] == reference["usage"]
+        x, y = np.array(ours["data"][0]["embedding"]), np.array(reference["data"][0]["embedding"])
+        assert float(x @ y / np.linalg.norm(x) / np.linalg.norm(y)) >= 0.9999

@@ -3,20 +3,17 @@ streaming, the prompt llama-server builds for LFM2 templates, and the errors wit
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import openai
 import pytest
-import soundfile
 
 from lfmserve.settings import Settings
-from lfmserve.testing import TinyProjector, write_mmproj_gguf
+from lfmserve.testing import TinyProjector, wav_bytes, write_mmproj_gguf
 from tests.conftest import ServerThread
 
 #: A second of 16 kHz audio is 13 tokens (../shared/docs/MMPROJ.md §4.2).
@@ -24,10 +21,7 @@ AUDIO_TOKENS = {1: 13, 3: 38}
 
 
 def wav(seconds: float) -> bytes:
-    t = np.arange(int(16000 * seconds)) / 16000
-    buffer = io.BytesIO()
-    soundfile.write(buffer, (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 16000, format="WAV")
-    return buffer.getvalue()
+    return wav_bytes(seconds)
 
 
 @pytest.fixture(scope="module")

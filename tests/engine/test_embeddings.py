@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,12 @@ from lfmserve.engine.embeddings import (
     normalized,
     packed,
 )
+from lfmserve.engine.media import prompt_from_chunks
 from lfmserve.engine.records import EngineConfig, EngineRequest
 from lfmserve.errors import EngineError, InvalidRequest, NotSupported
 from lfmserve.llama.embedding import EmbeddingContext
 from lfmserve.llama.model import NativeModel
+from lfmserve.llama.mtmd import Media, Projector
 from tests.engine.conftest import GREEDY, prompt, run, tokens_of
 
 
@@ -117,7 +120,7 @@ def test_inputs_pack_in_order_within_the_token_and_sequence_limits() -> None:
 def test_requests_are_checked_with_llama_servers_messages() -> None:
     def refused(request: EmbeddingRequest) -> tuple[str, str | None]:
         with pytest.raises(InvalidRequest) as caught:
-            check_embedding_request(request, n_ubatch=8, n_vocab=100)
+            check_embedding_request(request, n_ubatch=8, n_vocab=100, media=False)
         return caught.value.message, caught.value.param
 
     assert refused(EmbeddingRequest(())) == ('"input" must not be empty', "input")
@@ -127,7 +130,7 @@ def test_requests_are_checked_with_llama_servers_messages() -> None:
         "input.0",
     )
     assert refused(EmbeddingRequest(((1, 100),))) == ("Invalid token id 100 (vocabulary has 100 tokens)", "input.0")
-    check_embedding_request(EmbeddingRequest(((1,) * 8,)), n_ubatch=8, n_vocab=100)
+    check_embedding_request(EmbeddingRequest(((1,) * 8,)), n_ubatch=8, n_vocab=100, media=False)
 
 
 # -- the embedding context -------------------------------------------------------------------------
@@ -218,3 +221,44 @@ def test_the_engine_embeds_between_generation_steps_without_changing_the_generat
     finally:
         engine.close()
         plain.close()
+
+
+def test_an_image_input_is_decoded_in_chunks_and_shares_the_generations_media_cache(
+    vl_gguf: Path, mmproj_gguf: Path
+) -> None:
+    """Embedding a snapshot that a chat already described skips the encoder (the media cache is the engine's)."""
+    vl = NativeModel(vl_gguf)
+    projector = Projector(str(mmproj_gguf), vl, n_threads=1)
+    config = EngineConfig(
+        n_ctx=2048, n_slots=1, n_batch=512, n_ubatch=512, n_threads=1, embeddings=True, pooling="mean"
+    )
+    engine = Engine(vl, config, projector=projector)
+    try:
+        rng = np.random.default_rng(3)
+        image = Media.image(
+            np.clip(rng.integers(0, 256, 3) + rng.integers(-24, 25, (480, 640, 3)), 0, 255).astype(np.uint8)
+        )
+        chat = f"<|im_start|>user\n{projector.marker}Describe it.<|im_end|>\n<|im_start|>assistant\n"
+        prompt, spans = prompt_from_chunks(projector.tokenize(chat, [image]))
+        run(engine, EngineRequest(prompt_tokens=prompt, media=spans, sampling=GREEDY, max_tokens=2))
+        assert (engine.stats.n_media_encodes, engine.stats.n_media_cache_hits) == (1, 0)
+        tokens, embed_spans = prompt_from_chunks(projector.tokenize(f"{projector.marker}\n", [image]))
+        sink = _Waiting()
+        engine.submit_embeddings(EmbeddingRequest((tokens,), media=(embed_spans,)), sink)
+        vector = sink.result().vectors[0]
+        assert (engine.stats.n_media_encodes, engine.stats.n_media_cache_hits) == (1, 1)
+        assert engine.embeddings is not None
+        rows = projector.encode(embed_spans[0].chunk)
+        pieces = [
+            np.asarray(tokens[: embed_spans[0].start], dtype=np.int32),
+            rows,
+            np.asarray(tokens[embed_spans[0].end :], dtype=np.int32),
+        ]
+        np.testing.assert_allclose(vector, normalized(engine.embeddings.context.embed_pieces(pieces), 2), atol=1e-6)
+        with pytest.raises(InvalidRequest, match="media spans do not match"):
+            moved = replace(embed_spans[0], start=embed_spans[0].start + 1)
+            engine.submit_embeddings(EmbeddingRequest((tokens,), media=((moved,),)), _Waiting())
+    finally:
+        engine.close()
+        projector.close()
+        vl.close()

@@ -21,14 +21,13 @@ from typing import Any
 
 import httpx
 import jsonschema
-import numpy as np
 import openai
 import pytest
-import soundfile
 from PIL import Image
 
 from lfmserve.settings import Settings
-from tests.conftest import ServerThread
+from lfmserve.testing import image_bytes, wav_bytes
+from tests.conftest import ServerThread, vl_settings
 
 IMAGE_640 = 234 + 2
 IMAGE_1024 = 6 * 256 + 234 + 9
@@ -36,19 +35,11 @@ AUDIO_PER_SECOND = {1: 13, 3: 38}
 
 
 def picture(width: int, height: int, *, seed: int, format: str = "JPEG") -> bytes:
-    """A tinted, noisy picture (the tiny model's answer follows the tint) in ``format``."""
-    rng = np.random.default_rng(seed)
-    pixels = np.clip(rng.integers(0, 256, 3) + rng.integers(-24, 25, (height, width, 3)), 0, 255).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format=format, quality=90)
-    return buffer.getvalue()
+    return image_bytes(width, height, seed=seed, format=format)
 
 
-def wav(seconds: float, hz: float = 440.0) -> bytes:
-    t = np.arange(int(16000 * seconds)) / 16000
-    buffer = io.BytesIO()
-    soundfile.write(buffer, (0.5 * np.sin(2 * np.pi * hz * t)).astype(np.float32), 16000, format="WAV")
-    return buffer.getvalue()
+def wav(seconds: float) -> bytes:
+    return wav_bytes(seconds)
 
 
 def data_uri(data: bytes, mime: str = "image/jpeg") -> str:
@@ -155,15 +146,7 @@ def origin(snapshots: Path) -> Iterator[str]:
 def test_urls_on_loopback_and_files_under_media_path_with_the_flags_that_allow_them(
     server_factory: Callable[..., ServerThread], vl_gguf: Path, mmproj_gguf: Path, snapshots: Path, origin: str
 ) -> None:
-    settings = Settings(
-        model=str(vl_gguf),
-        mmproj=str(mmproj_gguf),
-        ctx_size=4096,
-        parallel=1,
-        threads=1,
-        media_fetch_private=True,
-        media_path=str(snapshots),
-    )
+    settings = vl_settings(vl_gguf, mmproj_gguf, media_fetch_private=True, media_path=str(snapshots))
     served = openai.OpenAI(base_url=server_factory(settings).url + "/v1", api_key="unused")
     question = {"type": "text", "text": "Describe this."}
     text_only = _prompt_tokens(served, [question])
