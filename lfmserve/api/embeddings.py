@@ -15,7 +15,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from pydantic import Field
 
-from ..chat.embeddings import EmbeddingInput, shaped
+from ..chat.embeddings import EmbeddingInput, check_dimensions, shaped
 from ..chat.request import ContentPrompt, EmbeddingOptions
 from ..errors import InvalidRequest, NotSupported
 from .body import Body
@@ -93,11 +93,12 @@ async def _embeddings(request: Request, *, openai_shape: bool) -> Any:
     if openai_shape and pooling == "none":
         raise InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
     options = body.options()
+    check_dimensions(options, served.embedding_width)
     inputs = body.inputs()
     media = await served.read_embedding_media(inputs)
     engine_request = await offload.also_if(any(media))(served.embedding_request, inputs, options, media)
     result = await served.embed(engine_request)
-    vectors = shaped(result, options, normalize=engine_request.normalize, width=served.model.info.n_embd)
+    vectors = shaped(result, options, normalize=engine_request.normalize)
     if not openai_shape:
         return [{"index": i, "embedding": np.atleast_2d(v).tolist()} for i, v in enumerate(vectors)]
     data = [_openai_item(i, v, body.encoding_format == "base64") for i, v in enumerate(vectors)]

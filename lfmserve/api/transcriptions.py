@@ -57,6 +57,8 @@ async def transcriptions(request: Request) -> Response:
         media = await served.read_media(chat)
     except InvalidRequest as exc:  # the form's file, not a chat part
         raise InvalidRequest(exc.message, param="file") from None
+    if media[0].kind != "audio":
+        raise InvalidRequest("the file is not audio (an image can be described through chat)", param="file")
     engine_request, parser = await Offload(large=True)(served.prepare_chat, chat, media)  # mtmd resamples
     if fields.get("stream", "false") == "true":
         return sse(_events(parser, served.start(engine_request)), done_marker=True)

@@ -84,10 +84,14 @@ def _text(item: EmbeddingInput, marker: str) -> str:
     raise TypeError("only content parts and media prompts hold media")
 
 
-def shaped(result: EmbeddingResult, options: EmbeddingOptions, *, normalize: int, width: int) -> list[Vector]:
+def check_dimensions(options: EmbeddingOptions, width: int) -> None:
+    """OpenAI's ``dimensions`` must fit the vectors (checked before anything is embedded)."""
+    if options.dimensions is not None and not 1 <= options.dimensions <= width:
+        raise InvalidRequest(f"dimensions must be between 1 and {width} for this model", param="dimensions")
+
+
+def shaped(result: EmbeddingResult, options: EmbeddingOptions, *, normalize: int) -> list[Vector]:
     """The vectors cut to OpenAI's ``dimensions`` and normalised again (llama-server ignores the field)."""
     if options.dimensions is None or any(v.ndim != 1 for v in result.vectors):  # pooling none: rows per token
         return result.vectors
-    if not 1 <= options.dimensions <= width:
-        raise InvalidRequest(f"dimensions must be between 1 and {width} for this model", param="dimensions")
     return [normalized(np.ascontiguousarray(v[: options.dimensions]), normalize) for v in result.vectors]

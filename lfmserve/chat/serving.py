@@ -275,6 +275,11 @@ class Serving:
         """The embedding context's pooling (None: the server was not started with ``--embeddings``)."""
         return self.engine.embeddings.context.pooling if self.engine.embeddings is not None else None
 
+    @property
+    def embedding_width(self) -> int:
+        """The width of a pooled embedding (0 without ``--embeddings``)."""
+        return self.engine.embeddings.context.width if self.engine.embeddings is not None else 0
+
     async def read_embedding_media(self, inputs: Sequence[EmbeddingInput]) -> list[list[Media]]:
         """Each embedding input's media, fetched and decoded ([] for text and token inputs)."""
         sources = embedding_sources(inputs)

@@ -28,6 +28,8 @@ from .media import MediaEncoder, spans_match_prompt
 from .records import MediaSpan
 
 Vector = npt.NDArray[np.float32]
+#: Inputs one request may hold (OpenAI's limit): a request is embedded whole before the next one starts.
+MAX_INPUTS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,8 @@ def check_embedding_request(request: EmbeddingRequest, *, n_ubatch: int, n_vocab
     """
     if not request.inputs:
         raise InvalidRequest('"input" must not be empty', param="input")
+    if len(request.inputs) > MAX_INPUTS:
+        raise InvalidRequest(f"at most {MAX_INPUTS} inputs per request (got {len(request.inputs)})", param="input")
     if request.media and (len(request.media) != len(request.inputs) or not media):
         raise InvalidRequest("media inputs need a multimodal projector and a span list per input", param="input")
     for i, tokens in enumerate(request.inputs):
@@ -139,7 +143,7 @@ class EmbeddingQueue:
         #: The generation's media encoder: media in embedding inputs share its cache of projector output.
         self.encoder = encoder
         self._jobs: collections.deque[_Job] = collections.deque()
-        #: Decodes run so far (the batching is what makes many inputs cheap).
+        #: Groups embedded so far: packed inputs, or one input with media (a decode per chunk).
         self.n_decodes = 0
 
     @property

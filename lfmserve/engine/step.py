@@ -140,21 +140,12 @@ class BatchStep:
             if span is None:
                 continue
             if gen.media_rows is None or gen.media_rows[0] is not span:
-                try:
-                    rows, encoded = self._rows(span, beside=beside, may_encode=not encoded_here)
-                except EngineError as exc:  # this request's media, not the others'
-                    logger.error("request %d: %s", gen.id, exc)
-                    self._memory.reset(gen.slot)
-                    gen.fail(exc)
-                    progressed = True
-                    continue
-                progressed |= encoded
+                ready, encoded = self._take_rows(gen, span, beside=beside, may_encode=not encoded_here)
+                progressed |= encoded or gen.done
                 encoded_here |= encoded
-                if rows is None:
-                    continue  # being encoded (beside, or after this step's encode)
-                gen.media_rows = (span, rows)
-                if encoded and streaming:
-                    continue  # the streams have waited for the encode: the rows go in the next step
+                if not ready or (encoded and streaming):  # the streams waited for an encode: rows next step
+                    continue
+            assert gen.media_rows is not None
             rows = gen.media_rows[1]
             n = min(_prefill_end(gen, done) - done, budget)
             wants_logits = done + n == len(gen.prompt) and gen.request.max_tokens != 0
@@ -174,6 +165,22 @@ class BatchStep:
             if gen.batch_index >= 0 and not gen.done:
                 gen.sample(self._ctx)
         return True
+
+    def _take_rows(self, gen: Generation, span: MediaSpan, *, beside: bool, may_encode: bool) -> tuple[bool, bool]:
+        """Give ``gen`` the span's rows if they are at hand: (whether it has them, whether this thread encoded).
+
+        An encode that fails fails this generation only.
+        """
+        try:
+            rows, encoded = self._rows(span, beside=beside, may_encode=may_encode)
+        except EngineError as exc:  # this request's media, not the others'
+            logger.error("request %d: %s", gen.id, exc)
+            self._memory.reset(gen.slot)
+            gen.fail(exc)
+            return False, False
+        if rows is not None:
+            gen.media_rows = (span, rows)
+        return rows is not None, encoded
 
     def _rows(self, span: MediaSpan, *, beside: bool, may_encode: bool) -> tuple[Rows | None, bool]:
         """A span's rows if they are at hand (cached, or an encode beside has finished), and whether this

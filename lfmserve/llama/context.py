@@ -66,10 +66,12 @@ class NativeContext:
         return self._embd_batch
 
     def lend_threads(self, n: int) -> None:
-        """Decode with ``n`` fewer threads (at least one) until lent 0 again: the cores go to another encoder."""
+        """Decode with ``n`` fewer threads (never more than half of either count) until lent 0 again: the cores
+        go to another encoder."""
         if n != self._threads_lent:
             self._threads_lent = n
-            llama.llama_set_n_threads(self._ctx, max(1, self.n_threads - n), max(1, self.n_threads_batch - n))
+            keep = [count - min(n, count // 2) for count in (self.n_threads, self.n_threads_batch)]
+            llama.llama_set_n_threads(self._ctx, keep[0], keep[1])
 
     def decode(self, batch: Batch | None = None) -> None:
         """Decode ``batch`` (the token batch by default); raise :class:`EngineError` on failure."""

@@ -46,7 +46,9 @@ class EmbeddingContext:
         params.pooling_type = POOLING_TYPES[pooling] if pooling else llama.LLAMA_POOLING_TYPE_UNSPECIFIED
         params.n_ctx = n_ubatch
         params.n_batch = params.n_ubatch = n_ubatch
-        params.n_seq_max = min(n_seq_max, n_ubatch)  # more sequences than outputs fails an assert in llama.cpp
+        one_at_a_time = bool(llama.llama_model_is_recurrent(model.handle) or llama.llama_model_is_hybrid(model.handle))
+        # More sequences than outputs fails an assert in llama.cpp; one for recurrent state: see n_seq_max below.
+        params.n_seq_max = 1 if one_at_a_time else min(n_seq_max, n_ubatch)
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = True  # the sequences of one decode share the micro-batch's cells
         params.no_perf = True
@@ -62,12 +64,10 @@ class EmbeddingContext:
         #: into equal-length runs per sequence, and with inputs of unequal lengths its mean pooling aborts the
         #: process (``GGML_ASSERT(ggml_can_mul_mat(a, b))`` in ``build_pooling``); one at a time was also faster
         #: (64 inputs of ~48 tokens on the LFM2-350M-shaped model: 11.7 s, against 12.6 s four at a time).
-        self.n_seq_max = (
-            1
-            if llama.llama_model_is_recurrent(model.handle) or llama.llama_model_is_hybrid(model.handle)
-            else llama.llama_n_seq_max(self._ctx)
-        )
+        self.n_seq_max = llama.llama_n_seq_max(self._ctx)
         self.n_embd = llama.llama_model_n_embd_out(model.handle)
+        #: The width of a pooled vector (the classifier's outputs with rank pooling).
+        self.width = llama.llama_model_n_cls_out(model.handle) if self.pooling == "rank" else self.n_embd
         self._batch = Batch(self.n_ubatch)
         self._rows_batch: Batch | None = None  # media rows, made on first use
 
@@ -122,11 +122,10 @@ class EmbeddingContext:
         return self._pooled(0)
 
     def _pooled(self, seq_id: int) -> npt.NDArray[np.float32]:
-        width = llama.llama_model_n_cls_out(self.model.handle) if self.pooling == "rank" else self.n_embd
         pointer = llama.llama_get_embeddings_seq(self._ctx, seq_id)
         if not pointer:
             raise EngineError(f"no pooled embedding for sequence {seq_id}")
-        return np.ctypeslib.as_array(pointer, shape=(width,)).copy()
+        return np.ctypeslib.as_array(pointer, shape=(self.width,)).copy()
 
     def _rows(self, start: int, n_tokens: int) -> npt.NDArray[np.float32]:
         rows = np.empty((n_tokens, self.n_embd), dtype=np.float32)

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from lfmserve.settings import Settings
-from lfmserve.testing import TinyProjector, wav_bytes, write_mmproj_gguf
+from lfmserve.testing import TinyProjector, image_bytes, wav_bytes, write_mmproj_gguf
 from tests.conftest import ServerThread
 
 #: A second of 16 kHz audio is 13 tokens (../shared/docs/MMPROJ.md §4.2).
@@ -118,6 +118,12 @@ def test_a_stream_is_deltas_then_the_done_object_then_done(served: ServerThread)
         ),
         ({"temperature": "hot"}, wav(1), "Invalid value for 'temperature': 'hot'", "temperature"),
         ({"max_tokens": "-5"}, wav(1), "Invalid value for 'max_tokens': '-5'", "max_tokens"),
+        (
+            {},
+            image_bytes(64, 64, seed=1, format="PNG"),
+            "the file is not audio (an image can be described through chat)",
+            "file",
+        ),
         (
             {},
             b"not audio at all" * 20,

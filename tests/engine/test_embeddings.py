@@ -130,6 +130,7 @@ def test_requests_are_checked_with_llama_servers_messages() -> None:
         "input.0",
     )
     assert refused(EmbeddingRequest(((1, 100),))) == ("Invalid token id 100 (vocabulary has 100 tokens)", "input.0")
+    assert refused(EmbeddingRequest(((1,),) * 2049)) == ("at most 2048 inputs per request (got 2049)", "input")
     check_embedding_request(EmbeddingRequest(((1,) * 8,)), n_ubatch=8, n_vocab=100, media=False)
 
 
