@@ -23,6 +23,7 @@ from .native.protocol import MultimodalPrompt, WirePrompt
 from .offload import read_body
 from .openai.protocol import MediaPart, TextPart
 from .openapi import request_body
+from .sse import until_disconnect
 from .state import serving
 
 router = APIRouter()
@@ -97,7 +98,7 @@ async def _embeddings(request: Request, *, openai_shape: bool) -> Any:
     inputs = body.inputs()
     media = await served.read_embedding_media(inputs)
     engine_request = await offload.also_if(any(media))(served.embedding_request, inputs, options, media)
-    result = await served.embed(engine_request)
+    result = await until_disconnect(request, served.embed(engine_request))
     vectors = shaped(result, options, normalize=engine_request.normalize)
     if not openai_shape:
         return [{"index": i, "embedding": np.atleast_2d(v).tolist()} for i, v in enumerate(vectors)]

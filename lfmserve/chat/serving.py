@@ -297,7 +297,11 @@ class Serving:
         """Each input's vector (or rows), embedded between generation steps."""
         future: ResultFuture[EmbeddingResult] = ResultFuture()
         self.engine.submit_embeddings(request, future)
-        return await future.result()
+        try:
+            return await future.result()
+        except BaseException:  # the caller gave up (the client has gone): the engine stops embedding it
+            self.engine.cancel_embeddings(future)
+            raise
 
     def prompt_text(self, request: EngineRequest) -> str:
         """A request's prompt as text, its media left out (llama-server's ``server_tokens::detokenize``)."""

@@ -74,7 +74,9 @@ class Engine:
         )
         #: ``--embeddings``: inputs embedded on a second context, between generation steps.
         self.embeddings = (
-            EmbeddingQueue(self._embedding_context(model, config), self.media) if config.embeddings else None
+            EmbeddingQueue(self._embedding_context(model, config), self.media, lambda: bool(self._running))
+            if config.embeddings
+            else None
         )
         self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch, encoder=self.media)
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
@@ -112,6 +114,13 @@ class Engine:
         )
         queue = self.embeddings
         self._send(lambda: queue.add(request, sink))
+
+    def cancel_embeddings(self, sink: ResultSink) -> None:
+        """Stop embedding the request answered on ``sink`` at the next group (its client has gone)."""
+        with self._lock:
+            if self._accepting and self.embeddings is not None:
+                queue = self.embeddings
+                self._inbox.put(lambda: queue.cancel(sink))
 
     def close(self) -> None:
         """Finish the thread (requests still running or waiting get :class:`Unavailable`), then free the context."""
@@ -248,12 +257,14 @@ class Engine:
     # -- engine thread -------------------------------------------------------------------------
     def _run(self) -> None:
         stalled = False  # the last step only waited for encodes beside: sleep until one ends (or a command)
+        embedding_waits = False  # so did the oldest embedding request
         while not self._closing:
             idle = not self._waiting and not self._running
-            self._drain_inbox(block=(stalled or idle) and not (self.embeddings and self.embeddings.pending))
+            can_embed = self.embeddings is not None and self.embeddings.pending and not embedding_waits
+            self._drain_inbox(block=(stalled or idle) and not can_embed)
             if self._closing:
                 break
-            stalled = False
+            stalled = embedding_waits = False
             try:
                 self._start_waiting()
                 running = self._live()
@@ -261,7 +272,8 @@ class Engine:
                     progressed = self._step.run(running)
                     stalled = not progressed and self.media is not None and self.media.encoding_beside
                 if self.embeddings is not None and self.embeddings.pending:
-                    self.embeddings.run_one()  # one decode between steps: streams wait a micro-batch at most
+                    # one group between steps: streams wait a micro-batch at most
+                    embedding_waits = not self.embeddings.run_one()
             except Exception as exc:  # a bug must cost the requests in flight, never the engine
                 logger.exception("engine step failed; failing the active requests")
                 for gen in self._live():

@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -135,13 +135,24 @@ def check_embedding_request(request: EmbeddingRequest, *, n_ubatch: int, n_vocab
             raise InvalidRequest(f"Invalid token id {bad} (vocabulary has {n_vocab} tokens)", param=f"input.{i}")
 
 
+class _EncodingBeside(Exception):
+    """A group's media is being encoded beside the engine: the group waits in its queue."""
+
+
 class EmbeddingQueue:
     """Embedding requests waiting on the engine thread, oldest first, one packed decode at a time."""
 
-    def __init__(self, context: EmbeddingContext, encoder: MediaEncoder | None = None) -> None:
+    def __init__(
+        self,
+        context: EmbeddingContext,
+        encoder: MediaEncoder | None = None,
+        generating: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.context = context
         #: The generation's media encoder: media in embedding inputs share its cache of projector output.
         self.encoder = encoder
+        #: Whether generations are running: a media item is then encoded beside them, as a chat's is.
+        self._generating = generating
         self._jobs: collections.deque[_Job] = collections.deque()
         #: Groups embedded so far: packed inputs, or one input with media (a decode per chunk).
         self.n_decodes = 0
@@ -165,29 +176,36 @@ class EmbeddingQueue:
             start = i + 1
         self._jobs.append(_Job(request, sink, collections.deque(groups)))
 
-    def run_one(self) -> None:
+    def run_one(self) -> bool:
         """Embed the next group of the oldest request; deliver the request's result once it is complete.
 
+        False when that group waits for a media encode beside the engine (the encoder's wake ends the wait).
         Any failure is that request's: it is answered with the error and leaves the queue.
         """
         job = self._jobs[0]
         try:
             self._run_group(job)
+        except _EncodingBeside:
+            return False
         except Exception as exc:
             self._jobs.popleft()
             job.sink.put(exc if isinstance(exc, EngineError) else EngineError(f"embedding failed: {exc}"))
-            return
+            return True
         if not job.groups:
             self._jobs.popleft()
             n_tokens = sum(len(tokens) for tokens in job.request.inputs)
             job.sink.put(EmbeddingResult(job.vectors, n_tokens))
+        return True
 
     def _run_group(self, job: _Job) -> None:
-        group = job.groups.popleft()
+        group = job.groups[0]
         spans = job.request.spans(group.start)
         if spans:
-            rows = [self.context.embed_pieces(self._pieces(job.request.inputs[group.start], spans))]
+            pieces = self._pieces(job.request.inputs[group.start], spans)  # may wait for an encode beside
+            job.groups.popleft()
+            rows = [self.context.embed_pieces(pieces)]
         else:
+            job.groups.popleft()
             rows = self.context.embed([job.request.inputs[i] for i in group])
         self.n_decodes += 1
         pooled = self.context.pooling != "none"
@@ -203,11 +221,21 @@ class EmbeddingQueue:
             if span.start > done:
                 pieces.append(np.asarray(tokens[done : span.start], dtype=np.int32))
             rows = self.encoder.cached(span)
+            if rows is None and (
+                self.encoder.started_beside(span) or (self.encoder.can_encode_beside and self._generating())
+            ):
+                rows = self.encoder.encode_beside(span)
+                if rows is None:
+                    raise _EncodingBeside
             pieces.append(rows if rows is not None else self.encoder.encode(span))
             done = span.end
         if done < len(tokens):
             pieces.append(np.asarray(tokens[done:], dtype=np.int32))
         return pieces
+
+    def cancel(self, sink: ResultSink) -> None:
+        """Drop the request answered on ``sink`` (its client has gone); no-op once it is answered."""
+        self._jobs = collections.deque(job for job in self._jobs if job.sink is not sink)
 
     def fail_all(self, error: BaseException) -> None:
         while self._jobs:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest, SamplingParams
 from lfmserve.engine.stream import SyncStream
 from lfmserve.llama.model import NativeModel
+from lfmserve.llama.mtmd import Projector, PromptChunk
 
 GREEDY = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0)
 
@@ -47,3 +51,18 @@ def run(engine: Engine, request: EngineRequest) -> list[EngineOutput]:
 
 def tokens_of(outputs: list[EngineOutput]) -> list[int]:
     return [t for out in outputs for t in out.token_ids]
+
+
+def hold_encodes_beside(projector: Projector) -> tuple[threading.Event, threading.Event]:
+    """Make ``projector``'s encodes beside the engine wait: (set when one starts, set it to let it go on)."""
+    entered, release = threading.Event(), threading.Event()
+    encode = projector.encode
+
+    def held(chunk: PromptChunk, *, beside: bool = False) -> npt.NDArray[np.float32]:
+        if beside:
+            entered.set()
+            assert release.wait(30)
+        return encode(chunk, beside=beside)
+
+    projector.encode = held  # type: ignore[method-assign]
+    return entered, release

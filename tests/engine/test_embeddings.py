@@ -26,7 +26,8 @@ from lfmserve.errors import EngineError, InvalidRequest, NotSupported
 from lfmserve.llama.embedding import EmbeddingContext
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.mtmd import Media, Projector
-from tests.engine.conftest import GREEDY, prompt, run, tokens_of
+from lfmserve.testing import tinted_pixels
+from tests.engine.conftest import GREEDY, hold_encodes_beside, prompt, run, tokens_of
 
 
 class _Waiting:
@@ -260,6 +261,78 @@ def test_an_image_input_is_decoded_in_chunks_and_shares_the_generations_media_ca
             moved = replace(embed_spans[0], start=embed_spans[0].start + 1)
             engine.submit_embeddings(EmbeddingRequest((tokens,), media=((moved,),)), _Waiting())
     finally:
+        engine.close()
+        projector.close()
+        vl.close()
+
+
+def test_a_cancelled_request_is_dropped_and_the_next_one_answered(llama_model: NativeModel) -> None:
+    context = EmbeddingContext(llama_model, pooling="mean", n_ubatch=16, n_seq_max=1, n_threads=1)
+    try:
+        queue = EmbeddingQueue(context)
+        gone, next_one = _Waiting(), _Waiting()
+        queue.add(EmbeddingRequest(tuple(_tokens(llama_model, 4, seed=i) for i in range(10))), gone)
+        queue.add(EmbeddingRequest((_tokens(llama_model, 4, seed=99),)), next_one)
+        queue.run_one()  # one of the ten groups
+        queue.cancel(gone)
+        while queue.pending:
+            queue.run_one()
+        assert queue.n_decodes == 2 and not gone.done.is_set()
+        assert len(next_one.result().vectors) == 1
+    finally:
+        context.close()
+
+
+def test_the_engine_cancels_an_embedding_request(llama_model: NativeModel) -> None:
+    config = EngineConfig(n_ctx=512, n_slots=1, n_batch=16, n_ubatch=16, n_threads=1, embeddings=True, pooling="mean")
+    engine = Engine(llama_model, config)
+    try:
+        assert engine.embeddings is not None
+        gone = _Waiting()
+        engine.submit_embeddings(EmbeddingRequest(tuple(_tokens(llama_model, 15, seed=i) for i in range(2000))), gone)
+        engine.cancel_embeddings(gone)
+        after = _Waiting()
+        engine.submit_embeddings(EmbeddingRequest((_tokens(llama_model, 4, seed=1),)), after)
+        after.result()
+        assert not gone.done.is_set() and engine.embeddings.n_decodes < 2000
+    finally:
+        engine.close()
+
+
+def test_an_image_to_embed_while_streams_run_is_encoded_beside_them(vl_gguf: Path, mmproj_gguf: Path) -> None:
+    vl = NativeModel(vl_gguf)
+    projector = Projector(str(mmproj_gguf), vl, n_threads=2, side_threads=1)
+    config = EngineConfig(
+        n_ctx=2048, n_slots=2, n_batch=512, n_ubatch=512, n_threads=2, embeddings=True, pooling="mean"
+    )
+    engine = Engine(vl, config, projector=projector)
+    encode = projector.encode
+    entered, release = hold_encodes_beside(projector)
+    try:
+        image = Media.image(tinted_pixels(640, 480, seed=5))
+        tokens, spans = prompt_from_chunks(projector.tokenize(f"{projector.marker}\n", [image]))
+        story = EngineRequest(prompt_tokens=prompt(vl, "Tell a story"), sampling=GREEDY, max_tokens=30)
+        stream_done: list[list[int]] = []
+        runner = threading.Thread(target=lambda: stream_done.append(tokens_of(run(engine, story))))
+        runner.start()
+        while not engine.slots[0].busy and not engine.slots[1].busy:
+            pass
+        sink = _Waiting()
+        engine.submit_embeddings(EmbeddingRequest((tokens,), media=(spans,)), sink)
+        assert entered.wait(30)  # encoded beside the running stream, and held there
+        runner.join(30)
+        assert len(stream_done) == 1 and not sink.done.is_set()  # the stream finished while the encode was held
+        release.set()  # the engine sleeps until the encode wakes it
+        vector = sink.result().vectors[0]
+        assert engine.embeddings is not None and engine.stats.n_media_encodes == 1
+        pieces = [
+            np.asarray(tokens[: spans[0].start], dtype=np.int32),
+            encode(spans[0].chunk),
+            np.asarray(tokens[spans[0].end :], dtype=np.int32),
+        ]
+        np.testing.assert_allclose(vector, normalized(engine.embeddings.context.embed_pieces(pieces), 2), atol=1e-6)
+    finally:
+        release.set()
         engine.close()
         projector.close()
         vl.close()

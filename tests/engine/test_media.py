@@ -21,7 +21,7 @@ from lfmserve.engine.stream import SyncStream
 from lfmserve.errors import InvalidRequest
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.mtmd import Media, Projector
-from tests.engine.conftest import GREEDY, run, tokens_of
+from tests.engine.conftest import GREEDY, hold_encodes_beside, run, tokens_of
 
 N_TOKENS = 12
 
@@ -215,16 +215,7 @@ def test_streams_keep_generating_while_an_image_encodes_beside_them(vl_model: Na
     thread: the streams go on (here to their end) while the encode is held, and every answer is unchanged."""
     beside = Projector(str(mmproj_gguf), vl_model, n_threads=2, side_threads=1)
     engine = _engine(vl_model, beside, n_threads=2)
-    entered, release = threading.Event(), threading.Event()
-    encode = beside.encode
-
-    def held_encode(chunk: object, *, beside: bool = False) -> np.ndarray:
-        if beside:
-            entered.set()
-            assert release.wait(30)
-        return encode(chunk, beside=beside)  # type: ignore[arg-type]
-
-    beside.encode = held_encode  # type: ignore[method-assign]
+    entered, release = hold_encodes_beside(beside)
     try:
         text = _chat(beside, "What is here?")
         image = _image(640, 480, seed=19)
