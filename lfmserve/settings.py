@@ -31,6 +31,11 @@ def _flag(*names: str, help: str, sampling: bool = False, **argparse_kwargs: Any
     return {"flags": names, "help": help, "sampling": sampling, "argparse": argparse_kwargs}
 
 
+def _switch(*names: str, help: str, default: bool, action: Any = argparse.BooleanOptionalAction) -> Any:
+    """A boolean field and its flags (``--x`` / ``--no-x`` unless ``action`` says otherwise)."""
+    return field(default=default, metadata=_flag(*names, help=help, action=action))
+
+
 def physical_cores() -> int:
     """Physical cores (llama-server's default thread count), counted from sysfs; logical as fallback."""
     cores: set[tuple[str, str]] = set()
@@ -83,13 +88,10 @@ class Settings:
     alias: str | None = field(
         default=None, metadata=_flag("-a", "--alias", help="model name shown by /v1/models (default: file name)")
     )
-    jinja: bool = field(
+    jinja: bool = _switch(
+        "--jinja",
+        help="render the GGUF's Jinja chat template (default; --no-jinja uses llama.cpp's built-in formats)",
         default=True,
-        metadata=_flag(
-            "--jinja",
-            help="render the GGUF's Jinja chat template (default; --no-jinja uses llama.cpp's built-in formats)",
-            action=argparse.BooleanOptionalAction,
-        ),
     )
     chat_template_file: str | None = field(
         default=None, metadata=_flag("--chat-template-file", help="Jinja chat template file overriding the GGUF's")
@@ -106,23 +108,18 @@ class Settings:
     mmproj: str | None = field(
         default=None, metadata=_flag("-mm", "--mmproj", help="multimodal projector GGUF (images, audio)")
     )
-    mmproj_auto: bool = field(
+    mmproj_auto: bool = _switch(
+        "--mmproj-auto",
+        "--no-mmproj",
+        "--no-mmproj-auto",
+        help="with -hf, also fetch the repo's projector when it has one (default; --no-mmproj: text only)",
         default=True,
-        metadata=_flag(
-            "--mmproj-auto",
-            "--no-mmproj",
-            "--no-mmproj-auto",
-            help="with -hf, also fetch the repo's projector when it has one (default; --no-mmproj: text only)",
-            action=OnOffAction,
-        ),
+        action=OnOffAction,
     )
-    mmproj_offload: bool = field(
+    mmproj_offload: bool = _switch(
+        "--mmproj-offload",
+        help="run the projector on a GPU when there is one (--no-mmproj-offload: on the CPU)",
         default=True,
-        metadata=_flag(
-            "--mmproj-offload",
-            help="run the projector on a GPU when there is one (--no-mmproj-offload: on the CPU)",
-            action=argparse.BooleanOptionalAction,
-        ),
     )
     image_min_tokens: int = field(
         default=-1,
@@ -135,44 +132,34 @@ class Settings:
     media_path: str | None = field(
         default=None, metadata=_flag("--media-path", help="folder that file:// media URLs are read from")
     )
-    media_fetch: bool = field(
+    media_fetch: bool = _switch(
+        "--media-fetch",
+        help="fetch http(s):// media URLs (default; --no-media-fetch refuses them)",
         default=True,
-        metadata=_flag(
-            "--media-fetch",
-            help="fetch http(s):// media URLs (default; --no-media-fetch refuses them)",
-            action=argparse.BooleanOptionalAction,
-        ),
     )
-    media_fetch_private: bool = field(
+    media_fetch_private: bool = _switch(
+        "--media-fetch-private",
+        help="allow media URLs whose host is a loopback, private or link-local address",
         default=False,
-        metadata=_flag(
-            "--media-fetch-private",
-            help="allow media URLs whose host is a loopback, private or link-local address",
-            action="store_true",
-        ),
+        action="store_true",
     )
-    media_encode_beside: bool = field(
+    media_encode_beside: bool = _switch(
+        "--media-encode-beside",
+        help="encode media on half the cores while other streams keep generating (default; holds the "
+        "projector twice; --no-media-encode-beside: streams wait for each encode, as in llama-server)",
         default=True,
-        metadata=_flag(
-            "--media-encode-beside",
-            help="encode media on half the cores while other streams keep generating (default; holds the "
-            "projector twice; --no-media-encode-beside: streams wait for each encode, as in llama-server)",
-            action=argparse.BooleanOptionalAction,
-        ),
     )
     media_cache: int = field(
         default=256,
         metadata=_flag("--media-cache", help="MiB of projector output kept for media seen before (0 = off)", type=int),
     )
     # -- embeddings -------------------------------------------------------------------------------
-    embeddings: bool = field(
+    embeddings: bool = _switch(
+        "--embedding",
+        "--embeddings",
+        help="also serve /v1/embeddings and /embedding (a second context; chat and completions keep working)",
         default=False,
-        metadata=_flag(
-            "--embedding",
-            "--embeddings",
-            help="also serve /v1/embeddings and /embedding (a second context; chat and completions keep working)",
-            action="store_true",
-        ),
+        action="store_true",
     )
     pooling: str | None = field(
         default=None,
@@ -255,18 +242,11 @@ class Settings:
             type=int,
         ),
     )
-    slots_endpoint: bool = field(
-        default=True,
-        metadata=_flag(
-            "--slots", help="expose GET /slots (default; --no-slots answers 501)", action=argparse.BooleanOptionalAction
-        ),
-    )
+    slots_endpoint: bool = _switch("--slots", help="expose GET /slots (default; --no-slots answers 501)", default=True)
     slot_save_path: str | None = field(
         default=None, metadata=_flag("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore")
     )
-    metrics: bool = field(
-        default=False, metadata=_flag("--metrics", help="expose GET /metrics (Prometheus)", action="store_true")
-    )
+    metrics: bool = _switch("--metrics", help="expose GET /metrics (Prometheus)", default=False, action="store_true")
     # -- server -----------------------------------------------------------------------------------
     host: str = field(default="127.0.0.1", metadata=_flag("--host", help="address to listen on"))
     port: int = field(default=8080, metadata=_flag("--port", help="port to listen on", type=int))
@@ -293,9 +273,8 @@ class Settings:
     api_key_file: str | None = field(
         default=None, metadata=_flag("--api-key-file", help="file with one API key per line")
     )
-    verbose: bool = field(
-        default=False,
-        metadata=_flag("-v", "--verbose", help="log per-step detail and llama.cpp's own log", action="store_true"),
+    verbose: bool = _switch(
+        "-v", "--verbose", help="log per-step detail and llama.cpp's own log", default=False, action="store_true"
     )
     # -- sampling defaults (None = not set here: the GGUF, the LFM family table or llama-server decides);
     # each is named as the request field it is the default of.
