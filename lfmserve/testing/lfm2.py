@@ -313,6 +313,11 @@ def write_lfm2_gguf(path: str | Path, spec: TinyLfm2 | None = None) -> Path:
     n_vocab = _write_tokenizer(writer, spec)
     _write_metadata(writer, spec, n_vocab)
     _write_tensors(writer, spec, n_vocab)
+    return finish_gguf(writer, path)
+
+
+def finish_gguf(writer: gguf.GGUFWriter, path: Path) -> Path:
+    """Write what ``writer`` holds (header, keys, tensors) to its file, close it, and return ``path``."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -22,6 +22,8 @@ from typing import Literal
 import gguf
 import numpy as np
 
+from .lfm2 import finish_gguf
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TinyProjector:
@@ -98,11 +100,7 @@ def write_mmproj_gguf(path: str | Path, spec: TinyProjector | None = None) -> Pa
         _write_vision(writer, spec, add)
     if audio:
         _write_audio(writer, spec, add)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return finish_gguf(writer, path)
 
 
 Add = Callable[..., None]
