@@ -25,7 +25,8 @@ class LogitAdjuster:
         if params.ignore_eos:  # llama-server bans end-of-generation tokens the same way
             biases += [(t, float("-inf")) for t in eog_tokens]
         self._bias_ids = np.array([t for t, _ in biases], dtype=np.int64)
-        self._bias_values = np.array([b for _, b in biases], dtype=np.float32)
+        with np.errstate(over="ignore"):  # a bias beyond float32's range is infinite, as llama.cpp's float is
+            self._bias_values = np.array([b for _, b in biases], dtype=np.float32)
         self.window = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
         self.penalised = self.window != 0 and (
             params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
@@ -55,7 +56,8 @@ class LogitAdjuster:
 
     def apply(self, logits: npt.NDArray[np.float32]) -> None:
         if self._bias_ids.size:
-            np.add.at(logits, self._bias_ids, self._bias_values)
+            with np.errstate(over="ignore"):  # biases that sum past float32's range (a token listed twice): inf
+                np.add.at(logits, self._bias_ids, self._bias_values)
         if self.penalised and self._counts:
             ids = np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
             counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(self._counts))

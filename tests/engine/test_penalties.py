@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import warnings
 
 import llama_cpp.llama_cpp as llama
 import numpy as np
@@ -72,3 +73,13 @@ def test_ignore_eos_bans_end_of_generation_tokens() -> None:
     logits = np.zeros(10, dtype=np.float32)
     adjuster.apply(logits)
     assert np.isneginf(logits[[2, 7]]).all() and (logits[[0, 1, 3]] == 0).all()
+
+
+def test_biases_past_float32s_range_become_infinite_without_a_warning() -> None:
+    params = SamplingParams(logit_bias=((3, 3e38), (3, 3e38), (4, 1e39)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adjuster = LogitAdjuster(params, n_ctx=64)
+        logits = np.zeros(8, dtype=np.float32)
+        adjuster.apply(logits)
+    assert logits[3] == np.inf and logits[4] == np.inf and logits[0] == 0.0
