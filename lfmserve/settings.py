@@ -161,6 +161,13 @@ class Settings:
         default=False,
         action="store_true",
     )
+    reranking: bool = _switch(
+        "--rerank",
+        "--reranking",
+        help="also serve /rerank and /v1/rerank (embeddings with rank pooling; the model needs a classifier head)",
+        default=False,
+        action="store_true",
+    )
     pooling: str | None = field(
         default=None,
         metadata=_flag(

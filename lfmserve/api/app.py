@@ -26,6 +26,7 @@ from .monitoring import metrics_registry
 from .native.router import router as native_router
 from .openai.router import router as openai_router
 from .openapi import install_openapi
+from .rerank import router as rerank_router
 from .slots import router as slots_router
 from .state import AppState
 from .transcriptions import router as transcriptions_router
@@ -53,7 +54,7 @@ def create_app(
     app.state.app_state = state  # the CLI's server drains it on shutdown
     app.add_middleware(Gate, state=state)
     install_error_handlers(app)
-    for router in (native_router, openai_router, embeddings_router, transcriptions_router, slots_router):
+    for router in (native_router, openai_router, embeddings_router, rerank_router, transcriptions_router, slots_router):
         app.include_router(router)
     install_openapi(app)
     return app

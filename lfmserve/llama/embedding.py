@@ -65,6 +65,11 @@ class EmbeddingContext:
         #: process (``GGML_ASSERT(ggml_can_mul_mat(a, b))`` in ``build_pooling``); one at a time was also faster
         #: (64 inputs of ~48 tokens on the LFM2-350M-shaped model: 11.7 s, against 12.6 s four at a time).
         self.n_seq_max = llama.llama_n_seq_max(self._ctx)
+        if self.pooling == "rank":
+            # A reranker's pairs too: their prompts are long (the template's), and packed their masked attention
+            # over every pair's cells cost more than it saved (16 pairs of ~115 tokens on a Qwen3-0.6B-shaped
+            # model: 11.3 s, one at a time 10.1 s); alone, the scores are llama-server's to the bit.
+            self.n_seq_max = 1
         self.n_embd = llama.llama_model_n_embd_out(model.handle)
         #: The width of a pooled vector (the classifier's outputs with rank pooling).
         self.width = llama.llama_model_n_cls_out(model.handle) if self.pooling == "rank" else self.n_embd

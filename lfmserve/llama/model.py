@@ -36,9 +36,13 @@ class ModelInfo:
     n_embd: int
     vocab_type: int
     chat_template: str | None
+    #: ``tokenizer.chat_template.rerank``: a reranker's prompt, ``{query}`` and ``{document}`` in it.
+    rerank_template: str | None
     bos_token: str
     eos_token: str
     add_bos: bool
+    add_eos: bool
+    add_sep: bool
     is_hybrid: bool
     is_recurrent: bool
     n_swa: int
@@ -101,6 +105,7 @@ class NativeModel:
         self.n_vocab: int = llama.llama_vocab_n_tokens(self._vocab)
         self.bos_id = llama.llama_vocab_bos(self._vocab)
         self.eos_id = llama.llama_vocab_eos(self._vocab)
+        self.sep_id = llama.llama_vocab_sep(self._vocab)
         # Looked up per generated token: answered from Python, so the engine thread does not give up the
         # GIL (and wait to get it back) for these calls.
         self._eog = frozenset(t for t in range(self.n_vocab) if llama.llama_vocab_is_eog(self._vocab, t))
@@ -137,6 +142,7 @@ class NativeModel:
         desc = ctypes.create_string_buffer(256)
         llama.llama_model_desc(m, desc, 256)
         template = llama.llama_model_chat_template(m, None)
+        rerank_template = llama.llama_model_chat_template(m, b"rerank")
         return ModelInfo(
             path=self.path,
             architecture=self.meta("general.architecture") or "unknown",
@@ -151,9 +157,12 @@ class NativeModel:
             n_embd=llama.llama_model_n_embd(m),
             vocab_type=llama.llama_vocab_type(self._vocab),
             chat_template=template.decode("utf-8") if template else None,
+            rerank_template=rerank_template.decode("utf-8") if rerank_template else None,
             bos_token=self.token_text(self.bos_id) if self.bos_id >= 0 else "",
             eos_token=self.token_text(self.eos_id) if self.eos_id >= 0 else "",
             add_bos=bool(llama.llama_vocab_get_add_bos(self._vocab)),
+            add_eos=bool(llama.llama_vocab_get_add_eos(self._vocab)),
+            add_sep=bool(llama.llama_vocab_get_add_sep(self._vocab)),
             is_hybrid=bool(llama.llama_model_is_hybrid(m)),
             is_recurrent=bool(llama.llama_model_is_recurrent(m)),
             n_swa=llama.llama_model_n_swa(m),

@@ -99,8 +99,8 @@ def engine_config(settings: Settings) -> EngineConfig:
         n_threads=settings.threads,
         n_threads_batch=settings.threads_batch,
         media_cache_bytes=settings.media_cache * 2**20,
-        embeddings=settings.embeddings,
-        pooling=cast(Pooling | None, settings.pooling),
+        embeddings=settings.embeddings or settings.reranking,
+        pooling=cast(Pooling | None, "rank" if settings.reranking else settings.pooling),
     )
 
 

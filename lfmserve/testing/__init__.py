@@ -12,8 +12,10 @@ from .lfm2 import (
     EOS_ID,
     LFM2_CHAT_TEMPLATE,
     LFM2_SPECIAL_TOKENS,
+    RERANK_TEMPLATE,
     TinyLfm2,
     lfm2_350m_shape,
+    tiny_reranker,
     write_lfm2_gguf,
 )
 from .media import image_bytes, tinted_pixels, tone_samples, wav_bytes
@@ -25,6 +27,7 @@ __all__ = [
     "EOS_ID",
     "LFM2_CHAT_TEMPLATE",
     "LFM2_SPECIAL_TOKENS",
+    "RERANK_TEMPLATE",
     "TinyLfm2",
     "TinyProjector",
     "free_port",
@@ -33,6 +36,7 @@ __all__ = [
     "lfm2_350m_shape",
     "lfm2_vl_450m_projector",
     "tinted_pixels",
+    "tiny_reranker",
     "tone_samples",
     "wav_bytes",
     "write_lfm2_gguf",

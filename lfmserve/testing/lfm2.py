@@ -116,10 +116,19 @@ class TinyLfm2:
     weight_scale: float = 0.5
     dtype: type = np.float32
     #: ``"llama"`` writes a plain attention-only model instead (every layer attention, no short
-    #: convolutions), for the paths a hybrid model cannot take, such as KV shifting.
+    #: convolutions), for the paths a hybrid model cannot take, such as KV shifting; ``"qwen3"`` the same
+    #: with LFM2's query and key norms (the architecture of :func:`tiny_reranker`).
     arch: str = "lfm2"
     #: Add LFM2-VL's tile tokens, as a text model paired with a vision projector needs.
     vision_tokens: bool = False
+    #: A classification head (``cls.output``) with these labels, as rerankers have: see :func:`tiny_reranker`.
+    classifier_labels: tuple[str, ...] = ()
+    #: ``tokenizer.chat_template.rerank``: a reranker's prompt with ``{query}`` and ``{document}`` in it.
+    rerank_template: str | None = None
+    #: The vocabulary's ``add_eos_token`` and ``add_sep_token`` (the separator is ``<|endoftext|>``), which
+    #: llama-server's fallback reranking prompt reads.
+    add_eos: bool = False
+    add_sep: bool = False
 
 
 def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
@@ -138,6 +147,28 @@ def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
         name="LFM2-350M-random",
         weight_scale=0.02,
         dtype=np.float16,
+    )
+
+
+#: A reranking prompt in the form of Qwen3-Reranker's (the model answers "yes" or "no").
+RERANK_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the document answers the query: yes or no.<|im_end|>\n"
+    "<|im_start|>user\nQuery: {query}\nDocument: {document}<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+def tiny_reranker(seed: int = 0, *, template: bool = True) -> TinyLfm2:
+    """A random reranker llama.cpp ranks with: Qwen3's architecture (causal; the score is a softmax over
+    the head's two labels at the last token, as Qwen3-Reranker's), with :data:`RERANK_TEMPLATE` or, without
+    ``template``, a vocabulary that adds EOS and a separator, as llama-server's fallback prompt expects."""
+    return TinyLfm2(
+        seed=seed,
+        arch="qwen3",
+        name="Tiny-Reranker-Test",
+        classifier_labels=("yes", "no"),
+        rerank_template=RERANK_TEMPLATE if template else None,
+        add_eos=not template,
+        add_sep=not template,
     )
 
 
@@ -222,7 +253,7 @@ def _write_metadata(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> No
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(spec.n_ff)
     writer.add_head_count(spec.n_head)
-    if spec.arch == "llama":
+    if spec.arch != "lfm2":
         writer.add_head_count_kv(spec.n_head_kv)
         writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
     else:
@@ -240,6 +271,8 @@ def _write_metadata(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> No
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     for key, value in spec.sampling.items():
         getattr(writer, f"add_sampling_{key}")(value)
+    if spec.classifier_labels:
+        writer.add_classifier_output_labels(list(spec.classifier_labels))
 
 
 def _write_tokenizer(writer: gguf.GGUFWriter, spec: TinyLfm2) -> int:
@@ -253,9 +286,12 @@ def _write_tokenizer(writer: gguf.GGUFWriter, spec: TinyLfm2) -> int:
     writer.add_eos_token_id(EOS_ID)
     writer.add_pad_token_id(PAD_ID)
     writer.add_add_bos_token(True)
-    writer.add_add_eos_token(False)
-    if spec.chat_template is not None:
-        writer.add_chat_template(spec.chat_template)
+    writer.add_add_eos_token(spec.add_eos)
+    if spec.add_sep:
+        writer.add_add_sep_token(True)
+        writer.add_sep_token_id(LFM2_SPECIAL_TOKENS.index("<|endoftext|>"))
+    templates = {"default": spec.chat_template, "rerank": spec.rerank_template}
+    writer.add_chat_template([{"name": k, "template": v} for k, v in templates.items() if v is not None])
     return len(tokens)
 
 
@@ -274,8 +310,10 @@ def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> Non
 
     d, ff, head_dim = spec.n_embd, spec.n_ff, spec.n_embd // spec.n_head
     add("token_embd.weight", n_vocab, d)
-    add("output_norm.weight" if spec.arch == "llama" else "token_embd_norm.weight", d, ones=True)
-    layers = (True,) * len(spec.attention_layers) if spec.arch == "llama" else spec.attention_layers
+    add("token_embd_norm.weight" if spec.arch == "lfm2" else "output_norm.weight", d, ones=True)
+    if spec.classifier_labels:
+        add("cls.output.weight", len(spec.classifier_labels), d)
+    layers = spec.attention_layers if spec.arch == "lfm2" else (True,) * len(spec.attention_layers)
     for i, is_attention in enumerate(layers):
         p = f"blk.{i}"
         add(f"{p}.attn_norm.weight", d, ones=True)

@@ -138,6 +138,10 @@ OPERATIONS = [
     "POST /v1/embeddings",
     "POST /embedding",
     "POST /embeddings",
+    "POST /rerank",
+    "POST /reranking",
+    "POST /v1/rerank",
+    "POST /v1/reranking",
     "POST /v1/audio/transcriptions",
     "POST /audio/transcriptions",
 ]
