@@ -17,9 +17,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+import numpy as np
 
 from lfmserve.llama.quantize import quantize_q4_k_m
-from lfmserve.testing import free_port, lfm2_350m_shape, lfm2_vl_450m_projector, write_lfm2_gguf, write_mmproj_gguf
+from lfmserve.testing import (
+    free_port,
+    lfm2_350m_shape,
+    lfm2_vl_450m_projector,
+    tiny_reranker,
+    write_lfm2_gguf,
+    write_mmproj_gguf,
+)
 
 PINNED = "llama-cpp-python==0.3.36"
 CACHE = Path(os.environ.get("LFMSERVE_BENCH_CACHE", Path.home() / ".cache" / "lfmserve-bench"))
@@ -34,6 +42,24 @@ def bench_model(*, vision_tokens: bool = False) -> Path:
         f16 = CACHE / f"{name}-F16.gguf"
         print(f"writing {f16.name} ...", file=sys.stderr)
         write_lfm2_gguf(f16, replace(lfm2_350m_shape(seed=0), vision_tokens=vision_tokens))
+        quantize_q4_k_m(f16, target)
+        f16.unlink()
+    return target
+
+
+def bench_reranker() -> Path:
+    """A reranker shaped like Qwen3-Reranker-0.6B (28 attention layers, 1024 wide; a 32k vocabulary here),
+    random weights with the tiny reranker's template and two-label head, Q4_K_M, made once and cached."""
+    target = CACHE / "qwen3-reranker-0.6b-random-Q4_K_M.gguf"
+    if not target.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        f16 = CACHE / "qwen3-reranker-0.6b-random-F16.gguf"
+        print(f"writing {f16.name} ...", file=sys.stderr)
+        shape = replace(tiny_reranker(seed=0), n_embd=1024, n_ff=3072, n_head=16, n_head_kv=8, n_merges=2000)
+        layers = (True,) * 28
+        write_lfm2_gguf(
+            f16, replace(shape, attention_layers=layers, n_vocab=32768, weight_scale=0.02, dtype=np.float16)
+        )
         quantize_q4_k_m(f16, target)
         f16.unlink()
     return target
