@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from .api.app import create_app
 from .api.state import AppState
 from .errors import LfmError
-from .models.loader import load_serving, resolve_model_files
+from .models.loader import engine_config, load_serving, resolve_model_files
 from .settings import Settings
 
 logger = logging.getLogger("lfmserve")
@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
+        engine_config(settings)  # a bad engine setting fails before any download or load
         files = resolve_model_files(settings)
         settings.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
     except (LfmError, OSError) as exc:

@@ -184,6 +184,29 @@ class Settings:
             type=int,
         ),
     )
+    # -- speculative decoding -----------------------------------------------------------------------
+    spec_type: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--spec-type",
+            help="speculative decoding: ngram-simple (drafts from the request's own tokens; default: none)",
+        ),
+    )
+    spec_draft_n_max: int = field(
+        default=0,
+        metadata=_flag("--spec-draft-n-max", help="most tokens drafted per step (0 = the drafter's size)", type=int),
+    )
+    spec_draft_n_min: int = field(
+        default=0, metadata=_flag("--spec-draft-n-min", help="shorter drafts are not verified", type=int)
+    )
+    spec_ngram_simple_size_n: int = field(
+        default=12,
+        metadata=_flag("--spec-ngram-simple-size-n", help="tokens looked up in the history (ngram-simple)", type=int),
+    )
+    spec_ngram_simple_size_m: int = field(
+        default=48,
+        metadata=_flag("--spec-ngram-simple-size-m", help="most tokens drafted after a match (ngram-simple)", type=int),
+    )
     # -- context and batching ---------------------------------------------------------------------
     ctx_size: int = field(
         default=0, metadata=_flag("-c", "--ctx-size", help="context size in tokens (0 = the model's)", type=int)

@@ -61,6 +61,7 @@ class Engine:
             n_seq_max=config.n_slots,
             n_threads=config.n_threads,
             n_threads_batch=config.n_threads_batch or config.n_threads,
+            n_rollback=config.speculation.max_draft if config.speculation.enabled else 0,
         )
         self.n_ctx = self._ctx.n_ctx
         self.stats = EngineStats()
@@ -78,7 +79,14 @@ class Engine:
             if config.embeddings
             else None
         )
-        self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch, encoder=self.media)
+        self._step = BatchStep(
+            self._ctx,
+            self._memory,
+            self.stats,
+            n_ubatch=config.n_ubatch,
+            encoder=self.media,
+            speculation=config.speculation,
+        )
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
         self._waiting: list[Submission] = []
         self._running: dict[int, Generation] = {}

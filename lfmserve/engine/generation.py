@@ -75,6 +75,8 @@ class Generation:
         self.pending_token: int | None = None
         #: Where this generation's logits are in the current batch (-1: it wants none this step).
         self.batch_index = -1
+        #: Tokens guessed to follow the pending one, decoded with it this step (speculative decoding).
+        self.draft: tuple[int, ...] = ()
         self.n_decoded = 0
         #: Where prefilling stops to checkpoint: (position, is a message boundary).
         self.checkpoints_due: list[tuple[int, bool]] = []
@@ -123,6 +125,24 @@ class Generation:
         else:
             self.pending_token = token
             self._sink.put(self._output(text, (token,)))
+
+    def sample_drafted(self, ctx: NativeContext, draft: tuple[int, ...]) -> int:
+        """Sample at the pending token's position and each drafted one while the samples are the draft: the
+        tokens decoding one at a time would give. Returns how many drafted tokens were kept (in the slot's
+        tokens now; the memory past them is the caller's to drop)."""
+        accepted = 0
+        for drafted in draft:
+            self.sample(ctx)
+            if self.done or self.pending_token != drafted:
+                break
+            self.slot.tokens.append(drafted)  # decoded already, with the sample just taken
+            self.batch_index += 1
+            accepted += 1
+        else:
+            self.sample(ctx)  # every drafted token kept: the last position's logits give one more
+        self.timings.draft_n += len(draft)
+        self.timings.draft_n_accepted += accepted
+        return accepted
 
     def fail(self, error: BaseException) -> None:
         """End with an error the consumer raises (cancelled, or the engine failed it)."""

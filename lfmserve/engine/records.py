@@ -9,6 +9,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from .speculation import SpeculationConfig
+
 #: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it (checkpoints, the RAM cache).
 StateBuffer = npt.NDArray[np.uint8]
 FinishReason = Literal["stop", "length"]
@@ -127,6 +129,8 @@ class EngineRequest:
     constraint: TokenConstraint | None = field(default=None, compare=False)
     #: Report the ``n_probs`` most likely tokens (and the chosen one's log-probability) at each step.
     n_probs: int = 0
+    #: Most tokens drafted per step for this request (None: the server's; 0: no speculation).
+    draft_max: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +151,13 @@ class Timings:
     prompt_ms: float = 0.0
     predicted_n: int = 0
     predicted_ms: float = 0.0
+    #: Tokens drafted and verified, and how many of them were kept (reported once something was drafted).
+    draft_n: int = 0
+    draft_n_accepted: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        drafts = {"draft_n": self.draft_n, "draft_n_accepted": self.draft_n_accepted} if self.draft_n else {}
+        return drafts | {
             "cache_n": self.cache_n,
             "prompt_n": self.prompt_n,
             "prompt_ms": self.prompt_ms,
@@ -214,6 +222,8 @@ class EngineConfig:
     pooling: Pooling | None = None
     #: Inputs one embedding decode takes at most (each its own sequence).
     embedding_sequences: int = 64
+    #: ``--spec-type`` and its sizes: drafts verified in each step's batch (off by default).
+    speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
 
 
 @dataclass(slots=True)
@@ -238,4 +248,7 @@ class EngineStats:
     n_shifted_tokens: int = 0
     n_media_encodes: int = 0
     n_media_cache_hits: int = 0
+    n_drafts: int = 0
+    n_draft_tokens: int = 0
+    n_draft_tokens_accepted: int = 0
     media_encode_seconds: float = 0.0

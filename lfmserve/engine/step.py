@@ -28,6 +28,7 @@ from .generation import Generation
 from .media import MediaEncoder, Rows
 from .memory import SlotMemory
 from .records import EngineStats, MediaSpan
+from .speculation import NgramSimple, SpeculationConfig
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +42,19 @@ class BatchStep:
         *,
         n_ubatch: int,
         encoder: MediaEncoder | None = None,
+        speculation: SpeculationConfig | None = None,
     ) -> None:
         self._ctx = ctx
         self._memory = memory
         self._stats = stats
         self._n_ubatch = n_ubatch
         self._encoder = encoder
+        self._speculation = speculation or SpeculationConfig()
+        self._drafter = (
+            NgramSimple(size_n=self._speculation.ngram_size_n, size_m=self._speculation.ngram_size_m)
+            if self._speculation.enabled
+            else None
+        )
 
     def run(self, running: Sequence[Generation]) -> bool:
         """Decode one batch for ``running`` and move each generation on (a chunk prefilled, a token sampled).
@@ -57,8 +65,14 @@ class BatchStep:
         batch.clear()
         for gen in running:
             gen.batch_index = -1
+            gen.draft = ()
             if gen.pending_token is not None:
-                gen.batch_index = batch.add((gen.pending_token,), len(gen.slot.tokens), gen.slot.id, True)
+                gen.draft = self._draft(gen, batch.free - 1)
+                start = len(gen.slot.tokens)
+                gen.batch_index = batch.add((gen.pending_token, *gen.draft), start, gen.slot.id, True)
+                if gen.draft:
+                    batch.logits[gen.batch_index - len(gen.draft) : gen.batch_index] = 1  # every drafted position
+                    gen.batch_index -= len(gen.draft)
         streaming = batch.n_tokens > 0
         # While streams generate, prompts get one micro-batch per step: inter-token latency stays bounded.
         budget = self._n_ubatch if streaming else batch.capacity
@@ -76,11 +90,42 @@ class BatchStep:
                 if gen.pending_token is not None and gen.batch_index >= 0:
                     gen.slot.tokens.append(gen.pending_token)
                 if gen.batch_index >= 0 and not gen.done:
-                    gen.sample(self._ctx)
+                    if gen.draft:
+                        self._verify(gen)
+                    else:
+                        gen.sample(self._ctx)
         if self._encoder is not None and budget > 0:
             beside = self._encoder.can_encode_beside and (streaming or len(running) > 1)
             decoded |= self._run_media(running, budget, streaming=streaming, beside=beside)
         return decoded
+
+    # -- speculation ------------------------------------------------------------------------------
+    def _draft(self, gen: Generation, room: int) -> tuple[int, ...]:
+        """Tokens to verify after ``gen``'s pending one: as many as the drafter guesses, the request allows and
+        fit the batch, the slot and the tokens still to generate (none below ``--spec-draft-n-min``)."""
+        if self._drafter is None:
+            return ()
+        limit = self._speculation.max_draft if gen.request.draft_max is None else gen.request.draft_max
+        remaining = gen.request.max_tokens - gen.n_decoded - 1 if gen.request.max_tokens > 0 else limit
+        limit = min(limit, room, remaining, self._memory.n_ctx_slot - len(gen.slot.tokens) - 2)
+        if limit <= 0:
+            return ()
+        assert gen.pending_token is not None
+        draft = self._drafter.draft(gen.slot.tokens, gen.pending_token)[:limit]
+        return tuple(draft) if len(draft) >= max(self._speculation.n_min, 1) else ()
+
+    def _verify(self, gen: Generation) -> None:
+        """Sample ``gen``'s drafted positions in turn, then drop the rejected ones from the slot's memory."""
+        draft = gen.draft
+        decoded_end = len(gen.slot.tokens) + len(draft)  # the pending token is in the slot's tokens already
+        accepted = gen.sample_drafted(self._ctx, draft)
+        self._stats.n_drafts += 1
+        self._stats.n_draft_tokens += len(draft)
+        self._stats.n_draft_tokens_accepted += accepted
+        kept = len(gen.slot.tokens)
+        if kept < decoded_end:
+            if not self._ctx.seq_rm(gen.slot.id, kept, -1):
+                raise EngineError(f"could not roll back slot {gen.slot.id} to {kept} tokens after a draft")
 
     def _decode(self, batch: Batch, running: Sequence[Generation]) -> bool:
         """Decode ``batch``; a failure fails every running generation (False).

@@ -28,12 +28,16 @@ class NativeContext:
         n_seq_max: int,
         n_threads: int,
         n_threads_batch: int,
+        n_rollback: int = 0,
     ) -> None:
+        """``n_rollback``: tokens a recurrent model's state can be rolled back by (its last states are kept;
+        llama.cpp ignores it for models without recurrent layers, whose tails are removed anyway)."""
         params = llama.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = min(n_ubatch, n_batch)
         params.n_seq_max = n_seq_max
+        params.n_rs_seq = n_rollback
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np

@@ -17,7 +17,8 @@ from ..chat.serving import Serving
 from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
 from ..engine.core import Engine
 from ..engine.records import EngineConfig, Pooling, ResolvedDefaults
-from ..errors import LfmError
+from ..engine.speculation import SPEC_TYPES, SpeculationConfig
+from ..errors import EngineError, LfmError
 from ..llama.backend import build_info
 from ..llama.model import NativeModel, model_file_problem
 from ..llama.mtmd import Projector
@@ -101,6 +102,24 @@ def engine_config(settings: Settings) -> EngineConfig:
         media_cache_bytes=settings.media_cache * 2**20,
         embeddings=settings.embeddings or settings.reranking,
         pooling=cast(Pooling | None, "rank" if settings.reranking else settings.pooling),
+        speculation=speculation_config(settings),
+    )
+
+
+def speculation_config(settings: Settings) -> SpeculationConfig:
+    """``--spec-type`` and its sizes; a type lfmserve does not draft with is a startup error naming it."""
+    types = tuple(t for t in (settings.spec_type or "").split(",") if t and t != "none")
+    unknown = [t for t in types if t not in SPEC_TYPES]
+    if unknown:
+        raise EngineError(f"--spec-type {unknown[0]} is not supported (supported: {', '.join(SPEC_TYPES)})")
+    if settings.spec_draft_n_max < 0 or min(settings.spec_ngram_simple_size_n, settings.spec_ngram_simple_size_m) < 1:
+        raise EngineError("--spec-draft-n-max must be >= 0 and the n-gram sizes >= 1")
+    return SpeculationConfig(
+        types=types,
+        n_max=settings.spec_draft_n_max,
+        n_min=settings.spec_draft_n_min,
+        ngram_size_n=settings.spec_ngram_simple_size_n,
+        ngram_size_m=settings.spec_ngram_simple_size_m,
     )
 
 

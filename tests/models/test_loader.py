@@ -8,7 +8,8 @@ import pytest
 
 from lfmserve.chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatTemplate
 from lfmserve.engine.records import EngineConfig
-from lfmserve.errors import LfmError
+from lfmserve.engine.speculation import SpeculationConfig
+from lfmserve.errors import EngineError, LfmError
 from lfmserve.llama.model import NativeModel
 from lfmserve.models.loader import (
     chat_template,
@@ -17,6 +18,7 @@ from lfmserve.models.loader import (
     model_name,
     resolve_model_files,
     sampling_defaults,
+    speculation_config,
 )
 from lfmserve.settings import Settings
 from lfmserve.testing import LFM2_CHAT_TEMPLATE, TinyLfm2, write_lfm2_gguf
@@ -115,3 +117,17 @@ def test_loading_gives_a_serving_of_the_model(tiny_gguf: Path) -> None:
         assert serving.fingerprint == "llama-cpp-python 0.3.36" and serving.defaults.family == "LFM2 text, LFM2.5-JP"
     finally:
         serving.engine.close()
+
+
+def test_spec_flags_become_the_speculation_config_and_unknown_types_are_refused() -> None:
+    settings = Settings.from_argv(
+        ["-m", "m.gguf", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-draft-n-min", "2"]
+    )
+    assert speculation_config(settings) == SpeculationConfig(
+        types=("ngram-simple",), n_max=0, n_min=2, ngram_size_n=4, ngram_size_m=48
+    )
+    assert speculation_config(settings).max_draft == 48
+    assert speculation_config(Settings(model="m.gguf", spec_type="ngram-simple", spec_draft_n_max=8)).max_draft == 8
+    assert not speculation_config(Settings(model="m.gguf", spec_type="none")).enabled
+    with pytest.raises(EngineError, match=r"^--spec-type ngram-mod is not supported \(supported: ngram-simple\)$"):
+        speculation_config(Settings(model="m.gguf", spec_type="ngram-simple,ngram-mod"))
