@@ -68,6 +68,9 @@ class SamplingFields(Body):
     grammar: str | None = None
     #: llama-server's native probabilities: the top ``n_probs`` tokens at each step.
     n_probs: int = Field(default=0, ge=0, le=100)
+    #: Speculative decoding for this request: ``false`` turns it off, ``speculative.n_max`` caps a draft.
+    speculative: bool = True
+    speculative_n_max: int | None = Field(default=None, ge=0, le=INT32_MAX, alias="speculative.n_max")
 
     @model_validator(mode="after")
     def _one_constraint(self) -> SamplingFields:
@@ -105,6 +108,7 @@ class SamplingFields(Body):
             json_schema=self.json_schema,
             grammar=self.grammar,
             n_probs=self.top_probs(),
+            draft_max=0 if not self.speculative else self.speculative_n_max,
         )
 
     def _logit_bias_pairs(self) -> tuple[tuple[Any, ...], ...]:

@@ -24,6 +24,7 @@ def slots_json(engine: Engine) -> list[dict[str, Any]]:
             {
                 "id": slot.id,
                 "n_ctx": slot.n_ctx,
+                "speculative": engine.config.speculation.enabled,
                 "is_processing": slot.busy,
                 "params": request.sampling.to_json() | {"n_predict": request.max_tokens} if request else {},
                 "n_prompt_tokens_cache": len(slot.tokens),
@@ -72,6 +73,19 @@ class EngineCollector:
             "llamacpp:predicted_tokens_seconds",
             "Average generation throughput in tokens/s.",
             s.n_predicted_tokens / s.predicted_seconds if s.predicted_seconds else 0.0,
+        )
+        yield counter(
+            "llamacpp:spec_decode_num_draft_tokens",
+            "Speculative: Total draft tokens generated",
+            s.n_draft_tokens,
+        )
+        yield counter(
+            "llamacpp:spec_decode_num_accepted_tokens",
+            "Speculative: Total draft tokens accepted by the target model",
+            s.n_draft_tokens_accepted,
+        )
+        yield counter(
+            "llamacpp:spec_decode_num_drafts", "Speculative: Total speculative decoding verification steps", s.n_drafts
         )
         yield gauge("llamacpp:requests_processing", "Number of requests processing.", busy)
         yield gauge("llamacpp:requests_deferred", "Number of requests deferred.", self.engine.n_waiting)

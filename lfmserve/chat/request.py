@@ -113,6 +113,8 @@ class GenerationOptions:
     grammar: str | None = None
     #: Alternatives to report per token; None = no probabilities at all, 0 = only the chosen token's.
     n_probs: int | None = None
+    #: Most tokens drafted per step (speculative decoding); None = the server's, 0 = none for this request.
+    draft_max: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -190,6 +190,7 @@ class Serving:
             keep_special=plan.keep_special if plan else frozenset(),
             constraint=plan.constraint if plan else native_constraint(options, self.grammars),
             n_probs=0 if options.n_probs is None else max(options.n_probs, 1),
+            draft_max=options.draft_max,
         )
 
     def _logit_bias(self, entries: Sequence[tuple[Any, ...]]) -> tuple[tuple[int, float], ...]:

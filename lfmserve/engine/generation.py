@@ -77,6 +77,8 @@ class Generation:
         self.batch_index = -1
         #: Tokens guessed to follow the pending one, decoded with it this step (speculative decoding).
         self.draft: tuple[int, ...] = ()
+        #: The longest draft to verify next, from the acceptance measured so far (None: nothing drafted yet).
+        self.draft_limit: int | None = None
         self.n_decoded = 0
         #: Where prefilling stops to checkpoint: (position, is a message boundary).
         self.checkpoints_due: list[tuple[int, bool]] = []

@@ -45,9 +45,20 @@ class SpeculationConfig:
         return bool(self.types)
 
     @property
+    def type_names(self) -> str:
+        """As llama-server reports them (``/props`` ``params["speculative.types"]``): comma-joined, or none."""
+        return ",".join(self.types) or "none"
+
+    @property
     def max_draft(self) -> int:
         """The longest draft a step verifies."""
         return min(self.n_max, self.ngram_size_m) if self.n_max > 0 else self.ngram_size_m
+
+
+def next_draft_limit(accepted: int, drafted: int, ceiling: int) -> int:
+    """The next draft's length for a slot: twice the last after a draft kept whole, else what was kept and one
+    more. A rejected token costs a verified position; a slot copying its prompt keeps drafting long."""
+    return min(ceiling, 2 * drafted) if accepted == drafted else accepted + 1
 
 
 class NgramSimple:

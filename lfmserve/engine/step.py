@@ -28,7 +28,7 @@ from .generation import Generation
 from .media import MediaEncoder, Rows
 from .memory import SlotMemory
 from .records import EngineStats, MediaSpan
-from .speculation import NgramSimple, SpeculationConfig
+from .speculation import NgramSimple, SpeculationConfig, next_draft_limit
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ class BatchStep:
         if self._drafter is None:
             return ()
         limit = self._speculation.max_draft if gen.request.draft_max is None else gen.request.draft_max
+        limit = min(limit, gen.draft_limit) if gen.draft_limit is not None else limit
         remaining = gen.request.max_tokens - gen.n_decoded - 1 if gen.request.max_tokens > 0 else limit
         limit = min(limit, room, remaining, self._memory.n_ctx_slot - len(gen.slot.tokens) - 2)
         if limit <= 0:
@@ -122,6 +123,7 @@ class BatchStep:
         self._stats.n_drafts += 1
         self._stats.n_draft_tokens += len(draft)
         self._stats.n_draft_tokens_accepted += accepted
+        gen.draft_limit = next_draft_limit(accepted, len(draft), self._speculation.max_draft)
         kept = len(gen.slot.tokens)
         if kept < decoded_end:
             if not self._ctx.seq_rm(gen.slot.id, kept, -1):

@@ -8,8 +8,9 @@ from prometheus_client import generate_latest
 
 from lfmserve.api.monitoring import metrics_registry, slots_json
 from lfmserve.engine.prompt_cache import RamPromptCache
-from lfmserve.engine.records import EngineRequest, EngineStats, SamplingParams
+from lfmserve.engine.records import EngineConfig, EngineRequest, EngineStats, SamplingParams
 from lfmserve.engine.scheduler import CachedSequence, Checkpoint, Slot
+from lfmserve.engine.speculation import SpeculationConfig
 
 
 @dataclass
@@ -21,6 +22,7 @@ class _Engine:
     n_waiting: int = 0
     ram_cache: RamPromptCache = field(default_factory=lambda: RamPromptCache(1000))
     requests: dict[int, EngineRequest] = field(default_factory=dict)
+    config: EngineConfig = field(default_factory=EngineConfig)
 
     def slot_request(self, slot_id: int) -> EngineRequest | None:
         return self.requests.get(slot_id)
@@ -29,12 +31,15 @@ class _Engine:
 def test_slots_show_each_slots_request_cache_and_checkpoints() -> None:
     busy = Slot(0, n_ctx=512, tokens=[1, 2, 3, 4], busy=True)
     busy.checkpoints = [Checkpoint(2, b"s" * 10, True), Checkpoint(4, b"t" * 10, False, b"l" * 8)]
-    engine = _Engine((busy, Slot(1, n_ctx=512)))
+    engine = _Engine(
+        (busy, Slot(1, n_ctx=512)), config=EngineConfig(speculation=SpeculationConfig(types=("ngram-simple",)))
+    )
     engine.requests[0] = EngineRequest(prompt_tokens=(1, 2, 3), sampling=SamplingParams(temperature=0.5), max_tokens=9)
     shown = slots_json(engine)  # type: ignore[arg-type]
     assert shown[1] == {
         "id": 1,
         "n_ctx": 512,
+        "speculative": True,
         "is_processing": False,
         "params": {},
         "n_prompt_tokens_cache": 0,
@@ -60,6 +65,9 @@ def test_metrics_have_llama_servers_names_and_the_engines_counts() -> None:
         n_requests=5,
         n_cache_hits=2,
         n_shifted_tokens=7,
+        n_drafts=4,
+        n_draft_tokens=22,
+        n_draft_tokens_accepted=13,
     )
     engine = _Engine((Slot(0, busy=True), Slot(1)), stats=stats, n_waiting=3)
     engine.ram_cache.put(CachedSequence((1, 2), b"x" * 64))
@@ -78,6 +86,9 @@ def test_metrics_have_llama_servers_names_and_the_engines_counts() -> None:
         "llamacpp:predicted_tokens_seconds": 20.0,
         "llamacpp:requests_processing": 1.0,
         "llamacpp:requests_deferred": 3.0,
+        "llamacpp:spec_decode_num_draft_tokens_total": 22.0,
+        "llamacpp:spec_decode_num_accepted_tokens_total": 13.0,
+        "llamacpp:spec_decode_num_drafts_total": 4.0,
     }
     assert (values["lfmserve:requests_total"], values["lfmserve:prompt_cache_hits_total"]) == (5.0, 2.0)
     assert (values["lfmserve:shifted_tokens_total"], values["lfmserve:ram_cache_bytes"]) == (7.0, 64.0)

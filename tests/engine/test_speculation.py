@@ -15,7 +15,7 @@ import pytest
 from lfmserve.engine.constraints import Grammars
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest
-from lfmserve.engine.speculation import NgramSimple, SpeculationConfig
+from lfmserve.engine.speculation import NgramSimple, SpeculationConfig, next_draft_limit
 from lfmserve.engine.stream import SyncStream
 from lfmserve.llama.model import NativeModel
 from tests.engine.conftest import GREEDY, prompt, run, tokens_of
@@ -46,6 +46,13 @@ def test_ngram_simple_drafts_what_followed_the_latest_earlier_match() -> None:
     assert NgramSimple(size_n=3, size_m=3).draft([5, 5, 5, 5, 1, 2, 3, 8, 9, 1, 2], 3) == [8, 9, 1]
     # A media position (negative id) ends the draft.
     assert drafter.draft([9, 1, 2, 3, 4, -7, 6, 7, 8, 0, 0, 1, 2], 3) == [4]
+
+
+def test_the_draft_limit_doubles_after_a_whole_draft_and_shrinks_to_what_was_kept() -> None:
+    assert next_draft_limit(8, 8, 48) == 16
+    assert next_draft_limit(32, 32, 48) == 48  # never past the drafter's size
+    assert next_draft_limit(3, 16, 48) == 4
+    assert next_draft_limit(0, 16, 48) == 1
 
 
 def _engine(model: NativeModel, speculation: SpeculationConfig | None) -> Engine:

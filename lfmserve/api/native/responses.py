@@ -21,6 +21,7 @@ def props(serving: Serving) -> dict[str, Any]:
                 **serving.defaults.params.to_json(),
                 "n_predict": serving.default_max_tokens,
                 "max_tokens": serving.default_max_tokens,
+                "speculative.types": serving.engine.config.speculation.type_names,
             },
         },
         "sampling_sources": serving.defaults.sources,

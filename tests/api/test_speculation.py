@@ -1,0 +1,80 @@
+"""Speculative decoding over HTTP, reported as llama-server reports it: ``timings.draft_n`` and
+``draft_n_accepted`` (only when something was drafted), ``/props`` ``params["speculative.types"]``,
+``/slots[].speculative``, the ``spec_decode_*`` counters of ``/metrics``; and per-request control."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lfmserve.settings import Settings
+from tests.conftest import ServerThread, post
+
+
+@pytest.fixture(scope="module")
+def speculative(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
+    settings = Settings(
+        model=str(tiny_gguf),
+        ctx_size=1024,
+        parallel=1,
+        threads=1,
+        metrics=True,
+        spec_type="ngram-simple",
+        spec_ngram_simple_size_n=1,  # the random model gets drafts often (it rejects nearly all of them)
+        spec_ngram_simple_size_m=6,
+    )
+    return server_factory(settings)
+
+
+PROMPT = "Tell me a story about a cat and a dog that lived in a small house near the river. Once upon a time"
+BODY: dict[str, Any] = {"prompt": PROMPT, "n_predict": 64, "temperature": 0, "ignore_eos": True}
+
+
+def _metrics(server: ServerThread) -> dict[str, float]:
+    lines = httpx.get(server.url + "/metrics").text.splitlines()
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in lines if line.startswith("llamacpp:spec")}
+
+
+def test_timings_props_slots_and_metrics_report_the_drafts(speculative: ServerThread) -> None:
+    before = _metrics(speculative)
+    reply = post(speculative, "/completion", BODY).json()
+    timings = reply["timings"]
+    assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
+    after = _metrics(speculative)
+    drafted = (
+        after["llamacpp:spec_decode_num_draft_tokens_total"] - before["llamacpp:spec_decode_num_draft_tokens_total"]
+    )
+    assert drafted == timings["draft_n"]
+    accepted = after["llamacpp:spec_decode_num_accepted_tokens_total"]
+    assert accepted - before["llamacpp:spec_decode_num_accepted_tokens_total"] == timings["draft_n_accepted"]
+    assert after["llamacpp:spec_decode_num_drafts_total"] > before["llamacpp:spec_decode_num_drafts_total"]
+    props = httpx.get(speculative.url + "/props").json()
+    assert props["default_generation_settings"]["params"]["speculative.types"] == "ngram-simple"
+    assert [slot["speculative"] for slot in httpx.get(speculative.url + "/slots").json()] == [True]
+
+
+@pytest.mark.parametrize("control", [{"speculative": False}, {"speculative.n_max": 0}])
+def test_a_request_turns_speculation_off_and_gets_the_same_tokens(
+    speculative: ServerThread, control: dict[str, Any]
+) -> None:
+    on = post(speculative, "/completion", {**BODY, "cache_prompt": False}).json()
+    off = post(speculative, "/completion", {**BODY, "cache_prompt": False, **control}).json()
+    assert "draft_n" not in off["timings"] and "draft_n_accepted" not in off["timings"]
+    assert off["content"] == on["content"] and off["tokens_predicted"] == on["tokens_predicted"] == 64
+
+
+def test_a_server_without_speculation_reports_none(tiny_server: ServerThread) -> None:
+    props = httpx.get(tiny_server.url + "/props").json()
+    assert props["default_generation_settings"]["params"]["speculative.types"] == "none"
+    assert {slot["speculative"] for slot in httpx.get(tiny_server.url + "/slots").json()} == {False}
+    assert "draft_n" not in post(tiny_server, "/completion", BODY).json()["timings"]
+
+
+def test_a_negative_draft_cap_is_a_400(speculative: ServerThread) -> None:
+    reply = post(speculative, "/completion", {**BODY, "speculative.n_max": -1})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == "speculative.n_max"
