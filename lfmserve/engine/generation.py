@@ -21,6 +21,7 @@ from .detokenizer import StreamingDetokenizer
 from .records import EngineOutput, EngineRequest, EngineStats, FinishReason, MediaSpan, StopType, Timings
 from .sampling import Sampler
 from .scheduler import Slot
+from .speculation import Acceptance
 from .stop import StopMatcher
 from .stream import OutputSink
 
@@ -77,8 +78,11 @@ class Generation:
         self.batch_index = -1
         #: Tokens guessed to follow the pending one, decoded with it this step (speculative decoding).
         self.draft: tuple[int, ...] = ()
-        #: The longest draft to verify next, from the acceptance measured so far (None: nothing drafted yet).
-        self.draft_limit: int | None = None
+        #: How often its drafted tokens are kept, which sets how long a draft is worth verifying.
+        self.acceptance = Acceptance()
+        #: A draft left unverified (it did not look worth it), compared with each token sampled after it.
+        self.unverified: tuple[int, ...] = ()
+        self._unverified_kept = 0
         self.n_decoded = 0
         #: Where prefilling stops to checkpoint: (position, is a message boundary).
         self.checkpoints_due: list[tuple[int, bool]] = []
@@ -145,6 +149,29 @@ class Generation:
         self.timings.draft_n += len(draft)
         self.timings.draft_n_accepted += accepted
         return accepted
+
+    def leave_unverified(self, draft: tuple[int, ...]) -> None:
+        """Keep ``draft`` unverified, to compare with the tokens sampled next (unless one is being compared)."""
+        if not self.unverified:
+            self.unverified, self._unverified_kept = draft, 0
+
+    def drop_unverified(self) -> None:
+        """Stop comparing (a draft is verified instead): what matched so far counts as kept."""
+        if self.unverified:
+            self.acceptance.update(self._unverified_kept, cut_short=False)
+            self.unverified = ()
+
+    def observe_unverified(self) -> None:
+        """Compare the token just sampled with the unverified draft: what verifying it would have kept."""
+        if not self.unverified or self.pending_token is None:
+            return
+        matched = self.pending_token == self.unverified[0]
+        if matched:
+            self.unverified = self.unverified[1:]
+            self._unverified_kept += 1
+        if not matched or not self.unverified:
+            self.acceptance.update(self._unverified_kept, cut_short=not matched)
+            self.unverified = ()
 
     def fail(self, error: BaseException) -> None:
         """End with an error the consumer raises (cancelled, or the engine failed it)."""

@@ -28,7 +28,7 @@ from .generation import Generation
 from .media import MediaEncoder, Rows
 from .memory import SlotMemory
 from .records import EngineStats, MediaSpan
-from .speculation import NgramSimple, SpeculationConfig, next_draft_limit
+from .speculation import NgramSimple, SpeculationConfig, best_draft_length
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class BatchStep:
                         self._verify(gen)
                     else:
                         gen.sample(self._ctx)
+                        gen.observe_unverified()
         if self._encoder is not None and budget > 0:
             beside = self._encoder.can_encode_beside and (streaming or len(running) > 1)
             decoded |= self._run_media(running, budget, streaming=streaming, beside=beside)
@@ -106,14 +107,18 @@ class BatchStep:
         if self._drafter is None:
             return ()
         limit = self._speculation.max_draft if gen.request.draft_max is None else gen.request.draft_max
-        limit = min(limit, gen.draft_limit) if gen.draft_limit is not None else limit
         remaining = gen.request.max_tokens - gen.n_decoded - 1 if gen.request.max_tokens > 0 else limit
         limit = min(limit, room, remaining, self._memory.n_ctx_slot - len(gen.slot.tokens) - 2)
         if limit <= 0:
             return ()
         assert gen.pending_token is not None
         draft = self._drafter.draft(gen.slot.tokens, gen.pending_token)[:limit]
-        return tuple(draft) if len(draft) >= max(self._speculation.n_min, 1) else ()
+        worth = best_draft_length(gen.acceptance.q, len(draft))
+        if worth < max(self._speculation.n_min, 1):
+            gen.leave_unverified(tuple(draft))  # not worth verifying: compared with the tokens sampled instead
+            return ()
+        gen.drop_unverified()
+        return tuple(draft[:worth])
 
     def _verify(self, gen: Generation) -> None:
         """Sample ``gen``'s drafted positions in turn, then drop the rejected ones from the slot's memory."""
@@ -123,7 +128,7 @@ class BatchStep:
         self._stats.n_drafts += 1
         self._stats.n_draft_tokens += len(draft)
         self._stats.n_draft_tokens_accepted += accepted
-        gen.draft_limit = next_draft_limit(accepted, len(draft), self._speculation.max_draft)
+        gen.acceptance.update(accepted, cut_short=accepted < len(draft))
         kept = len(gen.slot.tokens)
         if kept < decoded_end:
             if not self._ctx.seq_rm(gen.slot.id, kept, -1):

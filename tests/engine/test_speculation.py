@@ -15,7 +15,7 @@ import pytest
 from lfmserve.engine.constraints import Grammars
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest
-from lfmserve.engine.speculation import NgramSimple, SpeculationConfig, next_draft_limit
+from lfmserve.engine.speculation import Acceptance, NgramSimple, SpeculationConfig, best_draft_length
 from lfmserve.engine.stream import SyncStream
 from lfmserve.llama.model import NativeModel
 from tests.engine.conftest import GREEDY, prompt, run, tokens_of
@@ -48,11 +48,19 @@ def test_ngram_simple_drafts_what_followed_the_latest_earlier_match() -> None:
     assert drafter.draft([9, 1, 2, 3, 4, -7, 6, 7, 8, 0, 0, 1, 2], 3) == [4]
 
 
-def test_the_draft_limit_doubles_after_a_whole_draft_and_shrinks_to_what_was_kept() -> None:
-    assert next_draft_limit(8, 8, 48) == 16
-    assert next_draft_limit(32, 32, 48) == 48  # never past the drafter's size
-    assert next_draft_limit(3, 16, 48) == 4
-    assert next_draft_limit(0, 16, 48) == 1
+def test_the_draft_length_is_the_one_that_saves_the_most_steps_for_the_acceptance_seen() -> None:
+    # A draft of k keeps q + ... + q**k tokens on average and costs 0.8 + 0.4 (k - 1) decode steps.
+    assert best_draft_length(0.9, 48) == 8  # keeps 5.13 on average for 3.6 steps (7: 4.70 for 3.2; 9: 5.51 for 4.0)
+    assert best_draft_length(0.98, 48) == 45
+    assert best_draft_length(0.99, 12) == 12  # never longer than the drafter's draft
+    assert best_draft_length(0.6, 48) == 0  # not worth verifying at all
+    acceptance = Acceptance()
+    assert acceptance.q == 0.9  # a fresh slot drafts
+    for _ in range(3):
+        acceptance.update(0, cut_short=True)  # three drafts rejected whole
+    assert round(acceptance.q, 4) == 0.6561 and best_draft_length(acceptance.q, 48) == 0  # 6.561 kept, 3.439 cut
+    acceptance.update(30, cut_short=False)  # a long run copied
+    assert round(acceptance.q, 4) == 0.9206 and best_draft_length(acceptance.q, 48) == 11
 
 
 def _engine(model: NativeModel, speculation: SpeculationConfig | None) -> Engine:
