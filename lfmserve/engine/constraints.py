@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -100,6 +101,16 @@ class TokenMask:
         llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bits)
         allowed = np.unpackbits(self._bits.view(np.uint8), bitorder="little", count=self._n_vocab)
         logits[allowed == 0] = -np.inf
+
+    def allowed_prefix(self, tokens: Sequence[int]) -> int:
+        """Lazy grammars (waiting for or released at a trigger) are checked up to the next trigger or release
+        token only: what follows it depends on a state this check does not advance."""
+        items = list(tokens)
+        if not self._active:
+            return len(items) if self._trigger not in items else items.index(self._trigger) + 1
+        if self._release is not None and self._release in items:
+            items = items[: items.index(self._release) + 1]
+        return int(self._matcher.validate_tokens(items))
 
     def accept(self, token: int) -> None:
         if not self._active:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Protocol
 
@@ -87,6 +87,10 @@ class TokenConstraint(Protocol):
 
     def accept(self, token: int) -> None:
         """Advance the grammar past the sampled token."""
+
+    def allowed_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of ``tokens``, in order from now, the grammar allows (nothing advances): a draft's tail past
+        them would be rejected anyway, so it is not verified."""
 
 
 @dataclass(frozen=True, slots=True)

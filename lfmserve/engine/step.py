@@ -113,6 +113,9 @@ class BatchStep:
             return ()
         assert gen.pending_token is not None
         draft = self._drafter.draft(gen.slot.tokens, gen.pending_token)[:limit]
+        constraint = gen.request.constraint
+        if constraint is not None and draft:
+            draft = draft[: constraint.allowed_prefix(draft)]  # the grammar (past the pending token) forbids the rest
         worth = best_draft_length(gen.acceptance.q, len(draft))
         if worth < max(self._speculation.n_min, 1):
             gen.leave_unverified(tuple(draft))  # not worth verifying: compared with the tokens sampled instead

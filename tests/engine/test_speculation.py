@@ -63,6 +63,22 @@ def test_the_draft_length_is_the_one_that_saves_the_most_steps_for_the_acceptanc
     assert round(acceptance.q, 4) == 0.9206 and best_draft_length(acceptance.q, 48) == 11
 
 
+def test_a_draft_is_cut_where_the_grammar_would_refuse_it(tiny_gguf: Path) -> None:
+    model = NativeModel(tiny_gguf, vocab_only=True)
+    try:
+        mask = Grammars(model).gbnf('root ::= ("apples, " | "pears, ")+', param="grammar")
+        good = model.tokenize("apples, pears, apples, ", add_special=False, parse_special=False)
+        bad = model.tokenize("apples, plums, ", add_special=False, parse_special=False)
+        assert mask.allowed_prefix(good) == len(good)
+        # "apples, p" is allowed, then "l" is not ("pears" needs "e"); and checking advanced nothing.
+        assert bad[: mask.allowed_prefix(bad)] == model.tokenize("apples, p", add_special=False, parse_special=False)
+        assert mask.allowed_prefix(good) == len(good)
+        mask.accept(good[0])
+        assert mask.allowed_prefix(good[1:]) == len(good) - 1
+    finally:
+        model.close()
+
+
 def _engine(model: NativeModel, speculation: SpeculationConfig | None) -> Engine:
     config = EngineConfig(n_ctx=2048, n_slots=4, n_batch=512, n_ubatch=512, n_threads=2)
     return Engine(model, replace(config, speculation=speculation) if speculation else config)
