@@ -106,7 +106,9 @@ class BatchStep:
         fit the batch, the slot and the tokens still to generate (none below ``--spec-draft-n-min``)."""
         if self._drafter is None:
             return ()
-        limit = self._speculation.max_draft if gen.request.draft_max is None else gen.request.draft_max
+        limit = self._speculation.max_draft  # also what a recurrent state can be rolled back by
+        if gen.request.draft_max is not None:
+            limit = min(limit, gen.request.draft_max)
         remaining = gen.request.max_tokens - gen.n_decoded - 1 if gen.request.max_tokens > 0 else limit
         limit = min(limit, room, remaining, self._memory.n_ctx_slot - len(gen.slot.tokens) - 2)
         if limit <= 0:

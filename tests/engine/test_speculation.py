@@ -215,3 +215,18 @@ def test_a_request_can_turn_speculation_off(engines: tuple[NativeModel, Engine, 
     on = run(speculative, _request(model, COPY))
     assert tokens_of(on) == tokens_of(off) and on[-1].timings.to_json()["draft_n"] == _drafted(on)[0] > 0
     assert speculative.stats.n_draft_tokens >= _drafted(on)[0] and speculative.stats.n_drafts > 0
+
+
+def test_a_request_cannot_draft_past_the_servers_size(tiny_gguf: Path) -> None:
+    """The server's size is also how far LFM2's recurrent state can be rolled back (``n_rs_seq``)."""
+    model = NativeModel(tiny_gguf)
+    plain = _engine(model, None)
+    capped = _engine(model, replace(SMALL_NGRAMS, n_max=2))
+    try:
+        expected = tokens_of(run(plain, _request(model, COPY)))
+        assert tokens_of(run(capped, _request(model, COPY, draft_max=1000))) == expected
+        assert 0 < capped.stats.n_draft_tokens <= 2 * capped.stats.n_drafts
+    finally:
+        capped.close()
+        plain.close()
+        model.close()
