@@ -1,11 +1,13 @@
 """Speculative decoding's drafts: tokens guessed from the request's own history, verified in the step's batch.
 
-On a CPU, decoding is memory-bound: one token costs a pass over the weights, and checking a few guessed
-tokens in the same batch costs little more. A request that copies from its prompt (a summary that quotes,
-JSON over a described scene, a document repeated with fixes) repeats runs of tokens it has seen, so the
-continuation of the last place its latest tokens occurred is a good guess. The batch step decodes the
-pending token and the draft together; the generation samples each position in turn and keeps the drafted
-tokens while they are what it samples, so the output is the one decoding without a draft gives.
+Decoding one token costs a pass over the weights; checking guessed tokens in the same batch costs less
+than decoding each, though not nothing on 2 cores (see :data:`FIRST_DRAFT_COST`). A request that copies
+from its prompt (a summary that quotes, JSON over a described scene, a document repeated with fixes)
+repeats runs of tokens it has seen, so the continuation of the last place its latest tokens occurred is a
+good guess. The batch step decodes the pending token and the draft together; the generation samples each
+position in turn and keeps the drafted tokens while they are what it samples, so the output is the one
+decoding without a draft gives. How much of a draft is verified follows each slot's measured acceptance
+(:func:`best_draft_length`).
 
 ``ngram-simple`` is llama-server's: the last ``size_n`` tokens (the sampled one last) are looked up in the
 history, latest occurrence first, and up to ``size_m`` tokens that followed it are the draft (none shorter
