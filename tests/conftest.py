@@ -183,6 +183,24 @@ def running() -> Iterator[list[Running]]:
             r.stop()
 
 
+#: llama-server built from the pinned llama.cpp (``python bench/compare_llama_server.py --build`` makes it).
+LLAMA_SERVER = Path(
+    os.environ.get("LLAMA_SERVER", Path.home() / ".cache/lfmserve-bench/llama.cpp-build/bin/llama-server")
+)
+#: For the side-by-side tests: skipped where the benchmark has not built llama-server.
+needs_llama_server = pytest.mark.skipif(
+    not LLAMA_SERVER.exists(), reason=f"no llama-server at {LLAMA_SERVER} (set LLAMA_SERVER)"
+)
+
+
+def start_llama_server(running: list[Running], *flags: str) -> Running:
+    """llama-server with ``flags`` as a real process, healthy, stopped with the test's other processes."""
+    server = Running([str(LLAMA_SERVER), *flags])
+    running.append(server)
+    wait_healthy(server.url, server.process)
+    return server
+
+
 SEED_CHAT = {
     "messages": [
         {"role": "system", "content": "You are a helpful assistant."},

@@ -4,7 +4,6 @@ its errors with their status and message, and chat served beside embeddings by t
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from lfmserve.llama.model import NativeModel
 from lfmserve.settings import Settings
 from lfmserve.testing import image_bytes, wav_bytes
-from tests.conftest import Running, ServerThread, vl_settings, wait_healthy
+from tests.conftest import Running, ServerThread, needs_llama_server, start_llama_server, vl_settings
 
 
 @pytest.fixture(scope="module")
@@ -179,14 +178,8 @@ def test_a_server_without_embeddings_answers_501(tiny_server: ServerThread) -> N
         }
 
 
-#: llama-server built from the pinned llama.cpp (``python bench/compare_llama_server.py --build`` makes it).
-LLAMA_SERVER = Path(
-    os.environ.get("LLAMA_SERVER", Path.home() / ".cache/lfmserve-bench/llama.cpp-build/bin/llama-server")
-)
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not LLAMA_SERVER.exists(), reason=f"no llama-server at {LLAMA_SERVER} (set LLAMA_SERVER)")
+@needs_llama_server
 @pytest.mark.parametrize("which", ["gemma", "tiny-lfm2"])
 def test_vectors_equal_llama_servers_side_by_side(
     which: str,
@@ -199,11 +192,9 @@ def test_vectors_equal_llama_servers_side_by_side(
     ours = server_factory(
         Settings(model=str(path), ctx_size=2048, parallel=2, threads=1, embeddings=True, pooling="mean")
     )
-    theirs = Running(
-        [str(LLAMA_SERVER), "-m", str(path), "-c", "2048", "-np", "2", "-t", "1", "--embeddings", "--pooling", "mean"]
+    theirs = start_llama_server(
+        running, "-m", str(path), "-c", "2048", "-np", "2", "-t", "1", "--embeddings", "--pooling", "mean"
     )
-    running.append(theirs)
-    wait_healthy(theirs.url, theirs.process)
     inputs: list[Any] = ["a person at the front door", "an empty driveway at night", [2, 100, 200], "x" * 100, "a cat"]
 
     def vectors(url: str, batch: list[Any]) -> tuple[list[np.ndarray], dict[str, int]]:
@@ -274,30 +265,15 @@ def test_images_and_audio_are_embedded_with_llama_servers_token_counts(vl_served
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LLAMA_SERVER.exists(), reason=f"no llama-server at {LLAMA_SERVER} (set LLAMA_SERVER)")
+@needs_llama_server
 def test_media_vectors_equal_llama_servers_side_by_side(
     vl_served: ServerThread, running: list[Running], vl_gguf: Path, mmproj_gguf: Path
 ) -> None:
-    theirs = Running(
-        [
-            str(LLAMA_SERVER),
-            "-m",
-            str(vl_gguf),
-            "--mmproj",
-            str(mmproj_gguf),
-            "-c",
-            "4096",
-            "-np",
-            "1",
-            "-t",
-            "1",
-            "--embeddings",
-            "--pooling",
-            "mean",
-        ]
+    theirs = start_llama_server(
+        running,
+        *("-m", str(vl_gguf), "--mmproj", str(mmproj_gguf), "-c", "4096", "-np", "1", "-t", "1"),
+        *("--embeddings", "--pooling", "mean"),
     )
-    running.append(theirs)
-    wait_healthy(theirs.url, theirs.process)
     image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(640, 480, seed=4)}"}}
     audio = {"type": "input_audio", "input_audio": {"data": _wav(1), "format": "wav"}}
     inputs = [

@@ -15,8 +15,7 @@ from lfmserve.llama.model import NativeModel
 from lfmserve.models.loader import engine_config
 from lfmserve.settings import Settings
 from lfmserve.testing import RERANK_TEMPLATE, tiny_reranker, write_lfm2_gguf
-from tests.api.test_embeddings import LLAMA_SERVER
-from tests.conftest import Running, ServerThread, post, wait_healthy
+from tests.conftest import Running, ServerThread, needs_llama_server, post, start_llama_server
 
 QUERY = "what is the cat doing"
 DOCUMENTS = ["the cat is asleep on the mat", "an empty driveway at night", "a dog", "the weather in Paris"]
@@ -182,7 +181,7 @@ def test_the_flags_turn_on_embeddings_with_rank_pooling() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LLAMA_SERVER.exists(), reason=f"no llama-server at {LLAMA_SERVER} (set LLAMA_SERVER)")
+@needs_llama_server
 @pytest.mark.parametrize("kind", ["template", "fallback"])
 def test_scores_and_usage_equal_llama_servers_side_by_side(
     kind: str,
@@ -193,9 +192,7 @@ def test_scores_and_usage_equal_llama_servers_side_by_side(
 ) -> None:
     path = templated_gguf if kind == "template" else fallback_gguf
     ours = server_factory(_settings(path))
-    theirs = Running([str(LLAMA_SERVER), "-m", str(path), "-c", "1024", "-np", "1", "-t", "1", "--reranking"])
-    running.append(theirs)
-    wait_healthy(theirs.url, theirs.process)
+    theirs = start_llama_server(running, "-m", str(path), "-c", "1024", "-np", "1", "-t", "1", "--reranking")
     for body in ({"query": QUERY, "documents": DOCUMENTS}, {"query": QUERY, "texts": DOCUMENTS, "top_n": 3}):
         mine, reference = (httpx.post(url + "/rerank", json=body, timeout=60).json() for url in (ours.url, theirs.url))
         if isinstance(reference, dict):
