@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
-        engine_config(settings)  # a bad engine setting fails before any download or load
+        engine_config(settings, settings.spec_draft_hf)  # a bad engine setting fails before any download or load
         files = resolve_model_files(settings)
         settings.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
     except (LfmError, OSError) as exc:

@@ -189,23 +189,73 @@ class Settings:
         default=None,
         metadata=_flag(
             "--spec-type",
-            help="speculative decoding: ngram-simple (drafts from the request's own tokens; default: none)",
+            help="speculative decoding, comma-separated: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
+            "ngram-cache (drafts from the request's own tokens), draft-simple (a draft model; default: none)",
+        ),
+    )
+    spec_draft_model: str | None = field(
+        default=None,
+        metadata=_flag("--spec-draft-model", "-md", "--model-draft", help="draft model GGUF (draft-simple)"),
+    )
+    spec_draft_hf: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft", help="draft model from Hugging Face, repo[:quant]"
         ),
     )
     spec_draft_n_max: int = field(
-        default=0,
-        metadata=_flag("--spec-draft-n-max", help="most tokens drafted per step (0 = the drafter's size)", type=int),
+        default=3,
+        metadata=_flag("--spec-draft-n-max", help="tokens the draft model guesses per step (draft-simple)", type=int),
     )
     spec_draft_n_min: int = field(
         default=0, metadata=_flag("--spec-draft-n-min", help="shorter drafts are not verified", type=int)
     )
+    spec_draft_p_min: float = field(
+        default=0.0,
+        metadata=_flag(
+            "--spec-draft-p-min",
+            "--draft-p-min",
+            help="the draft model stops guessing below this probability (draft-simple)",
+            type=float,
+        ),
+    )
     spec_ngram_simple_size_n: int = field(
-        default=12,
-        metadata=_flag("--spec-ngram-simple-size-n", help="tokens looked up in the history (ngram-simple)", type=int),
+        default=12, metadata=_flag("--spec-ngram-simple-size-n", help="tokens looked up (ngram-simple)", type=int)
     )
     spec_ngram_simple_size_m: int = field(
-        default=48,
-        metadata=_flag("--spec-ngram-simple-size-m", help="most tokens drafted after a match (ngram-simple)", type=int),
+        default=48, metadata=_flag("--spec-ngram-simple-size-m", help="most tokens drafted (ngram-simple)", type=int)
+    )
+    spec_ngram_simple_min_hits: int = field(
+        default=1,
+        metadata=_flag("--spec-ngram-simple-min-hits", help="accepted as llama-server's (unused there too)", type=int),
+    )
+    spec_ngram_map_k_size_n: int = field(
+        default=12, metadata=_flag("--spec-ngram-map-k-size-n", help="tokens looked up (ngram-map-k)", type=int)
+    )
+    spec_ngram_map_k_size_m: int = field(
+        default=48, metadata=_flag("--spec-ngram-map-k-size-m", help="most tokens drafted (ngram-map-k)", type=int)
+    )
+    spec_ngram_map_k_min_hits: int = field(
+        default=1, metadata=_flag("--spec-ngram-map-k-min-hits", help="accepted as llama-server's", type=int)
+    )
+    spec_ngram_map_k4v_size_n: int = field(
+        default=12, metadata=_flag("--spec-ngram-map-k4v-size-n", help="tokens looked up (ngram-map-k4v)", type=int)
+    )
+    spec_ngram_map_k4v_size_m: int = field(
+        default=48, metadata=_flag("--spec-ngram-map-k4v-size-m", help="most tokens drafted (ngram-map-k4v)", type=int)
+    )
+    spec_ngram_map_k4v_min_hits: int = field(
+        default=1,
+        metadata=_flag("--spec-ngram-map-k4v-min-hits", help="sightings of a key before it drafts", type=int),
+    )
+    spec_ngram_mod_n_match: int = field(
+        default=24, metadata=_flag("--spec-ngram-mod-n-match", help="tokens hashed (ngram-mod)", type=int)
+    )
+    spec_ngram_mod_n_min: int = field(
+        default=48, metadata=_flag("--spec-ngram-mod-n-min", help="shortest draft (ngram-mod)", type=int)
+    )
+    spec_ngram_mod_n_max: int = field(
+        default=64, metadata=_flag("--spec-ngram-mod-n-max", help="longest draft (ngram-mod)", type=int)
     )
     # -- context and batching ---------------------------------------------------------------------
     ctx_size: int = field(

@@ -40,6 +40,8 @@ from .memory import SlotMemory
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineRequest, EngineStats
 from .scheduler import Slot
+from .speculation.draft_model import DraftModel
+from .speculation.speculator import Speculator
 from .step import BatchStep
 from .stream import OutputSink
 
@@ -85,7 +87,7 @@ class Engine:
             self.stats,
             n_ubatch=config.n_ubatch,
             encoder=self.media,
-            speculation=config.speculation,
+            speculator=self._speculator(model, config) if config.speculation.enabled else None,
         )
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
         self._waiting: list[Submission] = []
@@ -139,8 +141,28 @@ class Engine:
             self._inbox.put(self._stop)
         self._thread.join()
         self._ctx.close()
+        if self._step.speculator is not None:
+            self._step.speculator.close()
         if self.embeddings is not None:
             self.embeddings.context.close()
+
+    def _speculator(self, model: NativeModel, config: EngineConfig) -> Speculator:
+        """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ours."""
+        spec = config.speculation
+        draft_model = None
+        if spec.draft_model is not None and "draft-simple" in spec.types:
+            logger.info("draft model %s (draft-simple, up to %d tokens a step)", spec.draft_model, spec.n_max)
+            draft_model = DraftModel(
+                model,
+                NativeModel(spec.draft_model),
+                n_ctx=self.n_ctx,
+                n_batch=config.n_batch,
+                n_slots=config.n_slots,
+                n_threads=config.n_threads,
+                n_max=spec.n_max,
+                p_min=spec.p_min,
+            )
+        return Speculator(spec, n_ctx_slot=self.n_ctx_slot, draft_model=draft_model)
 
     @staticmethod
     def _embedding_context(model: NativeModel, config: EngineConfig) -> EmbeddingContext:

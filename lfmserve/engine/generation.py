@@ -8,6 +8,7 @@ string, a finished grammar or a limit ends it. Engine-thread state only.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from .records import EngineOutput, EngineRequest, EngineStats, FinishReason, Med
 from .sampling import Sampler
 from .scheduler import Slot
 from .speculation import Acceptance
+from .speculation.ngram import Drafter
 from .stop import StopMatcher
 from .stream import OutputSink
 
@@ -78,6 +80,15 @@ class Generation:
         self.batch_index = -1
         #: Tokens guessed to follow the pending one, decoded with it this step (speculative decoding).
         self.draft: tuple[int, ...] = ()
+        #: The n-gram drafter that guessed ``draft`` (None: the draft model), told how much of it was kept.
+        self.draft_source: Drafter | None = None
+        #: Its n-gram drafters (made at its first draft: some index its history).
+        self.drafters: list[Drafter] | None = None
+        #: The slot's length and recurrent state before this step's decode, when a rejected draft must restore
+        #: them (see ``BatchStep``).
+        self.snapshot: tuple[int, npt.NDArray[np.uint8]] | None = None
+        #: Kept tokens the memory lost with a restored state: decoded again before the pending token.
+        self.replay: tuple[int, ...] = ()
         #: How often its drafted tokens are kept, which sets how long a draft is worth verifying.
         self.acceptance = Acceptance()
         #: A draft left unverified (it did not look worth it), compared with each token sampled after it.
@@ -96,6 +107,19 @@ class Generation:
     @property
     def prompt(self) -> tuple[int, ...]:
         return self.request.prompt_tokens
+
+    @functools.cached_property
+    def banned_tokens(self) -> frozenset[int]:
+        """Tokens this request never samples (a logit bias of -inf; end of generation under ``ignore_eos``):
+        a draft model is kept from guessing them."""
+        sampling = self.request.sampling
+        banned = {token for token, bias in sampling.logit_bias if bias == float("-inf")}
+        return frozenset(banned | self._limits.end_tokens if sampling.ignore_eos else banned)
+
+    @property
+    def history(self) -> list[int]:
+        """Every token of the slot, those still to replay included (what drafts are guessed from)."""
+        return [*self.slot.tokens, *self.replay] if self.replay else self.slot.tokens
 
     @property
     def prefilling(self) -> bool:
@@ -135,7 +159,9 @@ class Generation:
     def sample_drafted(self, ctx: NativeContext, draft: tuple[int, ...]) -> int:
         """Sample at the pending token's position and each drafted one while the samples are the draft: the
         tokens decoding one at a time would give. Returns how many drafted tokens were kept (in the slot's
-        tokens now; the memory past them is the caller's to drop)."""
+        tokens now; the memory past them is the caller's to drop). The timings count them as they go: the
+        last sample may finish the generation, with them."""
+        self.timings.draft_n += len(draft)
         accepted = 0
         for drafted in draft:
             self.sample(ctx)
@@ -144,10 +170,9 @@ class Generation:
             self.slot.tokens.append(drafted)  # decoded already, with the sample just taken
             self.batch_index += 1
             accepted += 1
+            self.timings.draft_n_accepted += 1
         else:
             self.sample(ctx)  # every drafted token kept: the last position's logits give one more
-        self.timings.draft_n += len(draft)
-        self.timings.draft_n_accepted += accepted
         return accepted
 
     def leave_unverified(self, draft: tuple[int, ...]) -> None:

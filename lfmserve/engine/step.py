@@ -28,7 +28,7 @@ from .generation import Generation
 from .media import MediaEncoder, Rows
 from .memory import SlotMemory
 from .records import EngineStats, MediaSpan
-from .speculation import NgramSimple, SpeculationConfig, best_draft_length
+from .speculation.speculator import Speculator
 
 logger = logging.getLogger(__name__)
 
@@ -42,19 +42,15 @@ class BatchStep:
         *,
         n_ubatch: int,
         encoder: MediaEncoder | None = None,
-        speculation: SpeculationConfig | None = None,
+        speculator: Speculator | None = None,
     ) -> None:
         self._ctx = ctx
         self._memory = memory
         self._stats = stats
         self._n_ubatch = n_ubatch
         self._encoder = encoder
-        self._speculation = speculation or SpeculationConfig()
-        self._drafter = (
-            NgramSimple(size_n=self._speculation.ngram_size_n, size_m=self._speculation.ngram_size_m)
-            if self._speculation.enabled
-            else None
-        )
+        self.speculator = speculator
+        self._recurrent = ctx.model.info.is_hybrid or ctx.model.info.is_recurrent
 
     def run(self, running: Sequence[Generation]) -> bool:
         """Decode one batch for ``running`` and move each generation on (a chunk prefilled, a token sampled).
@@ -63,13 +59,13 @@ class BatchStep:
         """
         batch = self._ctx.batch
         batch.clear()
+        if self.speculator is not None:
+            self.speculator.plan([g for g in running if g.pending_token is not None], batch.capacity)
         for gen in running:
             gen.batch_index = -1
-            gen.draft = ()
             if gen.pending_token is not None:
-                gen.draft = self._draft(gen, batch.free - 1)
-                start = len(gen.slot.tokens)
-                gen.batch_index = batch.add((gen.pending_token, *gen.draft), start, gen.slot.id, True)
+                start = len(gen.slot.tokens)  # tokens to replay first (see ``_verify``), then the pending one
+                gen.batch_index = batch.add((*gen.replay, gen.pending_token, *gen.draft), start, gen.slot.id, True)
                 if gen.draft:
                     batch.logits[gen.batch_index - len(gen.draft) : gen.batch_index] = 1  # every drafted position
                     gen.batch_index -= len(gen.draft)
@@ -83,12 +79,16 @@ class BatchStep:
                 budget -= n
                 prefill_chunks.append((gen, n))
         decoded = batch.n_tokens > 0
+        if decoded and self._recurrent:
+            self._snapshot_drafting(running, prefill_chunks)
         if decoded and self._decode(batch, running):
             for gen, n in prefill_chunks:
                 self.after_prompt_chunk(gen, n, time.perf_counter())
             for gen in running:
                 if gen.pending_token is not None and gen.batch_index >= 0:
+                    gen.slot.tokens.extend(gen.replay)
                     gen.slot.tokens.append(gen.pending_token)
+                    gen.replay = ()
                 if gen.batch_index >= 0 and not gen.done:
                     if gen.draft:
                         self._verify(gen)
@@ -101,43 +101,47 @@ class BatchStep:
         return decoded
 
     # -- speculation ------------------------------------------------------------------------------
-    def _draft(self, gen: Generation, room: int) -> tuple[int, ...]:
-        """Tokens to verify after ``gen``'s pending one: as many as the drafter guesses, the request allows and
-        fit the batch, the slot and the tokens still to generate (none below ``--spec-draft-n-min``)."""
-        if self._drafter is None:
-            return ()
-        limit = self._speculation.max_draft  # also what a recurrent state can be rolled back by
-        if gen.request.draft_max is not None:
-            limit = min(limit, gen.request.draft_max)
-        remaining = gen.request.max_tokens - gen.n_decoded - 1 if gen.request.max_tokens > 0 else limit
-        limit = min(limit, room, remaining, self._memory.n_ctx_slot - len(gen.slot.tokens) - 2)
-        if limit <= 0:
-            return ()
-        assert gen.pending_token is not None
-        draft = self._drafter.draft(gen.slot.tokens, gen.pending_token)[:limit]
-        constraint = gen.request.constraint
-        if constraint is not None and draft:
-            draft = draft[: constraint.allowed_prefix(draft)]  # the grammar (past the pending token) forbids the rest
-        worth = best_draft_length(gen.acceptance.q, len(draft))
-        if worth < max(self._speculation.n_min, 1):
-            gen.leave_unverified(tuple(draft))  # not worth verifying: compared with the tokens sampled instead
-            return ()
-        gen.drop_unverified()
-        return tuple(draft[:worth])
+    def _snapshot_drafting(self, running: Sequence[Generation], prefill_chunks: list[tuple[Generation, int]]) -> None:
+        """Save the recurrent state of each drafting generation when the batch holds several sequences.
+
+        llama.cpp decodes such a batch in several micro-batches (each with as many tokens of every sequence
+        in it) and moves recurrent cells between them; the per-token states kept for rolling a draft back
+        (``n_rs_seq``) stay where they were written, so a rollback can restore another state (measured: a
+        rejected draft beside three streams continued from a wrong state). With one sequence the batch is
+        one micro-batch and the kept states are right.
+        """
+        sequences = sum(g.pending_token is not None for g in running) + sum(n > 0 for _, n in prefill_chunks)
+        for gen in running:
+            gen.snapshot = None
+            if gen.draft and gen.batch_index >= 0 and sequences > 1:
+                gen.snapshot = (len(gen.slot.tokens), self._ctx.get_state(gen.slot.id, partial=True))
 
     def _verify(self, gen: Generation) -> None:
-        """Sample ``gen``'s drafted positions in turn, then drop the rejected ones from the slot's memory."""
+        """Sample ``gen``'s drafted positions in turn, then drop the rejected ones from the slot's memory.
+
+        After a batch of several sequences, a recurrent model's state is restored from the snapshot taken
+        before the decode instead, and the tokens kept since are decoded again in the next step (replayed).
+        """
         draft = gen.draft
-        decoded_end = len(gen.slot.tokens) + len(draft)  # the pending token is in the slot's tokens already
+        pending_at = len(gen.slot.tokens) - 1  # the pending token is in the slot's tokens already
+        decoded_end = pending_at + 1 + len(draft)
         accepted = gen.sample_drafted(self._ctx, draft)
         self._stats.n_drafts += 1
         self._stats.n_draft_tokens += len(draft)
         self._stats.n_draft_tokens_accepted += accepted
-        gen.acceptance.update(accepted, cut_short=accepted < len(draft))
+        assert self.speculator is not None
+        self.speculator.verified(gen, accepted)
         kept = len(gen.slot.tokens)
-        if kept < decoded_end:
-            if not self._ctx.seq_rm(gen.slot.id, kept, -1):
-                raise EngineError(f"could not roll back slot {gen.slot.id} to {kept} tokens after a draft")
+        if kept == decoded_end:
+            return
+        seq = gen.slot.id
+        if gen.snapshot is not None:
+            kept, state = gen.snapshot  # the state before this step's tokens (replayed ones included)
+            self._ctx.set_state(seq, state, partial=True)
+            gen.replay = () if gen.done else tuple(gen.slot.tokens[kept:])
+            del gen.slot.tokens[kept:]
+        if not self._ctx.seq_rm(seq, kept, -1):
+            raise EngineError(f"could not roll back slot {seq} to {kept} tokens after a draft")
 
     def _decode(self, batch: Batch, running: Sequence[Generation]) -> bool:
         """Decode ``batch``; a failure fails every running generation (False).

@@ -17,7 +17,7 @@ from ..chat.serving import Serving
 from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
 from ..engine.core import Engine
 from ..engine.records import EngineConfig, Pooling, ResolvedDefaults
-from ..engine.speculation import SPEC_TYPES, SpeculationConfig
+from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig
 from ..errors import EngineError, LfmError
 from ..llama.backend import build_info
 from ..llama.model import NativeModel, model_file_problem
@@ -36,6 +36,8 @@ class ModelFiles:
 
     model: str
     projector: str | None = None
+    #: ``draft-simple``'s model (``-md FILE``, or downloaded for ``-hfd``).
+    draft: str | None = None
 
 
 def resolve_model_files(settings: Settings) -> ModelFiles:
@@ -47,14 +49,26 @@ def resolve_model_files(settings: Settings) -> ModelFiles:
             raise LfmError(problem)
     if settings.media_path and not os.path.isdir(settings.media_path):
         raise LfmError(f"--media-path {settings.media_path} is not a folder")
+    draft = resolve_draft_model(settings)
     if settings.model:
         problem = model_file_problem(settings.model)
         if problem is not None:
             raise LfmError(problem)
-        return ModelFiles(settings.model, settings.mmproj)
+        return ModelFiles(settings.model, settings.mmproj, draft)
     auto = settings.mmproj_auto and not settings.mmproj
     path, projector = resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file, projector=auto)
-    return ModelFiles(path, settings.mmproj or projector)
+    return ModelFiles(path, settings.mmproj or projector, draft)
+
+
+def resolve_draft_model(settings: Settings) -> str | None:
+    """``-hfd REPO`` (with ``-md`` naming the file there, as llama-server), else ``-md FILE`` (it must exist)."""
+    if settings.spec_draft_hf:
+        return resolve_hf_model(settings.spec_draft_hf, settings.spec_draft_model)[0]
+    if settings.spec_draft_model:
+        problem = model_file_problem(settings.spec_draft_model, "draft model")
+        if problem is not None:
+            raise LfmError(problem)
+    return settings.spec_draft_model
 
 
 def model_name(settings: Settings, path: str) -> str:
@@ -86,7 +100,8 @@ def chat_template(settings: Settings, model: NativeModel) -> ChatFormatter:
     return ChatTemplate(source, bos_token=model.info.bos_token, eos_token=model.info.eos_token)
 
 
-def engine_config(settings: Settings) -> EngineConfig:
+def engine_config(settings: Settings, draft_model: str | None = None) -> EngineConfig:
+    """The engine's settings; ``draft_model`` is the draft's resolved file (default: ``-md``)."""
     return EngineConfig(
         slot_similarity=settings.slot_prompt_similarity,
         max_queue=settings.max_queue,
@@ -102,24 +117,54 @@ def engine_config(settings: Settings) -> EngineConfig:
         media_cache_bytes=settings.media_cache * 2**20,
         embeddings=settings.embeddings or settings.reranking,
         pooling=cast(Pooling | None, "rank" if settings.reranking else settings.pooling),
-        speculation=speculation_config(settings),
+        speculation=speculation_config(settings, draft_model),
     )
 
 
-def speculation_config(settings: Settings) -> SpeculationConfig:
-    """``--spec-type`` and its sizes; a type lfmserve does not draft with is a startup error naming it."""
-    types = tuple(t for t in (settings.spec_type or "").split(",") if t and t != "none")
+def speculation_config(settings: Settings, draft_model: str | None = None) -> SpeculationConfig:
+    """``--spec-type`` and its sizes, checked as llama-server checks them; a type lfmserve does not draft
+    with is a startup error naming it. ``draft_model``: the draft's resolved file (default: ``-md``)."""
+    types = tuple(dict.fromkeys(t for t in (settings.spec_type or "").split(",") if t and t != "none"))
     unknown = [t for t in types if t not in SPEC_TYPES]
     if unknown:
         raise EngineError(f"--spec-type {unknown[0]} is not supported (supported: {', '.join(SPEC_TYPES)})")
-    if settings.spec_draft_n_max < 0 or min(settings.spec_ngram_simple_size_n, settings.spec_ngram_simple_size_m) < 1:
-        raise EngineError("--spec-draft-n-max must be >= 0 and the n-gram sizes >= 1")
+    if settings.spec_draft_n_max < 0:
+        raise EngineError("--spec-draft-n-max: invalid value")
+    if not 0.0 <= settings.spec_draft_p_min <= 1.0:
+        raise EngineError("--spec-draft-p-min must be between 0 and 1")
+    s = settings
+    lookups = (
+        s.spec_ngram_simple_size_n,
+        s.spec_ngram_map_k_size_n,
+        s.spec_ngram_map_k4v_size_n,
+        s.spec_ngram_mod_n_match,
+    )
+    if any(not 1 <= n <= 1024 for n in lookups):
+        raise EngineError("ngram size N must be between 1 and 1024 inclusive")
+    if any(
+        not 1 <= m <= 1024 for m in (s.spec_ngram_simple_size_m, s.spec_ngram_map_k_size_m, s.spec_ngram_map_k4v_size_m)
+    ):
+        raise EngineError("ngram size M must be between 1 and 1024 inclusive")
+    if min(s.spec_ngram_simple_min_hits, s.spec_ngram_map_k_min_hits, s.spec_ngram_map_k4v_min_hits) < 1:
+        raise EngineError("ngram min hits must be at least 1")
+    if not 0 <= s.spec_ngram_mod_n_min <= 1024 or not 0 <= s.spec_ngram_mod_n_max <= 1024:
+        raise EngineError("ngram n-min and n-max must be between 0 and 1024 inclusive")
     return SpeculationConfig(
         types=types,
-        n_max=settings.spec_draft_n_max,
-        n_min=settings.spec_draft_n_min,
-        ngram_size_n=settings.spec_ngram_simple_size_n,
-        ngram_size_m=settings.spec_ngram_simple_size_m,
+        n_max=s.spec_draft_n_max,
+        n_min=s.spec_draft_n_min,
+        p_min=s.spec_draft_p_min,
+        ngram_simple=NgramSizes(size_n=s.spec_ngram_simple_size_n, size_m=s.spec_ngram_simple_size_m),
+        ngram_map_k=NgramSizes(size_n=s.spec_ngram_map_k_size_n, size_m=s.spec_ngram_map_k_size_m),
+        ngram_map_k4v=NgramSizes(
+            size_n=s.spec_ngram_map_k4v_size_n,
+            size_m=s.spec_ngram_map_k4v_size_m,
+            min_hits=s.spec_ngram_map_k4v_min_hits,
+        ),
+        ngram_mod=NgramModSizes(
+            n_match=s.spec_ngram_mod_n_match, n_min=s.spec_ngram_mod_n_min, n_max=s.spec_ngram_mod_n_max
+        ),
+        draft_model=draft_model or s.spec_draft_model,
     )
 
 
@@ -147,7 +192,7 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     model = NativeModel(files.model, n_gpu_layers=settings.n_gpu_layers)
     template = chat_template(settings, model)
     projector = load_projector(settings, files.projector, model) if files.projector else None
-    engine = Engine(model, engine_config(settings), projector=projector)
+    engine = Engine(model, engine_config(settings, files.draft), projector=projector)
     defaults = sampling_defaults(settings, model)
     info = model.info
     logger.info(

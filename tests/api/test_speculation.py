@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,21 @@ def test_a_negative_draft_cap_is_a_400(speculative: ServerThread) -> None:
     reply = post(speculative, "/completion", {**BODY, "speculative.n_max": -1})
     assert reply.status_code == 400
     assert reply.json()["error"]["param"] == "speculative.n_max"
+
+
+def test_a_draft_model_drafts_what_the_model_samples(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path
+) -> None:
+    """``--spec-type draft-simple -md FILE``: the model drafting for itself guesses the tokens it samples."""
+    settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="draft-simple")
+    drafting = server_factory(replace(settings, spec_draft_model=str(tiny_gguf), spec_draft_n_max=4))
+    # (No repeat penalty: the draft model guesses the unpenalised greedy token; LFM's default penalises.)
+    body = {**BODY, "cache_prompt": False, "repeat_penalty": 1.0}
+    on = post(drafting, "/completion", body).json()
+    off = post(drafting, "/completion", {**body, "speculative": False}).json()
+    assert on["content"] == off["content"] and on["tokens_predicted"] == off["tokens_predicted"] == 64
+    # The first token comes with the prompt; then each step verifies 4 drafted tokens, all kept (5 tokens a
+    # step) up to 61 tokens, and a last draft of 2 (never past n_predict): 12 * 4 + 2.
+    assert (on["timings"]["draft_n"], on["timings"]["draft_n_accepted"]) == (50, 50)
+    props = httpx.get(drafting.url + "/props").json()
+    assert props["default_generation_settings"]["params"]["speculative.types"] == "draft-simple"

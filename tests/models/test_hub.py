@@ -143,3 +143,25 @@ def test_the_projector_is_the_nearest_quantisation_in_the_models_folder_or_above
         "mmproj-F16.gguf"  # a tie: the first listed
     )
     assert pick_mmproj(["m-Q4_K_M.gguf"], "m-Q4_K_M.gguf") is None
+
+
+def test_hfd_downloads_the_draft_model(tmp_path: Path, tiny_gguf: Path, running: list[Running]) -> None:
+    """``-hfd REPO`` picks and downloads the draft model as ``-hf`` does the model."""
+    assert LFMSERVE is not None
+    draft = write_lfm2_gguf(tmp_path / "draft.gguf", TinyLfm2(seed=13)).read_bytes()
+    repo = "LiquidAI/LFM2-Draft-GGUF"
+    hub = ServerThread(fake_hub(repo, {"LFM2-Draft-Q4_K_M.gguf": draft, "LFM2-Draft-Q8_0.gguf": b"junk"})).start()
+    env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    try:
+        server = Running(
+            [LFMSERVE, "-m", str(tiny_gguf), "--spec-type", "draft-simple", "-hfd", repo, "-c", "512", "-np", "1"], env
+        )
+        running.append(server)
+        wait_healthy(server.url, server.process)
+        params = httpx.get(server.url + "/props").json()["default_generation_settings"]["params"]
+        assert params["speculative.types"] == "draft-simple"
+        log = server.stop()
+    finally:
+        hub.stop()
+    path = next(line for line in log.splitlines() if "draft model " in line).split("draft model ")[1].split(" (")[0]
+    assert path.endswith("LFM2-Draft-Q4_K_M.gguf") and Path(path).read_bytes() == draft

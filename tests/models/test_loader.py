@@ -8,7 +8,7 @@ import pytest
 
 from lfmserve.chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatTemplate
 from lfmserve.engine.records import EngineConfig
-from lfmserve.engine.speculation import SpeculationConfig
+from lfmserve.engine.speculation import NgramModSizes, NgramSizes, SpeculationConfig
 from lfmserve.errors import EngineError, LfmError
 from lfmserve.llama.model import NativeModel
 from lfmserve.models.loader import (
@@ -119,15 +119,39 @@ def test_loading_gives_a_serving_of_the_model(tiny_gguf: Path) -> None:
         serving.engine.close()
 
 
-def test_spec_flags_become_the_speculation_config_and_unknown_types_are_refused() -> None:
+def test_spec_flags_become_the_speculation_config_and_bad_ones_are_refused() -> None:
     settings = Settings.from_argv(
-        ["-m", "m.gguf", "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-draft-n-min", "2"]
+        ["-m", "m.gguf", "--spec-type", "ngram-simple,ngram-mod", "--spec-ngram-simple-size-n", "4"]
+        + ["--spec-draft-n-min", "2", "--spec-ngram-mod-n-match", "16", "--spec-ngram-mod-n-max", "32"]
+        + ["--spec-ngram-map-k4v-min-hits", "3", "--draft-p-min", "0.75", "--spec-ngram-map-k-size-m", "20"]
     )
     assert speculation_config(settings) == SpeculationConfig(
-        types=("ngram-simple",), n_max=0, n_min=2, ngram_size_n=4, ngram_size_m=48
+        types=("ngram-simple", "ngram-mod"),
+        n_max=3,
+        n_min=2,
+        p_min=0.75,
+        ngram_simple=NgramSizes(size_n=4),
+        ngram_map_k=NgramSizes(size_m=20),
+        ngram_map_k4v=NgramSizes(min_hits=3),
+        ngram_mod=NgramModSizes(n_match=16, n_max=32),
     )
-    assert speculation_config(settings).max_draft == 48
-    assert speculation_config(Settings(model="m.gguf", spec_type="ngram-simple", spec_draft_n_max=8)).max_draft == 8
+    assert speculation_config(settings).max_draft == 48  # ngram-simple's 48 > ngram-mod's 32
+    assert speculation_config(Settings(model="m.gguf", spec_type="ngram-cache")).max_draft == 8
+    draft = Settings.from_argv(
+        ["-m", "m.gguf", "--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "5"]
+    )
+    assert speculation_config(draft) == SpeculationConfig(types=("draft-simple",), n_max=5, draft_model="d.gguf")
+    assert speculation_config(draft).max_draft == 5
     assert not speculation_config(Settings(model="m.gguf", spec_type="none")).enabled
-    with pytest.raises(EngineError, match=r"^--spec-type ngram-mod is not supported \(supported: ngram-simple\)$"):
-        speculation_config(Settings(model="m.gguf", spec_type="ngram-simple,ngram-mod"))
+    with pytest.raises(EngineError, match=r"^--spec-type draft-eagle3 is not supported \(supported: ngram-simple, "):
+        speculation_config(Settings(model="m.gguf", spec_type="ngram-simple,draft-eagle3"))
+    with pytest.raises(EngineError, match=r"^--spec-type draft-simple needs a draft model \(-md FILE or -hfd REPO\)$"):
+        speculation_config(Settings(model="m.gguf", spec_type="draft-simple"))
+    with pytest.raises(EngineError, match="^ngram size N must be between 1 and 1024 inclusive$"):
+        speculation_config(Settings(model="m.gguf", spec_ngram_mod_n_match=0))
+    with pytest.raises(EngineError, match="^ngram size M must be between 1 and 1024 inclusive$"):
+        speculation_config(Settings(model="m.gguf", spec_ngram_map_k4v_size_m=1025))
+    with pytest.raises(EngineError, match="^ngram min hits must be at least 1$"):
+        speculation_config(Settings(model="m.gguf", spec_ngram_map_k_min_hits=0))
+    with pytest.raises(EngineError, match="^--spec-draft-p-min must be between 0 and 1$"):
+        speculation_config(Settings(model="m.gguf", spec_draft_p_min=1.5))

@@ -1,0 +1,24 @@
+"""Speculative decoding: tokens guessed ahead of the model, verified in the step's batch.
+
+Decoding one token costs a pass over the weights; checking guessed tokens in the same batch costs less
+than decoding each. The batch step decodes a generation's pending token and its draft together; the
+generation samples each position in turn and keeps the drafted tokens while they are what it samples, so
+the output is the one decoding without a draft gives (but at near ties, which llama.cpp's batched kernels
+can round either way), and the rejected tail is removed from the slot's memory: a recurrent state rolls
+back through the per-token states the context keeps, or, beside other sequences, from a snapshot
+(``step.BatchStep``).
+
+- :mod:`.config`: ``--spec-type`` and the drafters' sizes.
+- :mod:`.ngram`, :mod:`.ngram_mod`, :mod:`.ngram_cache`: drafts from the request's own tokens.
+- :mod:`.draft_model`: ``draft-simple``, a smaller model's guesses.
+- :mod:`.worth`: how much of a guess is worth verifying, from each slot's measured acceptance.
+- :mod:`.speculator`: each step's drafts, from those parts.
+
+The package exports the model-free parts (the request records import the config, and they load without
+llama.cpp); the drafter that runs a model and the speculator using it are imported from their modules.
+"""
+
+from .config import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig
+from .worth import Acceptance, best_draft_length
+
+__all__ = ["SPEC_TYPES", "Acceptance", "NgramModSizes", "NgramSizes", "SpeculationConfig", "best_draft_length"]

@@ -1,0 +1,138 @@
+"""Each step's drafts: which drafter guesses for each generation, and how much of the guess is verified.
+
+For every generation about to decode its pending token, the drafters of ``--spec-type`` are asked in
+llama-server's order until one guesses; ``draft-simple``'s model is asked last, for all the generations the
+n-gram drafters had nothing for, in one batch. A guess is cut to what the request allows (``speculative``,
+``speculative.n_max``, ``n_predict``), what fits the batch, the slot and the recurrent state's rollback,
+and what the grammar allows (llguidance checks it without advancing). What is left is verified only as far
+as it is worth it (:mod:`.worth`); an unverified guess is compared with the tokens then sampled instead,
+so the slot's acceptance is measured either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ...errors import EngineError
+from .config import SPEC_TYPES, SpeculationConfig
+from .draft_model import DraftModel, DraftRequest
+from .ngram import Drafter, NgramMap, NgramSimple
+from .ngram_cache import NgramCache
+from .ngram_mod import NgramMod, NgramModTable
+from .worth import best_draft_length, expected_kept
+
+if TYPE_CHECKING:
+    from ..generation import Generation
+
+logger = logging.getLogger(__name__)
+
+
+class Speculator:
+    def __init__(self, config: SpeculationConfig, *, n_ctx_slot: int, draft_model: DraftModel | None = None) -> None:
+        self._config = config
+        self._n_ctx_slot = n_ctx_slot
+        self._mod_table = NgramModTable(config.ngram_mod) if "ngram-mod" in config.types else None
+        self._draft_model = draft_model
+
+    def _drafters(self, gen: Generation) -> list[Drafter]:
+        """The generation's n-gram drafters, in llama-server's order (made at its first draft)."""
+        if gen.drafters is None:
+            config, made = self._config, list[Drafter]()
+            for kind in (t for t in SPEC_TYPES if t in config.types):
+                if kind == "ngram-simple":
+                    made.append(NgramSimple(config.ngram_simple))
+                elif kind == "ngram-map-k":
+                    made.append(NgramMap(config.ngram_map_k, key_only=True))
+                elif kind == "ngram-map-k4v":
+                    made.append(NgramMap(config.ngram_map_k4v, key_only=False))
+                elif kind == "ngram-mod" and self._mod_table is not None:
+                    made.append(NgramMod(self._mod_table, config.ngram_mod))
+                elif kind == "ngram-cache":
+                    made.append(NgramCache())
+            gen.drafters = made
+        return gen.drafters
+
+    def plan(self, generating: Sequence[Generation], capacity: int) -> None:
+        """Set ``draft`` of each generation (each decodes its pending token, and the draft after it)."""
+        plan = _StepPlan(streams=float(len(generating)), tokens=sum(1 + len(g.replay) for g in generating))
+        for_model: list[tuple[Generation, int]] = []
+        for gen in generating:
+            gen.draft, gen.draft_source = (), None
+            limit = self._limit(gen, capacity - plan.tokens)
+            if limit <= 0:
+                continue
+            assert gen.pending_token is not None
+            for drafter in self._drafters(gen):
+                guess = drafter.draft(gen.history, gen.pending_token)[:limit]
+                if guess:
+                    self._choose(gen, guess, drafter, plan)
+                    break
+            else:
+                if self._draft_model is not None and not gen.request.media:
+                    for_model.append((gen, limit))
+        if for_model:
+            self._ask_model(for_model, capacity, plan)
+
+    def _ask_model(self, waiting: list[tuple[Generation, int]], capacity: int, plan: _StepPlan) -> None:
+        assert self._draft_model is not None
+        requests = []
+        for gen, limit in waiting:
+            assert gen.pending_token is not None
+            requests.append(DraftRequest(gen.slot.id, gen.history, gen.pending_token, limit, gen.banned_tokens))
+        try:
+            guesses = self._draft_model.draft(requests)
+        except EngineError as exc:  # the draft model's own failure: the step goes on without its drafts
+            logger.error("draft model: %s; drafting nothing this step", exc)
+            self._draft_model.forget()
+            return
+        for (gen, _), guess in zip(waiting, guesses, strict=True):
+            guess = guess[: max(capacity - plan.tokens, 0)]
+            if guess:
+                self._choose(gen, guess, None, plan)
+
+    def _limit(self, gen: Generation, room: int) -> int:
+        """The longest draft the request, the batch, the slot and the rollback allow."""
+        request = gen.request
+        limit = self._config.max_draft
+        if request.draft_max is not None:
+            limit = min(limit, request.draft_max)
+        remaining = request.max_tokens - gen.n_decoded - 1 if request.max_tokens > 0 else limit
+        return min(limit, room, remaining, self._n_ctx_slot - len(gen.history) - 2)
+
+    def _choose(self, gen: Generation, guess: list[int], drafter: Drafter | None, plan: _StepPlan) -> None:
+        """Verify as much of ``guess`` as the grammar allows and is worth it; leave the rest unverified."""
+        constraint = gen.request.constraint
+        if constraint is not None:
+            guess = guess[: constraint.allowed_prefix(guess)]  # the grammar (past the pending token) forbids the rest
+        q = gen.acceptance.q
+        worth = best_draft_length(q, len(guess), streams=plan.streams, batch=plan.tokens)
+        if worth < max(self._config.n_min, 1):
+            gen.leave_unverified(tuple(guess))  # compared with the tokens sampled instead
+            return
+        gen.drop_unverified()
+        gen.draft, gen.draft_source = tuple(guess[:worth]), drafter
+        plan.streams += expected_kept(q, worth)
+        plan.tokens += worth
+
+    @staticmethod
+    def verified(gen: Generation, accepted: int) -> None:
+        """``accepted`` of the generation's draft were kept: its drafter learns from that."""
+        gen.acceptance.update(accepted, cut_short=accepted < len(gen.draft))
+        if gen.draft_source is not None:
+            gen.draft_source.accept(accepted)
+
+    def close(self) -> None:
+        if self._draft_model is not None:
+            self._draft_model.close()
+
+
+class _StepPlan:
+    """The batch so far: its tokens, and the tokens its step is expected to yield."""
+
+    __slots__ = ("streams", "tokens")
+
+    def __init__(self, *, streams: float, tokens: int) -> None:
+        self.streams = streams
+        self.tokens = tokens
