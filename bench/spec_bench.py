@@ -1,11 +1,18 @@
 """Speculative decoding benchmark: decode speed with and without ``--spec-type``, lfmserve vs llama-server.
 
-Four servers on Gemma-3-270M (real text: random weights cannot copy), the same flags: llama-server and
-lfmserve, each without and with ``--spec-type ngram-simple``. Raw ``/completion`` prompts (the model is
-a base model), 256 tokens each: greedy ``fix`` (a ~1,500-token document with typos, then the same text
-fixed), ``copy`` (the document, then "Copy:") and ``json`` (its paragraphs as a JSON array of strings,
-which quotes them); and ``free``, sampled free writing (temperature 0.8, seed 1): the control, where
-drafts are rarely right and speculation must not cost.
+Four servers per model, the same flags: llama-server and lfmserve, each without and with ``--spec-type
+ngram-simple``. Raw ``/completion`` prompts, 256 tokens each.
+
+On Gemma-3-270M (real text: random weights cannot copy; a base model): greedy ``fix`` (a ~1,500-token
+document with typos, then the same text fixed), ``copy`` (the document, then "Copy:") and ``json`` (its
+paragraphs as a JSON array of strings, which quotes them); and ``free``, sampled free writing (temperature
+0.8, seed 1): the control, where drafts are rarely right and speculation must not cost.
+
+On the LFM2-350M-shaped model (random weights, hybrid: its recurrent state is rolled back after each
+rejected draft): ``free`` again, and ``reject``, greedy over a prompt that repeats one list, with 2-token
+n-grams (``--spec-ngram-simple-size-n 2``) so the drafter guesses at nearly every step and the random
+weights reject nearly every guess: what verifying and rolling back costs a hybrid model.
+
 The figure is ``timings.predicted_per_second`` (decode only; both servers report it), medians of
 ``--repeats`` runs, servers alternating within each workload.
 
@@ -24,13 +31,21 @@ import sys
 from typing import Any
 
 import httpx
-from common import Runs, Server, bench_arguments, lfmserve_command, llama_server_binary, results_log, run_interleaved
+from common import (
+    Runs,
+    Server,
+    bench_arguments,
+    bench_model,
+    lfmserve_command,
+    llama_server_binary,
+    results_log,
+    run_interleaved,
+)
 from serve_bench import table
 
 from lfmserve.testing import gemma3_270m_path
 
 SPEC = ["--spec-type", "ngram-simple"]
-SERVERS = {"llama-server": [], "llama-server+spec": SPEC, "lfmserve": [], "lfmserve+spec": SPEC}
 MAX_TOKENS = 256
 
 
@@ -53,10 +68,14 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     },
     # The control: sampled free writing, where drafts are rarely right (greedy, this small model loops).
     "free": {"prompt": "Once upon a time, in a small village by the sea,", "temperature": 0.8, "seed": 1},
+    # Random weights follow no list: drafts from 2-token n-grams of the repeated one are all but all rejected.
+    "reject": {"prompt": "apples, pears, plums, " * 40, "temperature": 0},
 }
-ROWS = [
-    *((f"decode tok/s, {name}, {server}", f"{name}.{server}") for name in WORKLOADS for server in ("plain", "spec")),
-]
+#: Each model, its workloads and the flags both servers add for speculation.
+MODELS: dict[str, tuple[tuple[str, ...], list[str]]] = {
+    "gemma-3-270m": (("fix", "copy", "json", "free"), SPEC),
+    "lfm2-350m-shaped": (("free", "reject"), [*SPEC, "--spec-ngram-simple-size-n", "2"]),
+}
 
 
 def run_one(url: str, workload: str, rep: int) -> dict[str, Any]:
@@ -75,28 +94,39 @@ def main() -> int:
     parser = bench_arguments(__doc__ or "", ctx_size=8192, repeats=3)
     args = parser.parse_args()
     binary = llama_server_binary(parser, args)
-    flags = ["-m", str(gemma3_270m_path()), "-c", str(args.ctx_size), "-t", str(args.threads), "-np", "1"]
+    paths = {"gemma-3-270m": str(gemma3_270m_path()), "lfm2-350m-shaped": str(bench_model())}
     runs: Runs = {}
-    with results_log(args, "spec") as log, contextlib.ExitStack() as stack:
-        urls = {}
-        for name, extra in SERVERS.items():
-            command = str(binary) if name.startswith("llama-server") else lfmserve_command()
-            urls[name] = stack.enter_context(Server(name, [command, *flags, *extra]))
-        run_interleaved(urls, list(WORKLOADS), args.repeats, run_one, log, runs)
+    with results_log(args, "spec") as log:
+        for model, (workloads, spec) in MODELS.items():
+            flags = ["-m", paths[model], "-c", str(args.ctx_size), "-t", str(args.threads), "-np", "1"]
+            servers = {"llama-server": [], "llama-server+spec": spec, "lfmserve": [], "lfmserve+spec": spec}
+            with contextlib.ExitStack() as stack:
+                urls = {}
+                for name, extra in servers.items():
+                    command = str(binary) if name.startswith("llama-server") else lfmserve_command()
+                    urls[f"{model}/{name}"] = stack.enter_context(Server(name, [command, *flags, *extra]))
+                run_interleaved(urls, workloads, args.repeats, run_one, log, runs)
     medians = {
         server: {w: statistics.median(r["decode_tok_s"] for r in results) for w, results in by.items()}
         for server, by in runs.items()
     }
     # The table's two columns are llama-server and lfmserve; its rows are each workload without and with drafts.
-    columns = {
-        name: {w: {"plain": medians[name][w], "spec": medians[f"{name}+spec"][w]} for w in WORKLOADS}
-        for name in ("llama-server", "lfmserve")
-    }
-    print(table(columns, ROWS))
-    for w in WORKLOADS:
-        own = medians["lfmserve+spec"][w] / medians["lfmserve"][w]
-        theirs = medians["llama-server+spec"][w] / medians["llama-server"][w]
-        print(f"{w}: lfmserve+spec / lfmserve {own:.2f}, llama-server+spec / llama-server {theirs:.2f}")
+    columns: dict[str, dict[str, Any]] = {"llama-server": {}, "lfmserve": {}}
+    rows = []
+    for model, (workloads, _) in MODELS.items():
+        for w in workloads:
+            for name, by in columns.items():
+                by[f"{model}:{w}"] = {
+                    "plain": medians[f"{model}/{name}"][w],
+                    "spec": medians[f"{model}/{name}+spec"][w],
+                }
+            rows += [(f"decode tok/s, {model}, {w}, {kind}", f"{model}:{w}.{kind}") for kind in ("plain", "spec")]
+    print(table(columns, rows))
+    for model, (workloads, _) in MODELS.items():
+        for w in workloads:
+            own = medians[f"{model}/lfmserve+spec"][w] / medians[f"{model}/lfmserve"][w]
+            theirs = medians[f"{model}/llama-server+spec"][w] / medians[f"{model}/llama-server"][w]
+            print(f"{model} {w}: lfmserve+spec / lfmserve {own:.2f}, llama-server+spec / llama-server {theirs:.2f}")
     return 0
 
 

@@ -76,6 +76,20 @@ def test_ngram_simple_drafts_what_followed_the_latest_earlier_match() -> None:
     assert drafter.draft([9, 1, 2, 3, 4, -7, 6, 7, 8, 0, 0, 1, 2], 3) == [4]
 
 
+def test_ngram_simple_realigns_near_where_the_copy_was_after_a_change() -> None:
+    prompt = [1, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 2]
+    drafter = NgramSimple(NgramSizes(size_n=3, size_m=4))
+    assert drafter.draft([*prompt, 10, 11], 12) == [13, 14, 15, 16]  # [10, 11, 12] as in the prompt
+    drafter.accept(1)  # 13 kept; then the reply changes 14 into 77
+    assert drafter.draft([*prompt, 10, 11, 12, 13], 77) == []  # 77 is nowhere near
+    # The reply goes on copying after the change: 15 is right where the copy had got to, so the draft goes on
+    # from there; llama-server's look-up waits for 3 tokens to match again.
+    assert drafter.draft([*prompt, 10, 11, 12, 13, 77], 15) == [16, 17, 18, 19]
+    assert NgramSimple(NgramSizes(size_n=3, size_m=4)).draft([*prompt, 10, 11, 12, 13, 77], 15) == []
+    # Never matched (free writing): no re-alignment, though 15 occurs in the history.
+    assert NgramSimple(NgramSizes(size_n=3, size_m=4)).draft([*prompt, 30, 31, 32, 33], 15) == []
+
+
 def test_ngram_map_k_drafts_after_the_first_recorded_match_cut_to_what_was_kept_last() -> None:
     drafter = NgramMap(NgramSizes(size_n=2, size_m=2), key_only=True)
     history = [0, 5, 6, 1, 2, 5, 6, 3, 4, 9, 9, 9, 5]

@@ -42,30 +42,74 @@ def text_only(draft: Sequence[int]) -> list[int]:
     return [int(t) for t in draft]
 
 
+#: Re-alignment after a draft was cut short: the latest 3, 2 or 1 tokens are looked for this close to where
+#: the copy would have gone on (a few tokens back, up to 24 ahead: a fix skips or inserts a few tokens).
+REALIGN_LENGTHS = (3, 2, 1)
+REALIGN_BEHIND = 3
+REALIGN_AHEAD = 24
+
+
 class NgramSimple:
     """``ngram-simple`` (``common_ngram_simple_draft``): the latest earlier occurrence of the pattern, and up
-    to ``size_m`` tokens after it (none when fewer than ``size_n`` follow)."""
+    to ``size_m`` tokens after it (none when fewer than ``size_n`` follow).
+
+    lfmserve adds re-alignment. Where a reply copies with changes (a typo fixed, a word reformatted), a draft
+    is cut at the change, and llama-server's look-up finds the copy again only once ``size_n`` (12) tokens
+    after it match the history. Here, while no ``size_n``-gram matches, the latest few tokens are looked for
+    near the place the copy had reached, so drafting resumes a token or two after the change. Free writing
+    never matched, so it never re-aligns.
+    """
 
     def __init__(self, sizes: NgramSizes) -> None:
         self.size_n = sizes.size_n
         self.size_m = sizes.size_m
+        #: Where in the history the token sampled at the next call would be, were the copy going on.
+        self._expected: int | None = None
+        self._drafted_from = 0
 
     def draft(self, tokens: Sequence[int], sampled: int) -> list[int]:
+        if self._expected is not None:
+            self._expected += 1  # the reply moved on by a token since (a draft's own tokens: in ``accept``)
+        start = self._lookup(tokens, sampled)
+        if start is None:
+            start = self._realign(tokens, sampled)
+        if start is None:
+            return []
+        self._expected, self._drafted_from = start - 1, start
+        return text_only(tokens[start : start + self.size_m])
+
+    def _lookup(self, tokens: Sequence[int], sampled: int) -> int | None:
+        """llama-server's look-up: where the draft starts in the history, or None."""
         n, cur_len = self.size_n, len(tokens)
         if cur_len <= n + self.size_m + 1:
-            return []
+            return None
         history = np.asarray(tokens, dtype=np.int64)
         pattern = np.append(history[cur_len - n + 1 :], sampled)
         # Candidate starts 1 .. cur_len - n - 1 (0 means "no match" there, so it is never one), latest first.
         starts = np.flatnonzero(history[1 : cur_len - n] == pattern[0]) + 1
-        for start in starts[::-1]:
-            if np.array_equal(history[start : start + n], pattern):
-                copy = min(self.size_m, cur_len - (int(start) + n))
-                return text_only(history[start + n : start + n + copy].tolist()) if copy >= n else []
-        return []
+        for match in starts[::-1]:
+            if np.array_equal(history[match : match + n], pattern):
+                copy = min(self.size_m, cur_len - (int(match) + n))
+                return int(match) + n if copy >= n else None
+        return None
+
+    def _realign(self, tokens: Sequence[int], sampled: int) -> int | None:
+        """Where the copy resumes: after the latest tokens' occurrence nearest the expected place, or None."""
+        if self._expected is None:
+            return None
+        cur_len = len(tokens)
+        lo, hi = max(self._expected - REALIGN_BEHIND, 1), min(self._expected + REALIGN_AHEAD, cur_len - 1)
+        for m in REALIGN_LENGTHS:
+            tail = [*tokens[cur_len - m + 1 :], sampled] if m > 1 else [sampled]
+            ends = [j for j in range(max(lo, m - 1), hi) if list(tokens[j - m + 1 : j + 1]) == tail]
+            if ends:
+                return min(ends, key=lambda j: abs(j - self._expected)) + 1
+        return None
 
     def accept(self, n_accepted: int) -> None:
-        """Stateless: nothing to learn."""
+        """The reply copied ``n_accepted`` tokens of the last draft: the copy is expected past them."""
+        if self._expected is not None:
+            self._expected = self._drafted_from + n_accepted - 1
 
 
 @dataclass(slots=True)
