@@ -9,9 +9,10 @@ paragraphs as a JSON array of strings, which quotes them); and ``free``, sampled
 0.8, seed 1): the control, where drafts are rarely right and speculation must not cost.
 
 On the LFM2-350M-shaped model (random weights, hybrid: its recurrent state is rolled back after each
-rejected draft): ``free`` again, and ``reject``, greedy over a prompt that repeats one list, with 2-token
-n-grams (``--spec-ngram-simple-size-n 2``) so the drafter guesses at nearly every step and the random
-weights reject nearly every guess: what verifying and rolling back costs a hybrid model.
+rejected draft): ``free`` again, and ``list``, greedy under a grammar that allows only a list of three
+words, with 2-token n-grams (``--spec-ngram-simple-size-n 2``): the reply repeats itself, so the drafter
+guesses at nearly every step, and the grammar masks every verified position: drafting, grammar-checked
+verification and rollback on a hybrid model.
 
 The figure is ``timings.predicted_per_second`` (decode only; both servers report it), medians of
 ``--repeats`` runs, servers alternating within each workload.
@@ -68,13 +69,17 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     },
     # The control: sampled free writing, where drafts are rarely right (greedy, this small model loops).
     "free": {"prompt": "Once upon a time, in a small village by the sea,", "temperature": 0.8, "seed": 1},
-    # Random weights follow no list: drafts from 2-token n-grams of the repeated one are all but all rejected.
-    "reject": {"prompt": "apples, pears, plums, " * 40, "temperature": 0},
+    # Three words over and over: 2-token n-grams draft at nearly every step.
+    "list": {
+        "prompt": "A list of fruit: ",
+        "temperature": 0,
+        "grammar": 'root ::= ("apples, " | "pears, " | "plums, ")+',
+    },
 }
 #: Each model, its workloads and the flags both servers add for speculation.
 MODELS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     "gemma-3-270m": (("fix", "copy", "json", "free"), SPEC),
-    "lfm2-350m-shaped": (("free", "reject"), [*SPEC, "--spec-ngram-simple-size-n", "2"]),
+    "lfm2-350m-shaped": (("free", "list"), [*SPEC, "--spec-ngram-simple-size-n", "2"]),
 }
 
 
@@ -92,12 +97,15 @@ def run_one(url: str, workload: str, rep: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = bench_arguments(__doc__ or "", ctx_size=8192, repeats=3)
+    parser.add_argument("--only", nargs="*", choices=list(MODELS), help="run these models only")
     args = parser.parse_args()
     binary = llama_server_binary(parser, args)
     paths = {"gemma-3-270m": str(gemma3_270m_path()), "lfm2-350m-shaped": str(bench_model())}
     runs: Runs = {}
     with results_log(args, "spec") as log:
         for model, (workloads, spec) in MODELS.items():
+            if args.only and model not in args.only:
+                continue
             flags = ["-m", paths[model], "-c", str(args.ctx_size), "-t", str(args.threads), "-np", "1"]
             servers = {"llama-server": [], "llama-server+spec": spec, "lfmserve": [], "lfmserve+spec": spec}
             with contextlib.ExitStack() as stack:
@@ -113,7 +121,8 @@ def main() -> int:
     # The table's two columns are llama-server and lfmserve; its rows are each workload without and with drafts.
     columns: dict[str, dict[str, Any]] = {"llama-server": {}, "lfmserve": {}}
     rows = []
-    for model, (workloads, _) in MODELS.items():
+    measured = {model: m for model, m in MODELS.items() if not args.only or model in args.only}
+    for model, (workloads, _) in measured.items():
         for w in workloads:
             for name, by in columns.items():
                 by[f"{model}:{w}"] = {
@@ -122,7 +131,7 @@ def main() -> int:
                 }
             rows += [(f"decode tok/s, {model}, {w}, {kind}", f"{model}:{w}.{kind}") for kind in ("plain", "spec")]
     print(table(columns, rows))
-    for model, (workloads, _) in MODELS.items():
+    for model, (workloads, _) in measured.items():
         for w in workloads:
             own = medians[f"{model}/lfmserve+spec"][w] / medians[f"{model}/lfmserve"][w]
             theirs = medians[f"{model}/llama-server+spec"][w] / medians[f"{model}/llama-server"][w]

@@ -63,7 +63,6 @@ class Engine:
             n_seq_max=config.n_slots,
             n_threads=config.n_threads,
             n_threads_batch=config.n_threads_batch or config.n_threads,
-            n_rollback=config.speculation.max_draft if config.speculation.enabled else 0,
         )
         self.n_ctx = self._ctx.n_ctx
         self.stats = EngineStats()

@@ -84,8 +84,8 @@ class Generation:
         self.draft_source: Drafter | None = None
         #: Its n-gram drafters (made at its first draft: some index its history).
         self.drafters: list[Drafter] | None = None
-        #: The slot's length and recurrent state before this step's decode, when a rejected draft must restore
-        #: them (see ``BatchStep``).
+        #: The slot's length and recurrent state before this step's decode, for a rejected draft to restore
+        #: (recurrent models: see ``BatchStep``).
         self.snapshot: tuple[int, npt.NDArray[np.uint8]] | None = None
         #: Kept tokens the memory lost with a restored state: decoded again before the pending token.
         self.replay: tuple[int, ...] = ()

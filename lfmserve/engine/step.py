@@ -80,7 +80,7 @@ class BatchStep:
                 prefill_chunks.append((gen, n))
         decoded = batch.n_tokens > 0
         if decoded and self._recurrent:
-            self._snapshot_drafting(running, prefill_chunks)
+            self._snapshot_drafting(running)
         if decoded and self._decode(batch, running):
             for gen, n in prefill_chunks:
                 self.after_prompt_chunk(gen, n, time.perf_counter())
@@ -101,26 +101,26 @@ class BatchStep:
         return decoded
 
     # -- speculation ------------------------------------------------------------------------------
-    def _snapshot_drafting(self, running: Sequence[Generation], prefill_chunks: list[tuple[Generation, int]]) -> None:
-        """Save the recurrent state of each drafting generation when the batch holds several sequences.
+    def _snapshot_drafting(self, running: Sequence[Generation]) -> None:
+        """Save the recurrent state of each drafting generation: a rejected draft restores it.
 
-        llama.cpp decodes such a batch in several micro-batches (each with as many tokens of every sequence
-        in it) and moves recurrent cells between them; the per-token states kept for rolling a draft back
-        (``n_rs_seq``) stay where they were written, so a rollback can restore another state (measured: a
-        rejected draft beside three streams continued from a wrong state). With one sequence the batch is
-        one micro-batch and the kept states are right.
+        llama.cpp's own way, keeping the last ``n_rs_seq`` per-token states, fails two ways measured here: in a
+        batch of several sequences it decodes several micro-batches and moves recurrent cells between them
+        while the kept states stay where they were written, so a rollback restored another sequence's state
+        (after a rejected draft beside three streams the next logits were off by up to 17); and keeping 24
+        or more states made LFM2-350M's graph overflow (``GGML_ASSERT(obj_new)``) at the first decode. The
+        state of LFM2's convolutions is small (tens of KiB): saving it each drafting step costs little.
         """
-        sequences = sum(g.pending_token is not None for g in running) + sum(n > 0 for _, n in prefill_chunks)
         for gen in running:
             gen.snapshot = None
-            if gen.draft and gen.batch_index >= 0 and sequences > 1:
+            if gen.draft and gen.batch_index >= 0:
                 gen.snapshot = (len(gen.slot.tokens), self._ctx.get_state(gen.slot.id, partial=True))
 
     def _verify(self, gen: Generation) -> None:
         """Sample ``gen``'s drafted positions in turn, then drop the rejected ones from the slot's memory.
 
-        After a batch of several sequences, a recurrent model's state is restored from the snapshot taken
-        before the decode instead, and the tokens kept since are decoded again in the next step (replayed).
+        A recurrent model's state is restored from the snapshot taken before the decode instead, and the
+        tokens kept since are decoded again in the next step (replayed), as llama-server re-evaluates them.
         """
         draft = gen.draft
         pending_at = len(gen.slot.tokens) - 1  # the pending token is in the slot's tokens already

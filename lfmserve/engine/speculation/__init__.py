@@ -4,9 +4,8 @@ Decoding one token costs a pass over the weights; checking guessed tokens in the
 than decoding each. The batch step decodes a generation's pending token and its draft together; the
 generation samples each position in turn and keeps the drafted tokens while they are what it samples, so
 the output is the one decoding without a draft gives (but at near ties, which llama.cpp's batched kernels
-can round either way), and the rejected tail is removed from the slot's memory: a recurrent state rolls
-back through the per-token states the context keeps, or, beside other sequences, from a snapshot
-(``step.BatchStep``).
+can round either way), and the rejected tail is removed from the slot's memory (a recurrent state is
+restored from a snapshot, ``step.BatchStep``).
 
 - :mod:`.config`: ``--spec-type`` and the drafters' sizes.
 - :mod:`.ngram`, :mod:`.ngram_mod`, :mod:`.ngram_cache`: drafts from the request's own tokens.

@@ -25,6 +25,8 @@ TOP_K = 10
 #: llama.cpp's ``SPEC_VOCAB_MAX_SIZE_DIFFERENCE`` and ``SPEC_VOCAB_CHECK_START_TOKEN_ID``.
 MAX_VOCAB_DIFFERENCE = 128
 FIRST_CHECKED_TOKEN = 5
+#: The per-token states a recurrent draft model keeps for rolling back (24 overflowed LFM2-350M's graph).
+MAX_ROLLBACK = 16
 
 
 def vocab_mismatch(target: NativeModel, draft: NativeModel) -> str | None:
@@ -84,7 +86,9 @@ class DraftModel:
             n_seq_max=n_slots,
             n_threads=n_threads,
             n_threads_batch=n_threads,
-            n_rollback=n_max,  # its rejected guesses are rolled back, at most n_max of them
+            # Its rejected guesses are rolled back through kept states (at most n_max of them; past 16 LFM2's
+            # graph overflows, and a failed rollback empties the sequence, which catches up again).
+            n_rollback=min(n_max, MAX_ROLLBACK),
         )
         self._n_max = n_max
         self._p_min = p_min
