@@ -97,3 +97,16 @@ def test_a_draft_model_drafts_what_the_model_samples(
     assert (on["timings"]["draft_n"], on["timings"]["draft_n_accepted"]) == (50, 50)
     props = httpx.get(drafting.url + "/props").json()
     assert props["default_generation_settings"]["params"]["speculative.types"] == "draft-simple"
+
+
+def test_token_probabilities_are_those_decoding_one_token_at_a_time_gives(speculative: ServerThread) -> None:
+    """``n_probs`` with drafts: each drafted position's probabilities come from its own row of the batch."""
+    body = {**BODY, "cache_prompt": False, "n_probs": 3}
+    on = post(speculative, "/completion", body).json()
+    off = post(speculative, "/completion", {**body, "speculative": False}).json()
+    assert on["timings"]["draft_n"] > 0 and "draft_n" not in off["timings"]
+    assert len(on["completion_probabilities"]) == 64
+    for drafted, plain in zip(on["completion_probabilities"], off["completion_probabilities"], strict=True):
+        assert drafted["id"] == plain["id"]
+        assert [t["id"] for t in drafted["top_logprobs"]] == [t["id"] for t in plain["top_logprobs"]]
+        assert drafted["logprob"] == pytest.approx(plain["logprob"], abs=1e-4)
