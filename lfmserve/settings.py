@@ -82,6 +82,9 @@ class Settings:
             f"(default quant Q4_K_M; used when -m is absent, default {DEFAULT_HF_REPO})",
         ),
     )
+    offline: bool = _switch(
+        "--offline", help="use only the Hugging Face cache: no network (-hf, -hfd)", default=False, action="store_true"
+    )
     hf_file: str | None = field(
         default=None, metadata=_flag("-hff", "--hf-file", help="file in the -hf repo (overrides the quant)")
     )

@@ -81,14 +81,19 @@ def pick_mmproj(files: Iterable[str], model_file: str) -> str | None:
     return None if best is None else best[2]
 
 
-def resolve_hf_model(spec: str, hf_file: str | None = None, *, projector: bool = False) -> tuple[str, str | None]:
+def resolve_hf_model(
+    spec: str, hf_file: str | None = None, *, projector: bool = False, offline: bool = False
+) -> tuple[str, str | None]:
     """Local paths of the model file (the first part of a split GGUF) and, when asked and the repo has one,
-    of its projector, downloading what is missing.
+    of its projector, downloading what is missing (``offline``: from the cache only, as llama-server's
+    ``--offline``).
 
     When the hub's host does not answer and the files are cached, the cache is used at once instead of
     waiting through huggingface_hub's retries.
     """
     repo, quant = split_spec(spec)
+    if offline:
+        return _from_cache(repo, quant, hf_file, projector, why="(--offline)")
     if not _hub_reachable():
         try:
             cached = _from_cache(repo, quant, hf_file, projector)
@@ -126,17 +131,19 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
         return False
 
 
-def _from_cache(repo: str, quant: str, hf_file: str | None, projector: bool) -> tuple[str, str | None]:
+def _from_cache(
+    repo: str, quant: str, hf_file: str | None, projector: bool, *, why: str = "and the hub cannot be reached"
+) -> tuple[str, str | None]:
     try:
         snapshot = huggingface_hub.snapshot_download(repo, local_files_only=True)
     except LocalEntryNotFoundError as exc:
-        raise NotFound(f"{repo} is not in the local cache and the hub cannot be reached") from exc
+        raise NotFound(f"{repo} is not in the local cache {why}") from exc
     cached = [
         os.path.relpath(os.path.join(root, name), snapshot) for root, _, names in os.walk(snapshot) for name in names
     ]
     files = [hf_file] if hf_file else pick_gguf(cached, quant)
     paths = [os.path.join(snapshot, f) for f in files]
     if not all(os.path.exists(p) for p in paths):
-        raise NotFound(f"{files[0]} of {repo} is not in the local cache and the hub cannot be reached")
+        raise NotFound(f"{files[0]} of {repo} is not in the local cache {why}")
     mmproj = pick_mmproj(cached, files[0]) if projector else None
     return paths[0], os.path.join(snapshot, mmproj) if mmproj else None

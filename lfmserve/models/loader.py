@@ -56,14 +56,16 @@ def resolve_model_files(settings: Settings) -> ModelFiles:
             raise LfmError(problem)
         return ModelFiles(settings.model, settings.mmproj, draft)
     auto = settings.mmproj_auto and not settings.mmproj
-    path, projector = resolve_hf_model(settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file, projector=auto)
+    path, projector = resolve_hf_model(
+        settings.hf_repo or DEFAULT_HF_REPO, settings.hf_file, projector=auto, offline=settings.offline
+    )
     return ModelFiles(path, settings.mmproj or projector, draft)
 
 
 def resolve_draft_model(settings: Settings) -> str | None:
     """``-hfd REPO`` (with ``-md`` naming the file there, as llama-server), else ``-md FILE`` (it must exist)."""
     if settings.spec_draft_hf:
-        return resolve_hf_model(settings.spec_draft_hf, settings.spec_draft_model)[0]
+        return resolve_hf_model(settings.spec_draft_hf, settings.spec_draft_model, offline=settings.offline)[0]
     if settings.spec_draft_model:
         problem = model_file_problem(settings.spec_draft_model, "draft model")
         if problem is not None:

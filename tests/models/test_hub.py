@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 import httpx
+import huggingface_hub
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -13,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from lfmserve.errors import NotFound
-from lfmserve.models.hub import pick_gguf, pick_mmproj, quant_bits, split_spec
+from lfmserve.models.hub import pick_gguf, pick_mmproj, quant_bits, resolve_hf_model, split_spec
 from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
 from tests.conftest import Running, ServerThread, wait_healthy
 from tests.test_cli import LFMSERVE
@@ -126,6 +127,18 @@ def test_hf_downloads_the_quant_then_serves_from_the_cache_offline(tmp_path: Pat
     assert offline_props["model_path"] == online_props["model_path"]
     assert offline_props["modalities"]["vision"] is True  # the projector from the cache too
     assert "cannot be reached; using the cached" in offline.stop()
+    # --offline (llama-server's flag): the cache at once, without trying the hub.
+    forced = Running([LFMSERVE, "-hf", repo, "-c", "512", "-np", "1", "--offline"], env)
+    running.append(forced)
+    wait_healthy(forced.url, forced.process)
+    assert httpx.get(forced.url + "/props").json()["model_path"] == online_props["model_path"]
+    assert "cannot be reached" not in forced.stop()
+
+
+def test_offline_without_the_files_cached_names_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(NotFound, match=r"^LiquidAI/Absent-GGUF is not in the local cache \(--offline\)$"):
+        resolve_hf_model("LiquidAI/Absent-GGUF", offline=True)
 
 
 def test_the_projector_is_the_nearest_quantisation_in_the_models_folder_or_above() -> None:
