@@ -65,7 +65,7 @@ class SpeculationConfig:
 
     @property
     def max_draft(self) -> int:
-        """The longest draft any of the drafters makes: also how far a recurrent state must roll back."""
+        """The longest draft any of the drafters makes."""
         sizes = {
             "ngram-simple": self.ngram_simple.size_m,
             "ngram-map-k": self.ngram_map_k.size_m,

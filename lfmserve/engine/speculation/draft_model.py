@@ -76,6 +76,7 @@ class DraftModel:
     ) -> None:
         problem = vocab_mismatch(target, model)
         if problem is not None:
+            model.close()  # handed over to this class, which will not keep it
             raise EngineError(f"draft model {model.path} cannot draft for {target.path}: {problem}")
         self.model = model
         self._ctx = NativeContext(

@@ -3,9 +3,9 @@
 For every generation about to decode its pending token, the drafters of ``--spec-type`` are asked in
 llama-server's order until one guesses; ``draft-simple``'s model is asked last, for all the generations the
 n-gram drafters had nothing for, in one batch. A guess is cut to what the request allows (``speculative``,
-``speculative.n_max``, ``n_predict``), what fits the batch, the slot and the recurrent state's rollback,
-and what the grammar allows (llguidance checks it without advancing). What is left is verified only as far
-as it is worth it (:mod:`.worth`); an unverified guess is compared with the tokens then sampled instead,
+``speculative.n_max``, ``n_predict``), the server's draft size, what fits the batch and the slot, and what
+the grammar allows (llguidance checks it without advancing). What is left is verified only as far as it
+is worth it (:mod:`.worth`); an unverified guess is compared with the tokens then sampled instead,
 so the slot's acceptance is measured either way.
 """
 
@@ -93,7 +93,7 @@ class Speculator:
                 self._choose(gen, guess, None, plan)
 
     def _limit(self, gen: Generation, room: int) -> int:
-        """The longest draft the request, the batch, the slot and the rollback allow."""
+        """The longest draft the server, the request, the batch and the slot allow."""
         request = gen.request
         limit = self._config.max_draft
         if request.draft_max is not None:
