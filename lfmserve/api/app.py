@@ -19,11 +19,13 @@ from fastapi import FastAPI
 
 from ..chat.serving import Serving
 from ..settings import Settings
+from .anthropic.router import router as anthropic_router
 from .embeddings import router as embeddings_router
 from .gate import Gate
 from .handlers import install_error_handlers
 from .monitoring import metrics_registry
 from .native.router import router as native_router
+from .openai.responses_router import router as responses_router
 from .openai.router import router as openai_router
 from .openapi import install_openapi
 from .rerank import router as rerank_router
@@ -54,7 +56,17 @@ def create_app(
     app.state.app_state = state  # the CLI's server drains it on shutdown
     app.add_middleware(Gate, state=state)
     install_error_handlers(app)
-    for router in (native_router, openai_router, embeddings_router, rerank_router, transcriptions_router, slots_router):
+    routers = (
+        native_router,
+        openai_router,
+        responses_router,
+        anthropic_router,
+        embeddings_router,
+        rerank_router,
+        transcriptions_router,
+        slots_router,
+    )
+    for router in routers:
         app.include_router(router)
     install_openapi(app)
     return app

@@ -1,4 +1,8 @@
-"""Server-sent events: chunks framed as ``data: {json}``, errors as an ``error:`` event, and a disconnect watch."""
+"""Server-sent events: chunks framed as ``data: {json}``, errors as an ``error:`` event, and a disconnect watch.
+
+Anthropic's streams also name each event (``event: message_start``) and send an error as ``event: error``
+with llama-server's error object as its data (``named_events``).
+"""
 
 from __future__ import annotations
 
@@ -17,22 +21,27 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
-def sse(chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool) -> StreamingResponse:
-    """Stream ``chunks``; ``done_marker`` ends with ``data: [DONE]`` (OpenAI's streams, not llama-server's native)."""
+def sse(
+    chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool, named_events: bool = False, error_as_data: bool = False
+) -> StreamingResponse:
+    """Stream ``chunks``; ``done_marker`` ends with ``data: [DONE]`` (OpenAI's streams, not llama-server's native);
+    ``named_events`` puts each chunk's ``type`` on an ``event:`` line before it (Anthropic's streams);
+    ``error_as_data`` sends an error as ``data: {"error": ...}`` (llama-server's Responses streams: OpenAI's
+    clients raise it)."""
 
     async def frames() -> AsyncIterator[bytes]:
         try:
             async for chunk in chunks:
-                yield b"data: " + _json_line(chunk) + b"\n\n"
+                name = b"event: " + str(chunk["type"]).encode() + b"\n" if named_events else b""
+                yield name + b"data: " + _json_line(chunk) + b"\n\n"
         except RequestCancelled:
             return
         except LfmError as exc:
-            yield b"error: " + json.dumps(exc.to_body()).encode() + b"\n\n"
+            yield _error_frame(exc, named_events, error_as_data)
             return
         except Exception as exc:  # a bug: the stream still ends with an error event, not a cut connection
             logger.exception("unexpected error in a stream")
-            error = LfmError(f"Internal server error: {type(exc).__name__}")
-            yield b"error: " + json.dumps(error.to_body()).encode() + b"\n\n"
+            yield _error_frame(LfmError(f"Internal server error: {type(exc).__name__}"), named_events, error_as_data)
             return
         if done_marker:
             yield b"data: [DONE]\n\n"
@@ -40,6 +49,14 @@ def sse(chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool) -> Streamin
     return StreamingResponse(
         frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+
+
+def _error_frame(error: LfmError, named_events: bool, error_as_data: bool) -> bytes:
+    if error_as_data:
+        return b"data: " + json.dumps(error.to_body()).encode() + b"\n\n"
+    if named_events:  # llama-server's Anthropic streams: the error object itself is the event's data
+        return b"event: error\ndata: " + json.dumps(error.to_body()["error"]).encode() + b"\n\n"
+    return b"error: " + json.dumps(error.to_body()).encode() + b"\n\n"
 
 
 #: Characters JSON leaves unescaped but ``str.splitlines`` (httpx's ``iter_lines``) splits lines at.

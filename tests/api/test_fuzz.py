@@ -144,6 +144,12 @@ OPERATIONS = [
     "POST /v1/reranking",
     "POST /v1/audio/transcriptions",
     "POST /audio/transcriptions",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
+    "POST /v1/responses",
+    "POST /responses",
+    "POST /v1/responses/input_tokens",
+    "POST /responses/input_tokens",
 ]
 
 
