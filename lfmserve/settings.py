@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from .engine.records import KV_CACHE_TYPES
+
 DEFAULT_HF_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -55,7 +57,8 @@ def physical_cores() -> int:
 
 
 class OnOffAction(argparse.Action):
-    """A switch with several spellings: a flag starting ``--no-`` turns it off, any other turns it on."""
+    """A switch with several spellings: a flag starting ``--no-`` (or llama-server's short ``-no-kvu``, ``-nocb``)
+    turns it off, any other turns it on."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, **kwargs)
@@ -63,7 +66,7 @@ class OnOffAction(argparse.Action):
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
     ) -> None:
-        setattr(namespace, self.dest, not (option or "").startswith("--no-"))
+        setattr(namespace, self.dest, not (option or "").lstrip("-").startswith("no"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +92,15 @@ class Settings:
         default=None, metadata=_flag("-hff", "--hf-file", help="file in the -hf repo (overrides the quant)")
     )
     alias: str | None = field(
-        default=None, metadata=_flag("-a", "--alias", help="model name shown by /v1/models (default: file name)")
+        default=None,
+        metadata=_flag(
+            "-a",
+            "--alias",
+            help="model names for the API, comma-separated; the id is the first in sorted order (default: file name)",
+        ),
+    )
+    tags: str | None = field(
+        default=None, metadata=_flag("--tags", help="model tags, comma-separated (shown by /v1/models)")
     )
     jinja: bool = _switch(
         "--jinja",
@@ -99,12 +110,35 @@ class Settings:
     chat_template_file: str | None = field(
         default=None, metadata=_flag("--chat-template-file", help="Jinja chat template file overriding the GGUF's")
     )
+    chat_template: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--chat-template",
+            help="chat template: one of llama.cpp's built-in names (chatml, llama3, gemma...) or Jinja source",
+        ),
+    )
     reasoning_format: str = field(
         default="auto",
         metadata=_flag(
             "--reasoning-format",
-            help="where <think> text goes: auto/deepseek = reasoning_content, none = left in content",
-            choices=("auto", "deepseek", "deepseek-legacy", "none"),
+            help="where <think> text goes: auto/deepseek = reasoning_content, none = left in content, "
+            "nothink = reasoning off",
+            choices=("auto", "deepseek", "deepseek-legacy", "none", "nothink"),
+        ),
+    )
+    reasoning: str = field(
+        default="auto",
+        metadata=_flag(
+            "-rea",
+            "--reasoning",
+            help="reasoning in the chat: on, off (the template is told enable_thinking=false) or auto",
+            choices=("on", "off", "auto"),
+        ),
+    )
+    reasoning_budget: int = field(
+        default=-1,
+        metadata=_flag(
+            "--reasoning-budget", help="thinking tokens allowed (-1 = unrestricted, 0 = end thinking at once)", type=int
         ),
     )
     # -- multimodal -------------------------------------------------------------------------------
@@ -280,6 +314,43 @@ class Settings:
     )
     batch_size: int = field(default=2048, metadata=_flag("-b", "--batch-size", help="logical batch size", type=int))
     ubatch_size: int = field(default=512, metadata=_flag("-ub", "--ubatch-size", help="physical batch size", type=int))
+    flash_attn: str = field(
+        default="auto",
+        metadata=_flag("-fa", "--flash-attn", help="flash attention: on, off or auto", choices=("on", "off", "auto")),
+    )
+    cache_type_k: str = field(
+        default="f16",
+        metadata=_flag("-ctk", "--cache-type-k", help="KV cache type for K", choices=KV_CACHE_TYPES),
+    )
+    cache_type_v: str = field(
+        default="f16",
+        metadata=_flag(
+            "-ctv",
+            "--cache-type-v",
+            help="KV cache type for V (quantized needs flash attention)",
+            choices=KV_CACHE_TYPES,
+        ),
+    )
+    swa_full: bool = _switch(
+        "--swa-full",
+        help="full-size sliding-window cache (more memory, no re-processing)",
+        default=False,
+        action="store_true",
+    )
+    kv_unified: bool = _switch(
+        "-kvu",
+        "--kv-unified",
+        "-no-kvu",
+        "--no-kv-unified",
+        help="one KV pool shared by all slots (default; lfmserve divides it between slots itself)",
+        default=True,
+        action=OnOffAction,
+    )
+    context_shift: bool = _switch(
+        "--context-shift",
+        help="when a generation fills its slot's context, drop the older half and go on (attention-only models)",
+        default=False,
+    )
     parallel: int = field(
         default=4,
         metadata=_flag("-np", "--parallel", help="number of slots; each gets --ctx-size / N tokens", type=int),
@@ -325,13 +396,23 @@ class Settings:
             type=int,
         ),
     )
+    cache_prompt: bool = _switch(
+        "--cache-prompt",
+        help="reuse the cached prefix of a prompt: the default of a request's cache_prompt",
+        default=True,
+    )
+    cache_idle_slots: bool = _switch(
+        "--cache-idle-slots",
+        help="keep an idle slot's prompt in the RAM cache (--cache-ram) when another request takes the slot",
+        default=True,
+    )
     slots_endpoint: bool = _switch("--slots", help="expose GET /slots (default; --no-slots answers 501)", default=True)
     slot_save_path: str | None = field(
         default=None, metadata=_flag("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore")
     )
     metrics: bool = _switch("--metrics", help="expose GET /metrics (Prometheus)", default=False, action="store_true")
     # -- server -----------------------------------------------------------------------------------
-    host: str = field(default="127.0.0.1", metadata=_flag("--host", help="address to listen on"))
+    host: str = field(default="127.0.0.1", metadata=_flag("--host", help="addresses to listen on, comma-separated"))
     port: int = field(default=8080, metadata=_flag("--port", help="port to listen on", type=int))
     shutdown_timeout: float = field(
         default=10.0,
@@ -355,6 +436,52 @@ class Settings:
     )
     api_key_file: str | None = field(
         default=None, metadata=_flag("--api-key-file", help="file with one API key per line")
+    )
+    cors_origins: str = field(
+        default="*",
+        metadata=_flag(
+            "--cors-origins",
+            help="origins allowed by CORS, comma-separated; 'localhost' allows only local pages (default: *)",
+        ),
+    )
+    ui: bool = _switch(
+        "--ui",
+        "--webui",
+        "--no-ui",
+        "--no-webui",
+        help="serve the web UI at / (default; --no-ui answers 404 there)",
+        default=True,
+        action=OnOffAction,
+    )
+    props: bool = _switch(
+        "--props", help="allow changing server properties with POST /props", default=False, action="store_true"
+    )
+    sleep_idle_seconds: int = field(
+        default=-1,
+        metadata=_flag(
+            "--sleep-idle-seconds",
+            help="unload the model after this many idle seconds, reload it on the next request (-1 = never)",
+            type=int,
+        ),
+    )
+    threads_http: int = field(
+        default=-1,
+        metadata=_flag(
+            "--threads-http", help="accepted for llama-server's scripts (requests are served by asyncio)", type=int
+        ),
+    )
+    timeout: int = field(
+        default=3600,
+        metadata=_flag("-to", "--timeout", help="seconds a client connection may sit idle", type=int),
+    )
+    cont_batching: bool = _switch(
+        "-cb",
+        "--cont-batching",
+        "-nocb",
+        "--no-cont-batching",
+        help="continuous batching: always on in lfmserve (-nocb is accepted and has no effect)",
+        default=True,
+        action=OnOffAction,
     )
     verbose: bool = _switch(
         "-v", "--verbose", help="log per-step detail and llama.cpp's own log", default=False, action="store_true"
@@ -385,6 +512,22 @@ class Settings:
     seed: int | None = field(
         default=None, metadata=_flag("-s", "--seed", help="default seed (-1 = random)", sampling=True, type=int)
     )
+    reverse_prompt: tuple[str, ...] = field(
+        default=(),
+        metadata=_flag(
+            "-r",
+            "--reverse-prompt",
+            help="a stop string every request has besides its own (repeatable)",
+            action="append",
+        ),
+    )
+    backend_sampling: bool = _switch(
+        "-bs",
+        "--backend-sampling",
+        help="accepted for llama-server's scripts (sampling runs on the CPU either way)",
+        default=False,
+        action="store_true",
+    )
 
     @property
     def api_keys(self) -> tuple[str, ...]:
@@ -395,6 +538,15 @@ class Settings:
                 keys += [line.strip() for line in handle]
         return tuple(k for k in keys if k)
 
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """``--alias``'s names, sorted and without repeats (llama-server keeps them in a ``std::set``)."""
+        return _comma_set(self.alias)
+
+    @property
+    def tag_list(self) -> tuple[str, ...]:
+        return _comma_set(self.tags)
+
     def sampling_defaults(self) -> dict[str, float | int]:
         """The sampling defaults set here (on the command line), by request field name."""
         return {name: getattr(self, name) for name in sampling_fields() if getattr(self, name) is not None}
@@ -404,24 +556,92 @@ class Settings:
         """Parse llama-server style arguments; an unknown flag exits with status 2 and one line."""
         parser = _OneLineErrorParser(
             prog="lfmserve",
+            usage="lfmserve [options]",
             allow_abbrev=False,
             description="Serve LFM (and other GGUF) models with llama-server's HTTP API.",
         )
         env_defaults = _environment_defaults(parser)
+        groups = {title: parser.add_argument_group(title) for title in HELP_GROUPS}
         for f in dataclasses.fields(cls):
             meta = f.metadata
             kwargs = dict(meta["argparse"])
             kwargs.setdefault("default", env_defaults.get(f.name, argparse.SUPPRESS))
-            parser.add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
-        values = vars(parser.parse_args(list(sys.argv[1:] if argv is None else argv)))
-        if "api_key" in values:
-            values["api_key"] = tuple(values["api_key"])
+            groups[_help_group(f)].add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
+        for flags, message in REFUSED_FLAGS.items():
+            groups["refused flags"].add_argument(
+                *flags, action=_RefusedFlag, nargs="?", default=argparse.SUPPRESS, help=message
+            )
+        values = vars(parser.parse_args(_dashed(sys.argv[1:] if argv is None else argv)))
+        for name in ("api_key", "reverse_prompt"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
+
+
+#: ``--help`` sections, as llama-server's (its "example-specific" params are the server's), then the flags of
+#: llama-server's that lfmserve refuses with a reason.
+HELP_GROUPS = ("common params", "sampling params", "speculative params", "server params", "refused flags")
+#: The fields llama-server lists among its common params (the rest that are not sampling or speculative are
+#: server params).
+_COMMON = frozenset(
+    "threads threads_batch ctx_size n_predict batch_size ubatch_size swa_full flash_attn cache_type_k cache_type_v"
+    " n_gpu_layers model hf_repo hf_file offline verbose".split()
+)
+
+#: llama-server flags lfmserve does not take, and why: each fails at startup with its message (llama-server's
+#: own message for the ones it removed).
+REFUSED_FLAGS: dict[tuple[str, ...], str] = {
+    ("--draft", "--draft-n", "--draft-max"): "the argument has been removed. use --spec-draft-n-max or "
+    "--spec-ngram-mod-n-max",
+    ("--draft-min", "--draft-n-min"): "the argument has been removed. use --spec-draft-n-min or --spec-ngram-mod-n-min",
+    ("--spec-ngram-size-n",): "the argument has been removed. use the respective --spec-ngram-*-size-n",
+    ("--spec-ngram-size-m",): "the argument has been removed. use the respective --spec-ngram-*-size-m",
+    ("--spec-ngram-min-hits",): "the argument has been removed. use the respective --spec-ngram-*-min-hits",
+    ("--lora", "--lora-scaled", "--lora-init-without-apply"): "LoRA adapters are not supported by lfmserve",
+    ("--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload"): (
+        "the router (several models in one server) is not supported by lfmserve: run one lfmserve per model"
+    ),
+    ("-mu", "--model-url", "-mmu", "--mmproj-url"): "downloads by URL are not supported by lfmserve: use -hf or -m",
+    ("--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json", "--ui-mcp-proxy", "--agent"): (
+        "built-in tools and MCP servers are not supported by lfmserve"
+    ),
+    ("--spec-synth-len", "--spec-synth-rates"): "synthetic speculation is not supported by lfmserve",
+}
+
+
+class _RefusedFlag(argparse.Action):
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        parser.error(f"{option}: {self.help}")
+
+
+def _help_group(f: dataclasses.Field[Any]) -> str:
+    if f.metadata["sampling"] or f.name in ("reverse_prompt", "backend_sampling"):
+        return "sampling params"
+    if f.name.startswith("spec_"):
+        return "speculative params"
+    return "common params" if f.name in _COMMON else "server params"
+
+
+def _dashed(argv: Sequence[str]) -> list[str]:
+    """llama-server reads ``--long_flag`` as ``--long-flag``: the same here (values are left alone)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--") and "_" in arg:
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        out.append(arg)
+    return out
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _comma_set(value: str | None) -> tuple[str, ...]:
+    return tuple(sorted({part.strip() for part in (value or "").split(",") if part.strip()}))
 
 
 def sampling_fields() -> tuple[str, ...]:

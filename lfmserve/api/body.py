@@ -56,7 +56,8 @@ class SamplingFields(Body):
     stop: str | list[str] | None = None
     n_predict: TokenCount | None = None
     max_tokens: TokenCount | None = None
-    cache_prompt: bool = True
+    #: None: the server's ``--cache-prompt`` / ``--no-cache-prompt``.
+    cache_prompt: bool | None = None
     id_slot: int = Field(default=-1, ge=-1)
     timings_per_token: bool = False
     stream: bool = False

@@ -106,7 +106,8 @@ class GenerationOptions:
     logit_bias: tuple[tuple[Any, ...], ...] = ()
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
-    cache_prompt: bool = True
+    #: None: the server's default (``--cache-prompt``).
+    cache_prompt: bool | None = None
     id_slot: int = -1
     #: llama-server's native constraints (at most one): a JSON schema, or a GBNF grammar.
     json_schema: dict[str, Any] | bool | None = None

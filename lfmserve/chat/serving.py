@@ -66,10 +66,16 @@ class Serving:
         reasoning_format: str = "auto",
         media_policy: MediaPolicy | None = None,
         embd_normalize: int = 2,
+        cache_prompt: bool = True,
+        reverse_prompts: tuple[str, ...] = (),
     ) -> None:
         self.model = model
         #: ``--embd-normalize``: how embedding vectors are normalised unless a request says.
         self.embd_normalize = embd_normalize
+        #: ``--cache-prompt``: whether a request that does not say reuses its cached prefix.
+        self.cache_prompt = cache_prompt
+        #: ``-r``: stop strings every request has besides its own.
+        self.reverse_prompts = reverse_prompts
         self.engine = engine
         #: The multimodal projector, if the model has one (the engine encodes with it).
         self.projector = engine.media.projector if engine.media is not None else None
@@ -184,8 +190,8 @@ class Serving:
             media=media,
             sampling=sampling,
             max_tokens=self.default_max_tokens if options.max_tokens is None else options.max_tokens,
-            stop=options.stop,
-            cache_prompt=options.cache_prompt,
+            stop=tuple(dict.fromkeys(options.stop + self.reverse_prompts)),
+            cache_prompt=self.cache_prompt if options.cache_prompt is None else options.cache_prompt,
             id_slot=options.id_slot,
             keep_special=plan.keep_special if plan else frozenset(),
             constraint=plan.constraint if plan else native_constraint(options, self.grammars),

@@ -63,6 +63,7 @@ class Engine:
             n_seq_max=config.n_slots,
             n_threads=config.n_threads,
             n_threads_batch=config.n_threads_batch or config.n_threads,
+            kv=config.kv,
         )
         self.n_ctx = self._ctx.n_ctx
         self.stats = EngineStats()

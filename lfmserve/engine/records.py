@@ -200,6 +200,21 @@ class EngineOutput:
 Pooling = Literal["none", "mean", "cls", "last", "rank"]
 
 
+#: The KV cache types llama-server takes for ``-ctk`` / ``-ctv``.
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+@dataclass(frozen=True, slots=True)
+class KvCacheOptions:
+    """How the KV cache is kept (``-fa``, ``-ctk``, ``-ctv``, ``--swa-full``); the defaults are llama-server's
+    (a window-sized cache for sliding-window layers: checkpoints make it reusable)."""
+
+    flash_attn: Literal["auto", "on", "off"] = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    swa_full: bool = False
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     n_ctx: int = 0
@@ -228,6 +243,8 @@ class EngineConfig:
     embedding_sequences: int = 64
     #: ``--spec-type`` and its sizes: drafts verified in each step's batch (off by default).
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
+    #: ``-fa``, ``-ctk``, ``-ctv``, ``--swa-full``.
+    kv: KvCacheOptions = field(default_factory=KvCacheOptions)
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import llama_cpp.llama_cpp as llama
 import numpy as np
@@ -13,6 +13,34 @@ import numpy.typing as npt
 from ..errors import EngineError
 from .batch import Batch
 from .model import NativeModel
+
+_FLASH_ATTN = {
+    "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+class KvCache(Protocol):
+    """How the KV cache is kept (:class:`~lfmserve.engine.records.KvCacheOptions`)."""
+
+    @property
+    def flash_attn(self) -> str: ...
+    @property
+    def type_k(self) -> str: ...
+    @property
+    def type_v(self) -> str: ...
+    @property
+    def swa_full(self) -> bool: ...
+
+
+def _apply_kv(params: Any, kv: KvCache | None) -> None:
+    if kv is None:
+        return  # llama.cpp's defaults: flash attention auto, f16 K and V, a window-sized SWA cache
+    params.flash_attn_type = _FLASH_ATTN[kv.flash_attn]
+    params.type_k = getattr(llama, f"GGML_TYPE_{kv.type_k.upper()}")
+    params.type_v = getattr(llama, f"GGML_TYPE_{kv.type_v.upper()}")
+    params.swa_full = kv.swa_full
 
 
 class NativeContext:
@@ -29,6 +57,7 @@ class NativeContext:
         n_threads: int,
         n_threads_batch: int,
         n_rollback: int = 0,
+        kv: KvCache | None = None,
     ) -> None:
         """``n_rollback``: tokens a recurrent model's state can be rolled back by (its last states are kept;
         llama.cpp ignores it for models without recurrent layers, whose tails are removed anyway)."""
@@ -41,7 +70,7 @@ class NativeContext:
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np
-        params.swa_full = False  # llama-server's default: a window-sized SWA cache (checkpoints make it reusable)
+        _apply_kv(params, kv)
         params.no_perf = True
         self._ctx = llama.llama_init_from_model(model.handle, params)
         if not self._ctx:

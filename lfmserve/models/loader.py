@@ -10,13 +10,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 
 from ..chat.media import process_media_marker
 from ..chat.serving import Serving
 from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
 from ..engine.core import Engine
-from ..engine.records import EngineConfig, Pooling, ResolvedDefaults
+from ..engine.records import EngineConfig, KvCacheOptions, Pooling, ResolvedDefaults
 from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig
 from ..errors import EngineError, LfmError
 from ..llama.backend import build_info
@@ -74,8 +74,9 @@ def resolve_draft_model(settings: Settings) -> str | None:
 
 
 def model_name(settings: Settings, path: str) -> str:
-    """The id clients see: ``--alias``, else the file name (llama-server's rule)."""
-    return settings.alias or Path(path).name
+    """The id clients see: the first of ``--alias``'s names in sorted order, else the file name (llama-server's
+    rule)."""
+    return settings.aliases[0] if settings.aliases else Path(path).name
 
 
 def sampling_defaults(settings: Settings, model: NativeModel) -> ResolvedDefaults:
@@ -110,6 +111,12 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         max_checkpoints=settings.ctx_checkpoints,
         cache_ram_bytes=settings.cache_ram * 2**20,
         cache_reuse=settings.cache_reuse,
+        kv=KvCacheOptions(
+            flash_attn=cast(Literal["auto", "on", "off"], settings.flash_attn),
+            type_k=settings.cache_type_k,
+            type_v=settings.cache_type_v,
+            swa_full=settings.swa_full,
+        ),
         n_ctx=settings.ctx_size,
         n_slots=settings.parallel,
         n_batch=settings.batch_size,
@@ -230,6 +237,8 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
         fingerprint=build_info(),
         reasoning_format=settings.reasoning_format,
         embd_normalize=settings.embd_normalize,
+        cache_prompt=settings.cache_prompt,
+        reverse_prompts=settings.reverse_prompt,
         media_policy=MediaPolicy(
             fetch=settings.media_fetch, fetch_private=settings.media_fetch_private, media_path=settings.media_path
         ),

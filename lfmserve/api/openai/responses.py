@@ -33,12 +33,12 @@ def usage(out: EngineOutput) -> dict[str, Any]:
     }
 
 
-def model_list(serving: Serving, alias: str | None) -> dict[str, Any]:
+def model_list(serving: Serving, aliases: tuple[str, ...], tags: tuple[str, ...]) -> dict[str, Any]:
     """``GET /v1/models``: the one model served, in OpenAI's list and llama-server's ``models`` list."""
     entry = {
         "id": serving.model_name,
-        "aliases": [alias] if alias else [],
-        "tags": [],
+        "aliases": list(aliases),
+        "tags": list(tags),
         "object": "model",
         "created": int(time.time()),
         "owned_by": "llamacpp",

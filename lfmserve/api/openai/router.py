@@ -22,7 +22,8 @@ router = APIRouter()
 @router.get("/v1/models")
 @router.get("/models")
 async def models(request: Request) -> dict[str, Any]:
-    return responses.model_list(serving(request), app_state(request).settings.alias)
+    settings = app_state(request).settings
+    return responses.model_list(serving(request), settings.aliases, settings.tag_list)
 
 
 @router.post("/v1/chat/completions", openapi_extra=request_body(ChatCompletionRequest))
