@@ -135,3 +135,69 @@ def test_an_environment_value_that_does_not_convert_is_a_startup_error_naming_it
 def test_the_sampling_defaults_are_named_as_the_request_fields() -> None:
     assert sampling_fields() == ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed")
     assert set(sampling_fields()) <= set(DEFAULTABLE)
+
+
+def test_help_lists_the_flags_in_llama_servers_groups(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        Settings.from_argv(["--help"])
+    out = capsys.readouterr().out
+    titles = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert titles == ["options", "common params", "sampling params", "speculative params", "server params"] + [
+        "refused flags"
+    ]
+    section = {title: out.split(title + ":")[1].split("\n\n")[0] for title in titles}
+    assert "--ctx-size" in section["common params"] and "-fa" in section["common params"]
+    assert "--temp" in section["sampling params"] and "--reverse-prompt" in section["sampling params"]
+    assert "--spec-type" in section["speculative params"] and "--spec-type" not in section["server params"]
+    assert "--cors-origins" in section["server params"] and "--draft-max" in section["refused flags"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--draft-max", "--draft-max: the argument has been removed. use --spec-draft-n-max or --spec-ngram-mod-n-max"),
+        ("--lora", "--lora: LoRA adapters are not supported by lfmserve"),
+        ("--models-dir", "--models-dir: the router (several models in one server) is not supported by lfmserve"),
+    ],
+)
+def test_a_refused_flag_exits_2_with_its_reason(flag: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        Settings.from_argv([flag, "3"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith(f"lfmserve: error: {message}")
+
+
+def test_the_llama_server_suites_spellings() -> None:
+    s = Settings.from_argv(
+        "--backend_sampling --cache_ram 0 -nocb -no-kvu --no-ui --no-cache-prompt --no-cache-idle-slots -fa on"
+        " -ctk q8_0 -ctv q4_0 --swa-full --context-shift --alias tinyllama-2,fim,code --tags chat,small"
+        " -r User: --reverse-prompt ### --reasoning off --reasoning-format nothink --sleep-idle-seconds 3".split()
+    )
+    assert (s.backend_sampling, s.cache_ram, s.cont_batching, s.kv_unified, s.ui) == (True, 0, False, False, False)
+    assert (s.cache_prompt, s.cache_idle_slots, s.flash_attn, s.cache_type_k, s.cache_type_v) == (
+        False,
+        False,
+        "on",
+        "q8_0",
+        "q4_0",
+    )
+    assert (s.swa_full, s.context_shift, s.reasoning, s.reasoning_format, s.sleep_idle_seconds) == (
+        True,
+        True,
+        "off",
+        "nothink",
+        3,
+    )
+    assert (s.aliases, s.tag_list, s.reverse_prompt) == (
+        ("code", "fim", "tinyllama-2"),
+        ("chat", "small"),
+        ("User:", "###"),
+    )
+    defaults = Settings()
+    assert (defaults.cors_origins, defaults.ui, defaults.kv_unified, defaults.cache_prompt) == ("*", True, True, True)
+
+
+def test_a_cache_type_llama_server_does_not_take_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        Settings.from_argv(["-ctk", "q3_k"])
+    assert "argument -ctk/--cache-type-k: invalid choice: 'q3_k'" in capsys.readouterr().err

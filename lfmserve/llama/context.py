@@ -74,7 +74,10 @@ class NativeContext:
         params.no_perf = True
         self._ctx = llama.llama_init_from_model(model.handle, params)
         if not self._ctx:
-            raise EngineError("failed to create the llama.cpp context (out of memory?)")
+            raise EngineError(
+                "failed to create the llama.cpp context (out of memory, or a KV cache type that does not divide "
+                "the model's head size: llama.cpp's log says which)"
+            )
         self.model = model
         self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
         self._threads_lent = 0

@@ -113,3 +113,15 @@ def test_a_refused_prompt_of_several_cancels_the_others(serving: Serving) -> Non
             break
         time.sleep(0.01)
     assert not engine.busy and len(engine.slot_tokens(0)) < 100  # stopped at once, not run to the slot's end
+
+
+def test_the_servers_reverse_prompts_and_cache_prompt_default_reach_every_request(tiny_gguf: Path) -> None:
+    settings = Settings(model=str(tiny_gguf), parallel=1, threads=1, reverse_prompt=("User:", "x"), cache_prompt=False)
+    served = load_serving(settings, str(tiny_gguf))
+    try:
+        plain = served.engine_request(GenerationOptions(), [1, 2])
+        assert (plain.stop, plain.cache_prompt) == (("User:", "x"), False)
+        own = served.engine_request(GenerationOptions(stop=("x", "###"), cache_prompt=True), [1, 2])
+        assert (own.stop, own.cache_prompt) == (("x", "###", "User:"), True)
+    finally:
+        served.engine.close()
