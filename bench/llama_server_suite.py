@@ -63,7 +63,8 @@ IN_SCOPE = (
     "test_tool_call.py",
 )
 
-#: Tests no stand-in can pass, by pytest node id (file::test, a parametrised case by its id), and why.
+#: Tests no stand-in can pass, and why: by node id prefix (``file::test[`` is every case of a parametrised test,
+#: as pytest's ``--deselect`` matches prefixes).
 EXCLUDED: dict[str, str] = {}
 
 #: The suite's ``--hf-repo`` values (with ``--hf-file``, joined by ``/``) and the stand-in each maps to.
@@ -172,13 +173,27 @@ def write_shim(folder: Path) -> Path:
     return shim
 
 
-def run_file(tests: Path, name: str, env: dict[str, str], extra: list[str], verbose: bool) -> FileResult:
-    report = Path(tempfile.mkdtemp(prefix="suite-")) / (name + ".xml")
-    excluded = [node for node in EXCLUDED if node.startswith(name + "::")]
+def pytest_command(name: str, *extra: str) -> list[str]:
+    """pytest over one of the suite's files: its fast tests (the suite's own default), with the runner's plugin."""
     command = [sys.executable, "-m", "pytest", f"unit/{name}", "-m", "not slow", "-p", "no:cacheprovider"]
-    command += ["-p", PLUGIN_NAME]
-    command += ["--junitxml", str(report), "-o", "junit_family=xunit1", "-q"]
-    command += [f"--deselect=unit/{node}" for node in excluded] + extra
+    return command + ["-p", PLUGIN_NAME, "-q", *extra]
+
+
+def collect(tests: Path, name: str, env: dict[str, str], extra: list[str]) -> list[str]:
+    """The node ids of the tests pytest selects in that file."""
+    output = subprocess.run(
+        pytest_command(name, "--collect-only", *extra), cwd=tests, env=env, capture_output=True, text=True
+    )
+    return [line for line in output.stdout.splitlines() if line.startswith(f"unit/{name}::")]
+
+
+def run_file(tests: Path, name: str, env: dict[str, str], extra: list[str], verbose: bool) -> FileResult:
+    """Runs a file's selected tests but the excluded ones, and counts the outcomes from pytest's JUnit report."""
+    prefixes = tuple(f"unit/{node}" for node in EXCLUDED if node.startswith(name + "::"))
+    excluded = [node for node in collect(tests, name, env, extra) if node.startswith(prefixes)]
+    report = Path(tempfile.mkdtemp(prefix="suite-")) / (name + ".xml")
+    command = pytest_command(name, "--junitxml", str(report), "-o", "junit_family=xunit1", *extra)
+    command += [f"--deselect={prefix}" for prefix in prefixes]
     output = subprocess.run(command, cwd=tests, env=env, capture_output=not verbose, text=True)
     if not report.is_file():
         raise RuntimeError(f"{name}: pytest wrote no report\n{output.stdout}\n{output.stderr}")
@@ -223,18 +238,19 @@ def main() -> int:
     for name in options.files or IN_SCOPE:
         results[name] = run_file(tests, name, env, extra, options.verbose)
         r = results[name]
-        print(f"{name}: {r.passed} passed, {r.failed} failed, {r.excluded} excluded", flush=True)
+        print(f"{name}: {r.passed} passed, {r.failed} failed, {r.skipped} skipped, {r.excluded} excluded", flush=True)
         for failure in r.failures:
             print(f"    FAILED {failure}", flush=True)
 
-    print("\n| file | passed | failed | excluded |\n|---|---:|---:|---:|")
+    columns = ("passed", "failed", "skipped", "excluded")
+    print("\n| file | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns))
     for name, r in results.items():
-        print(f"| {name} | {r.passed} | {r.failed} | {r.excluded} |")
-    total = [sum(getattr(r, f) for r in results.values()) for f in ("passed", "failed", "excluded")]
-    print(f"| **all** | {total[0]} | {total[1]} | {total[2]} |")
+        print(f"| {name} | " + " | ".join(str(getattr(r, c)) for c in columns) + " |")
+    total = {c: sum(getattr(r, c) for r in results.values()) for c in columns}
+    print("| **all** | " + " | ".join(str(total[c]) for c in columns) + " |")
     if options.json:
         options.json.write_text(json.dumps({n: vars_of(r) for n, r in results.items()}, indent=1))
-    return 0 if total[1] == 0 else 1
+    return 0 if total["failed"] == 0 else 1
 
 
 def vars_of(result: FileResult) -> dict[str, object]:
