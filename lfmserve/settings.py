@@ -472,7 +472,13 @@ class Settings:
     )
     timeout: int = field(
         default=3600,
-        metadata=_flag("-to", "--timeout", help="seconds a client connection may sit idle", type=int),
+        metadata=_flag(
+            "-to",
+            "--timeout",
+            help="accepted for llama-server's scripts, where it is the socket read/write timeout; uvicorn has none "
+            "(a connection idle between requests closes after 5 s, as in llama-server)",
+            type=int,
+        ),
     )
     cont_batching: bool = _switch(
         "-cb",

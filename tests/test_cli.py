@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -194,3 +195,61 @@ def test_a_missing_projector_file_is_refused_before_loading(tmp_path: Path, vl_g
     missing = tmp_path / "mmproj.gguf"
     result = subprocess.run([LFMSERVE, "-m", str(vl_gguf), "--mmproj", str(missing)], capture_output=True, text=True)
     assert (result.returncode, result.stderr) == (1, f"lfmserve: error: projector file not found: {missing}\n")
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="IPv6 loopback is unavailable")
+def test_every_host_address_is_served_with_llama_servers_header_names(running: list[Running], tiny_gguf: Path) -> None:
+    assert LFMSERVE is not None
+    server = Running([LFMSERVE, "-m", str(tiny_gguf), "-c", "512", "-np", "1", "-t", "1", "--host", "127.0.0.1, ::1"])
+    running.append(server)
+    wait_healthy(server.url, server.process)
+    for url in (server.url, f"http://[::1]:{server.port}"):
+        completion = httpx.post(url + "/completion", json={"prompt": "Hi", "n_predict": 2}, timeout=30)
+        assert completion.status_code == 200 and completion.json()["tokens_predicted"] == 2
+        preflight = httpx.options(url + "/completion", headers={"Origin": "http://localhost"})
+        names = [name for name, _ in preflight.headers.raw if name.startswith(b"Access-")]
+        assert names == [  # spelt as llama-server spells them, for clients that read them into a plain dict
+            b"Access-Control-Allow-Origin",
+            b"Access-Control-Allow-Credentials",
+            b"Access-Control-Allow-Methods",
+            b"Access-Control-Allow-Headers",
+        ]
+    assert f"listening on http://127.0.0.1:{server.port}, http://[::1]:{server.port}" in server.stop()
+
+
+@pytest.mark.parametrize(
+    ("hosts", "port", "message"),
+    [
+        ("127.0.0.1,::1", "0", "lfmserve: error: --port 0 is not supported with multiple TCP addresses"),
+        (" , ", "8080", "lfmserve: error: --host requires at least one address"),
+    ],
+)
+def test_bad_host_lists_fail_before_loading(tiny_gguf: Path, hosts: str, port: str, message: str) -> None:
+    assert LFMSERVE is not None
+    argv = [LFMSERVE, "-m", str(tiny_gguf), "--host", hosts, "--port", port]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (1, message + "\n")
+
+
+def test_a_port_in_use_fails_with_one_line_before_loading(tiny_gguf: Path) -> None:
+    assert LFMSERVE is not None
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [LFMSERVE, "-m", str(tiny_gguf), "--host", "127.0.0.1", "--port", str(port)]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"lfmserve: error: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {port}: "
+        "[Errno 98] Address already in use\n"
+    )

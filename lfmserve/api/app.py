@@ -1,7 +1,8 @@
 """The app factory: llama-server's routes behind the gate, one error handler per kind, and the loading state.
 
 ``create_app(settings, load)`` returns a FastAPI app whose lifespan runs ``load`` in a thread; until it
-returns, every route answers 503 ``Loading model`` (as llama-server does). Handlers parse bodies,
+returns, every route answers 503 ``Loading model`` (as llama-server does). With ``--sleep-idle-seconds``
+the model is unloaded when idle and loaded again on demand (:mod:`~lfmserve.api.sleep`). Handlers parse bodies,
 call :class:`~lfmserve.chat.serving.Serving`, and choose JSON or SSE; every error reaches the client
 as ``{"error": {...}}`` (:mod:`~lfmserve.api.handlers`), and no traceback ever does. A request whose
 client has gone is answered with nothing.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,18 +22,20 @@ from fastapi import FastAPI
 from ..chat.serving import Serving
 from ..settings import Settings
 from .anthropic.router import router as anthropic_router
+from .cors import Cors
 from .embeddings import router as embeddings_router
 from .gate import Gate
 from .handlers import install_error_handlers
-from .monitoring import metrics_registry
 from .native.router import router as native_router
 from .openai.responses_router import router as responses_router
 from .openai.router import router as openai_router
 from .openapi import install_openapi
 from .rerank import router as rerank_router
+from .sleep import Sleeper
 from .slots import router as slots_router
 from .state import AppState
 from .transcriptions import router as transcriptions_router
+from .vertex import VertexRoutes, install_vertex
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +45,11 @@ def create_app(
 ) -> FastAPI:
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server)."""
     state = AppState(settings, tuple(k.encode() for k in settings.api_keys))
+    sleeper = Sleeper(state, load, settings.sleep_idle_seconds) if settings.sleep_idle_seconds > 0 else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, AppState]]:
-        loading = asyncio.create_task(_load(state, load, on_load_error))
+        loading = asyncio.create_task(_start(state, load, on_load_error, sleeper))
         try:
             yield {"app_state": state}
         finally:
@@ -54,8 +59,12 @@ def create_app(
 
     app = FastAPI(title="lfmserve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.app_state = state  # the CLI's server drains it on shutdown
+    # The middleware added first runs innermost: CORS, the catch-all, the gate, the sleeper, then the routes.
+    if sleeper is not None:
+        app.add_middleware(sleeper.wrap)
     app.add_middleware(Gate, state=state)
     install_error_handlers(app)
+    app.add_middleware(Cors, origins=settings.cors_origins)
     routers = (
         native_router,
         openai_router,
@@ -69,15 +78,22 @@ def create_app(
     for router in routers:
         app.include_router(router)
     install_openapi(app)
+    vertex = VertexRoutes.from_environ(os.environ)  # Vertex AI's variables, as llama-server reads them
+    if vertex is not None:
+        install_vertex(app, vertex, routers)
     return app
 
 
-async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable[[BaseException], None] | None) -> None:
+async def _start(
+    state: AppState,
+    load: Callable[[], Serving],
+    on_error: Callable[[BaseException], None] | None,
+    sleeper: Sleeper | None,
+) -> None:
+    """Load the model; then, with ``--sleep-idle-seconds``, watch for idle time for the server's life."""
     t0 = time.perf_counter()
     try:
-        serving = await asyncio.to_thread(load)
-        state.metrics = metrics_registry(serving.engine)
-        state.serving = serving
+        state.install(await asyncio.to_thread(load))
         logger.info("model loaded in %.1f s; server is ready", time.perf_counter() - t0)
     except Exception as exc:
         state.load_error = exc
@@ -85,3 +101,6 @@ async def _load(state: AppState, load: Callable[[], Serving], on_error: Callable
             on_error(exc)  # the caller reports it (the CLI, as its one line before exiting)
         else:
             logger.error("model failed to load: %s", exc)
+        return
+    if sleeper is not None:
+        await sleeper.watch()

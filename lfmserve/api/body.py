@@ -69,6 +69,12 @@ class SamplingFields(Body):
     grammar: str | None = None
     #: llama-server's native probabilities: the top ``n_probs`` tokens at each step.
     n_probs: int = Field(default=0, ge=0, le=100)
+    #: The probabilities after the sampler chain (``prob``, ``top_probs``) rather than the model's.
+    post_sampling_probs: bool = False
+    #: The generated token ids in llama-server's final object (``tokens``; a stream's chunks carry theirs).
+    return_tokens: bool = False
+    #: llama-server's final object cut down to these fields; ``a/b`` is ``b`` of ``a``, moved to the root.
+    response_fields: list[str] = Field(default_factory=list)
     #: Speculative decoding for this request: ``false`` turns it off, ``speculative.n_max`` caps a draft.
     speculative: bool = True
     speculative_n_max: int | None = Field(default=None, ge=0, le=INT32_MAX, alias="speculative.n_max")
@@ -109,6 +115,7 @@ class SamplingFields(Body):
             json_schema=self.json_schema,
             grammar=self.grammar,
             n_probs=self.top_probs(),
+            post_sampling_probs=self.post_sampling_probs,
             draft_max=0 if not self.speculative else self.speculative_n_max,
         )
 

@@ -1,6 +1,6 @@
-"""ASGI middleware in front of every route: 503 while the model loads or the server shuts down, 401 without a
-valid API key, 413 for a body over ``--max-body-bytes`` (refused from its Content-Length, or as soon as a
-chunked body passes the limit, so it is never read whole)."""
+"""ASGI middleware in front of every route but OPTIONS (which :mod:`~lfmserve.api.cors` answers first): 503 while
+the model loads or the server shuts down, 401 without a valid API key, 413 for a body over ``--max-body-bytes``
+(refused from its Content-Length, or as soon as a chunked body passes the limit, so it is never read whole)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ class Gate:
         state = self.state
         if state.draining:
             return Unavailable("the server is shutting down")
-        if state.serving is None:
+        if state.serving is None and not state.sleeping:  # asleep, the next middleware wakes it
             if state.load_error is None:
                 return Unavailable("Loading model")
             return Unavailable(f"Model failed to load: {state.load_error}")
         headers = Headers(scope=scope)
-        if state.api_keys and scope["path"] not in PUBLIC_PATHS and scope["method"] != "OPTIONS":
+        if state.api_keys and scope["path"] not in PUBLIC_PATHS:
             if not key_ok(headers, state.api_keys):
                 return AuthenticationFailed("Invalid API Key")
         declared = headers.get("content-length", "")

@@ -1,112 +1,240 @@
 """What ``GET /slots`` and ``GET /metrics`` report, read from the engine's state and counters.
 
 The engine thread only bumps plain integers; this module turns them into llama-server's ``/slots``
-JSON and, at scrape time, into Prometheus metrics with llama-server's names (``llamacpp:*``) plus
-lfmserve's prompt-cache counters (``lfmserve:*``).
+JSON and, at scrape time, into Prometheus text with llama-server's metrics (``llamacpp:*``, the names,
+types, help and order of ``server_task_result_metrics::to_metrics``) plus lfmserve's prompt-cache
+counters (``lfmserve:*``). The text is written here rather than by ``prometheus_client``, which would
+name the ``# TYPE`` line of a counter without its ``_total`` and cannot type ``n_tokens_max`` a counter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from ..engine.core import Engine
+from ..engine.records import EngineStats, SlotTask
+
+#: llama-server's ``Content-Type`` for /metrics.
+CONTENT_TYPE = "text/plain; version=0.0.4"
 
 
 def slots_json(engine: Engine) -> list[dict[str, Any]]:
+    """``GET /slots``: llama-server's fields for each slot (``server_slot::to_json``), then lfmserve's checkpoints.
+
+    A slot that has run a request shows that request's settings and progress, the last one's once it is
+    idle (with its counters at zero, as llama-server resets them).
+    """
     out = []
     for slot in engine.slots:
-        request = engine.slot_request(slot.id)
         checkpoints = list(slot.checkpoints)
-        out.append(
-            {
-                "id": slot.id,
-                "n_ctx": slot.n_ctx,
-                "speculative": engine.config.speculation.enabled,
-                "is_processing": slot.busy,
-                "params": request.sampling.to_json() | {"n_predict": request.max_tokens} if request else {},
-                "n_prompt_tokens_cache": len(slot.tokens),
-                "checkpoints": [
-                    {"n_tokens": c.n_tokens, "size": c.n_bytes, "boundary": c.boundary, "logits": c.logits is not None}
-                    for c in checkpoints
-                ],
-                "checkpoints_size": sum(c.n_bytes for c in checkpoints),
-            }
-        )
+        entry: dict[str, Any] = {
+            "id": slot.id,
+            "n_ctx": slot.n_ctx,
+            "speculative": engine.config.speculation.enabled,
+            "is_processing": slot.busy,
+        }
+        task = engine.slot_task(slot.id)
+        if task is not None:
+            entry |= _task_json(task, n_tokens=len(slot.tokens), engine=engine)
+        entry["checkpoints"] = [
+            {"n_tokens": c.n_tokens, "size": c.n_bytes, "boundary": c.boundary, "logits": c.logits is not None}
+            for c in checkpoints
+        ]
+        entry["checkpoints_size"] = sum(c.n_bytes for c in checkpoints)
+        out.append(entry)
     return out
 
 
-class EngineCollector:
-    """A Prometheus collector reading the engine's counters when scraped."""
+def _task_json(task: SlotTask, *, n_tokens: int, engine: Engine) -> dict[str, Any]:
+    request = task.request
+    return {
+        "id_task": task.id_task,
+        "n_prompt_tokens": n_tokens,
+        "n_prompt_tokens_processed": task.n_prompt_processed,
+        "n_prompt_tokens_cache": task.n_prompt_cached,
+        "params": request.sampling.to_json()
+        | {
+            "max_tokens": request.max_tokens,
+            "n_predict": request.max_tokens,
+            "n_probs": request.n_probs,
+            "speculative.types": engine.config.speculation.type_names,
+        },
+        "next_token": [
+            {
+                "has_next_token": task.running,
+                "has_new_line": task.has_new_line,
+                "n_remain": task.n_remain,
+                "n_decoded": task.n_decoded,
+            }
+        ],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Metric:
+    name: str
+    kind: Literal["counter", "gauge"]
+    help: str
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """The throughput counters at a scrape: the rate gauges average over the time between two scrapes."""
+
+    n_prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    n_predicted_steps: int = 0
+    predicted_seconds: float = 0.0
+
+    @staticmethod
+    def of(stats: EngineStats) -> _Window:
+        return _Window(stats.n_prompt_tokens, stats.prompt_seconds, stats.n_predicted_steps, stats.predicted_seconds)
+
+
+class MetricsReporter:
+    """``GET /metrics`` for one engine: Prometheus text, with the rate gauges averaged since the last scrape.
+
+    Example::
+
+        reporter = MetricsReporter(engine)
+        text = reporter.render()   # "# HELP llamacpp:prompt_tokens_total ...\\n# TYPE ... counter\\n..."
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._window = _Window()
 
-    def collect(self) -> Iterator[Metric]:
-        s = self.engine.stats
-        busy = sum(1 for slot in self.engine.slots if slot.busy)
+    @property
+    def t_start(self) -> int:
+        """When the engine started (Unix seconds), for the ``Process-Start-Time-Unix`` header."""
+        return int(self.engine.stats.t_start)
 
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            return CounterMetricFamily(name, doc, value=value)
+    def render(self) -> str:
+        stats = self.engine.stats
+        last, self._window = self._window, _Window.of(stats)
+        lines = []
+        for metric in [*_counters(stats), *self._gauges(stats, last), *_lfmserve_metrics(self.engine)]:
+            lines += [
+                f"# HELP {metric.name} {metric.help}",
+                f"# TYPE {metric.name} {metric.kind}",
+                f"{metric.name} {_number(metric.value)}",
+            ]
+        return "\n".join(lines) + "\n"
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, value=value)
+    def _gauges(self, s: EngineStats, last: _Window) -> list[_Metric]:
+        def rate(n: float, seconds: float) -> float:
+            return n / seconds if seconds > 0 else 0.0
 
-        yield counter("llamacpp:prompt_tokens", "Number of prompt tokens processed.", s.n_prompt_tokens)
-        yield counter("llamacpp:prompt_seconds", "Prompt process time.", s.prompt_seconds)
-        yield counter("llamacpp:tokens_predicted", "Number of generation tokens processed.", s.n_predicted_tokens)
-        yield counter("llamacpp:tokens_predicted_seconds", "Predict process time.", s.predicted_seconds)
-        yield counter("llamacpp:n_decode", "Number of llama_decode() calls.", s.n_decode_calls)
-        yield gauge(
-            "llamacpp:n_busy_slots_per_decode",
-            "Average number of busy slots per llama_decode() call.",
-            s.n_busy_slots_sum / s.n_decode_calls if s.n_decode_calls else 0.0,
-        )
-        yield gauge(
-            "llamacpp:prompt_tokens_seconds",
-            "Average prompt throughput in tokens/s.",
-            s.n_prompt_tokens / s.prompt_seconds if s.prompt_seconds else 0.0,
-        )
-        yield gauge(
-            "llamacpp:predicted_tokens_seconds",
-            "Average generation throughput in tokens/s.",
-            s.n_predicted_tokens / s.predicted_seconds if s.predicted_seconds else 0.0,
-        )
-        yield counter(
-            "llamacpp:spec_decode_num_draft_tokens",
+        return [
+            _Metric(
+                "llamacpp:prompt_tokens_seconds",
+                "gauge",
+                "Average prompt throughput in tokens/s",
+                rate(s.n_prompt_tokens - last.n_prompt_tokens, s.prompt_seconds - last.prompt_seconds),
+            ),
+            _Metric(
+                "llamacpp:predicted_tokens_seconds",
+                "gauge",
+                "Average generation throughput in tokens/s",
+                rate(s.n_predicted_steps - last.n_predicted_steps, s.predicted_seconds - last.predicted_seconds),
+            ),
+            _Metric(
+                "llamacpp:requests_processing",
+                "gauge",
+                "Number of requests processing",
+                sum(1 for slot in self.engine.slots if slot.busy),
+            ),
+            _Metric("llamacpp:requests_deferred", "gauge", "Number of requests deferred", self.engine.n_waiting),
+            _Metric(
+                "llamacpp:n_busy_slots_per_decode",
+                "gauge",
+                "Average number of busy slots per llama_decode() call",
+                s.n_busy_slots_sum / max(s.n_decode_calls, 1),
+            ),
+        ]
+
+
+def _counters(s: EngineStats) -> list[_Metric]:
+    return [
+        _Metric(
+            "llamacpp:prompt_tokens_total",
+            "counter",
+            "Number of prompt tokens processed, excluding cached tokens",
+            s.n_prompt_tokens,
+        ),
+        _Metric(
+            "llamacpp:prompt_tokens_cached_total",
+            "counter",
+            "Number of prompt tokens reused from the cache",
+            s.n_cached_tokens,
+        ),
+        _Metric("llamacpp:prompt_seconds_total", "counter", "Total time spent processing prompts", s.prompt_seconds),
+        _Metric(
+            "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed", s.n_predicted_tokens
+        ),
+        _Metric(
+            "llamacpp:tokens_predicted_seconds_total",
+            "counter",
+            "Total time spent generating tokens",
+            s.predicted_seconds,
+        ),
+        _Metric(
+            "llamacpp:n_decode_total",
+            "counter",
+            "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+            s.n_decode_calls,
+        ),
+        _Metric(
+            "llamacpp:n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)", s.n_tokens_max
+        ),
+        _Metric(
+            "llamacpp:spec_decode_num_draft_tokens_total",
+            "counter",
             "Speculative: Total draft tokens generated",
             s.n_draft_tokens,
-        )
-        yield counter(
-            "llamacpp:spec_decode_num_accepted_tokens",
+        ),
+        _Metric(
+            "llamacpp:spec_decode_num_accepted_tokens_total",
+            "counter",
             "Speculative: Total draft tokens accepted by the target model",
             s.n_draft_tokens_accepted,
-        )
-        yield counter(
-            "llamacpp:spec_decode_num_drafts", "Speculative: Total speculative decoding verification steps", s.n_drafts
-        )
-        yield gauge("llamacpp:requests_processing", "Number of requests processing.", busy)
-        yield gauge("llamacpp:requests_deferred", "Number of requests deferred.", self.engine.n_waiting)
-        yield counter("lfmserve:requests", "Requests accepted by the engine.", s.n_requests)
-        yield counter("lfmserve:requests_deferred", "Requests that had to wait for a slot.", s.n_requests_deferred)
-        yield counter("lfmserve:prompt_cache_hits", "Requests that started from a cached prefix.", s.n_cache_hits)
-        yield counter("lfmserve:prompt_cache_tokens", "Prompt tokens taken from the cache.", s.n_cached_tokens)
-        yield counter(
-            "lfmserve:checkpoints_saved", "Recurrent / sliding-window checkpoints saved.", s.n_checkpoints_saved
-        )
-        yield counter("lfmserve:checkpoints_restored", "Checkpoints restored.", s.n_checkpoints_restored)
-        yield counter("lfmserve:slot_copies", "Prefixes copied from another slot.", s.n_slot_copies)
-        yield counter("lfmserve:ram_cache_saves", "Sequences kept in host RAM.", s.n_ram_saves)
-        yield counter("lfmserve:ram_cache_restores", "Sequences restored from host RAM.", s.n_ram_restores)
-        yield counter(
-            "lfmserve:shifted_tokens", "Cached tokens reused by KV shifting (--cache-reuse).", s.n_shifted_tokens
-        )
-        yield gauge("lfmserve:ram_cache_bytes", "Host RAM held by the prompt cache.", self.engine.ram_cache.n_bytes)
+        ),
+        _Metric(
+            "llamacpp:spec_decode_num_drafts_total",
+            "counter",
+            "Speculative: Total speculative decoding verification steps",
+            s.n_drafts,
+        ),
+    ]
 
 
-def metrics_registry(engine: Engine) -> CollectorRegistry:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(engine))
-    return registry
+def _lfmserve_metrics(engine: Engine) -> list[_Metric]:
+    """lfmserve's own counters: how requests waited and how the prompt cache served them."""
+    s = engine.stats
+
+    def counter(name: str, doc: str, value: int) -> _Metric:
+        return _Metric(f"lfmserve:{name}_total", "counter", doc, value)
+
+    return [
+        counter("requests", "Requests accepted by the engine.", s.n_requests),
+        counter("requests_deferred", "Requests that had to wait for a slot.", s.n_requests_deferred),
+        counter("prompt_cache_hits", "Requests that started from a cached prefix.", s.n_cache_hits),
+        counter("checkpoints_saved", "Recurrent / sliding-window checkpoints saved.", s.n_checkpoints_saved),
+        counter("checkpoints_restored", "Checkpoints restored.", s.n_checkpoints_restored),
+        counter("slot_copies", "Prefixes copied from another slot.", s.n_slot_copies),
+        counter("ram_cache_saves", "Sequences kept in host RAM.", s.n_ram_saves),
+        counter("ram_cache_restores", "Sequences restored from host RAM.", s.n_ram_restores),
+        counter("shifted_tokens", "Cached tokens reused by KV shifting (--cache-reuse).", s.n_shifted_tokens),
+        counter("context_shifts", "Full slots that dropped their older half (--context-shift).", s.n_context_shifts),
+        _Metric("lfmserve:ram_cache_bytes", "gauge", "Host RAM held by the prompt cache.", engine.ram_cache.n_bytes),
+    ]
+
+
+def _number(value: float) -> str:
+    """A sample value: counts as integers, times as Python writes floats (both are Prometheus numbers)."""
+    if isinstance(value, int):
+        return str(value)
+    return repr(value) if math.isfinite(value) else "NaN"

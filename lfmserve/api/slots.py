@@ -9,11 +9,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..errors import InvalidRequest, NotFound, NotSupported, Unavailable
 from .body import parse_body
-from .monitoring import slots_json
+from .monitoring import CONTENT_TYPE, slots_json
 from .native.protocol import SlotFileRequest
 from .openapi import request_body
 from .state import app_state, serving
@@ -66,4 +65,9 @@ async def metrics(request: Request) -> Response:
     state = app_state(request)
     if not state.settings.metrics or state.metrics is None:
         raise NotSupported("This server does not support metrics endpoint (start it with --metrics).")
-    return Response(generate_latest(state.metrics), media_type=CONTENT_TYPE_LATEST)
+    reporter = state.metrics
+    response = Response(reporter.render(), media_type=CONTENT_TYPE)
+    # Spelt as llama-server spells it: clients that read headers into a plain dict look it up so (starlette's
+    # ``headers=`` would lower-case it).
+    response.raw_headers.append((b"Process-Start-Time-Unix", str(reporter.t_start).encode()))
+    return response

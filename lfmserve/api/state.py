@@ -7,23 +7,30 @@ import time
 from dataclasses import dataclass
 
 from fastapi import Request
-from prometheus_client import CollectorRegistry
 
 from ..chat.serving import Serving
 from ..settings import Settings
+from .monitoring import MetricsReporter
 
 
 @dataclass(slots=True)
 class AppState:
-    """``serving`` is None until the model has loaded (the gate answers 503 until then)."""
+    """``serving`` is None until the model has loaded (the gate answers 503 until then), and while it sleeps."""
 
     settings: Settings
     api_keys: tuple[bytes, ...]
     serving: Serving | None = None
     load_error: BaseException | None = None
-    metrics: CollectorRegistry | None = None
+    metrics: MetricsReporter | None = None
     #: Shutting down: new requests are refused while the running ones finish.
     draining: bool = False
+    #: The model is unloaded for ``--sleep-idle-seconds`` (:mod:`~lfmserve.api.sleep`), or being unloaded.
+    sleeping: bool = False
+
+    def install(self, serving: Serving) -> None:
+        """Serve ``serving``, loaded at start or on waking up, and report its engine at /metrics."""
+        self.metrics = MetricsReporter(serving.engine)
+        self.serving = serving
 
     async def drain(self, timeout_s: float) -> None:
         """Refuse new requests, let the running ones finish for up to ``timeout_s``, then end the rest.

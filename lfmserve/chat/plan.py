@@ -37,12 +37,14 @@ class ChatPlan:
     parse_tool_calls: bool = False
     keep_special: frozenset[int] = frozenset()
 
-    def parser(self, prompt: str) -> AssistantOutputParser:
-        """A fresh output parser; a prompt that ends by opening a think block starts in reasoning."""
+    def parser(self, prompt: str, *, continues_reasoning: bool = False) -> AssistantOutputParser:
+        """A fresh output parser; a prompt that ends by opening a think block, or continues a message's
+        reasoning, starts in reasoning."""
+        in_reasoning = continues_reasoning or prompt.rstrip().endswith(THINK_START)
         return AssistantOutputParser(
             split_reasoning=self.split_reasoning,
             parse_tool_calls=self.parse_tool_calls,
-            starts_in_reasoning=self.split_reasoning and prompt.rstrip().endswith(THINK_START),
+            starts_in_reasoning=self.split_reasoning and in_reasoning,
         )
 
 

@@ -5,17 +5,23 @@ that ignores ``tool_calls`` (the LFM2 and LFM2.5-1.2B ones) gets them written in
 content in the model's own markup, exactly as it generated them, so the prompt cache reuses the
 whole earlier turn. A past ``reasoning_content`` is also passed as ``thinking``, the name
 LFM2.5-8B-A1B's template reads.
+
+A final assistant message is continued, not closed (a prefill, or ``continue_final_message``), as
+llama-server's ``common_chat_templates_apply`` does: the earlier messages, the generation prompt (what
+``add_generation_prompt`` adds to them), then the message's reasoning in the template's think tags
+and its content, so the model goes on from its last character.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import InvalidRequest
 from .request import ChatRequest, ContentPart, Message
-from .template import ChatFormatter
+from .template import ChatFormatter, ThinkTags
 from .tool_calls import format_calls
 
 if TYPE_CHECKING:
@@ -35,12 +41,69 @@ def render_chat(
     else:
         tools, extra = plan.tools, plan.template_kwargs
     messages = [template_message(template, m, media_marker) for m in request.messages]
-    return template.render(messages, tools=tools, add_generation_prompt=request.add_generation_prompt, extra=extra)
+    mode = continuation(request)
+    if mode == "none":
+        return template.render(messages, tools=tools, add_generation_prompt=request.add_generation_prompt, extra=extra)
+    history = messages[:-1]
+    closed = template.render(history, tools=tools, add_generation_prompt=False, extra=extra)
+    opened = template.render(history, tools=tools, add_generation_prompt=True, extra=extra)
+    generation_prompt = opened[len(os.path.commonprefix([closed, opened])) :]
+    return closed + _continued(template.think_tags, generation_prompt, request.messages[-1], mode)
+
+
+def continuation(request: ChatRequest) -> Literal["none", "content", "reasoning"]:
+    """What of the last message the prompt continues; llama-server's conflicts are 400s here."""
+    messages, mode = request.messages, request.continue_final_message
+    last = messages[-1] if messages else None  # Anthropic's route takes an empty chat
+    if mode == "none":
+        if last is None or last.role != "assistant":
+            return "none"
+        if len(messages) >= 2 and messages[-2].role == "assistant":
+            raise InvalidRequest("Cannot have 2 or more assistant messages at the end of the list.", param="messages")
+        mode = "auto"  # a prefill: add_generation_prompt is ignored
+    elif request.add_generation_prompt:
+        raise InvalidRequest(
+            "Cannot set both add_generation_prompt and continue_final_message to true.", param="continue_final_message"
+        )
+    elif last is None or last.role != "assistant":
+        raise InvalidRequest(
+            "continue_final_message needs the last message to be an assistant message", param="continue_final_message"
+        )
+    if last.tool_calls:
+        raise InvalidRequest("Cannot continue an assistant message that contains tool calls.", param="messages")
+    if mode == "auto":
+        return "reasoning" if last.reasoning_content and not last.content else "content"
+    return mode
+
+
+def _continued(
+    tags: ThinkTags | None, generation_prompt: str, message: Message, mode: Literal["content", "reasoning"]
+) -> str:
+    """The open assistant turn: the generation prompt (its think tag replaced by the message's reasoning, closed
+    when the content is continued), then the content, its text parts joined by blank lines (llama.cpp's
+    ``render_content``)."""
+    text = generation_prompt
+    if tags is not None:
+        at = text.find(tags.start)
+        text = (text if at < 0 else text[:at]) + tags.start + (message.reasoning_content or "")
+        if mode == "content":
+            text += tags.end
+    if mode != "content":
+        return text
+    content = message.content
+    if isinstance(content, tuple):
+        content = "\n\n".join(part.text for part in content if part.type == "text")
+    return text + (content or "")
 
 
 def template_kwargs(request: ChatRequest) -> dict[str, Any]:
     """``chat_template_kwargs`` plus ``reasoning_effort`` ("none" turns thinking off unless the kwargs say)."""
     kwargs: dict[str, Any] = dict(request.template_kwargs)
+    if "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
+        raise InvalidRequest(
+            f"invalid type for 'enable_thinking' (expected boolean, got {kwargs['enable_thinking']!r})",
+            param="chat_template_kwargs.enable_thinking",
+        )
     if request.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
         if request.reasoning_effort == "none":

@@ -22,6 +22,9 @@ Role = Literal["system", "user", "assistant", "tool"]
 #: Where ``<think>`` text goes: ``none`` leaves it in the content (llama-server's names).
 ReasoningFormat = Literal["auto", "deepseek", "deepseek-legacy", "none"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
+#: ``continue_final_message``: the last (assistant) message is continued rather than closed; ``auto`` continues
+#: its reasoning when it has reasoning and no content, else its content (llama-server's rule).
+Continuation = Literal["none", "auto", "content", "reasoning"]
 
 
 MediaType = Literal["image", "audio", "video"]
@@ -114,6 +117,8 @@ class GenerationOptions:
     grammar: str | None = None
     #: Alternatives to report per token; None = no probabilities at all, 0 = only the chosen token's.
     n_probs: int | None = None
+    #: Report the probabilities after the sampler chain (llama-server's ``post_sampling_probs``).
+    post_sampling_probs: bool = False
     #: Most tokens drafted per step (speculative decoding); None = the server's, 0 = none for this request.
     draft_max: int | None = None
 
@@ -133,4 +138,6 @@ class ChatRequest:
     #: Extra template variables (``chat_template_kwargs``).
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     add_generation_prompt: bool = True
+    #: "none" still continues a final assistant message (a prefill), as llama-server does by default.
+    continue_final_message: Continuation = "none"
     generation: GenerationOptions = field(default_factory=GenerationOptions)

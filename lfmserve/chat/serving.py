@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine.constraints import Grammars
@@ -29,7 +29,7 @@ from .media import MediaReader, chat_media_sources, process_media_marker
 from .output import AssistantOutputParser
 from .plan import ChatPlan, native_constraint, plan_chat
 from .prompt_tokens import prompt_tokens
-from .render import render_chat
+from .render import continuation, render_chat
 from .request import ChatRequest, EmbeddingOptions, GenerationOptions, MediaPrompt, Prompt
 from .template import ChatFormatter
 
@@ -68,8 +68,11 @@ class Serving:
         embd_normalize: int = 2,
         cache_prompt: bool = True,
         reverse_prompts: tuple[str, ...] = (),
+        verbose: bool = False,
     ) -> None:
         self.model = model
+        #: ``--verbose``: answers carry llama-server's ``__verbose`` unless a request says otherwise.
+        self.verbose = verbose
         #: ``--embd-normalize``: how embedding vectors are normalised unless a request says.
         self.embd_normalize = embd_normalize
         #: ``--cache-prompt``: whether a request that does not say reuses its cached prefix.
@@ -106,13 +109,31 @@ class Serving:
         self, request: ChatRequest, media: Sequence[Media] = ()
     ) -> tuple[EngineRequest, AssistantOutputParser]:
         """The engine request for a chat whose media :meth:`read_media` has read, and a parser for its output."""
+        return self.prepare_choices(request, media, n=1)[0]
+
+    def prepare_choices(
+        self, request: ChatRequest, media: Sequence[Media] = (), *, n: int, return_progress: bool = False
+    ) -> list[tuple[EngineRequest, AssistantOutputParser]]:
+        """``n`` independent answers to one chat (OpenAI's ``n``): the prompt rendered once, each answer with its
+        own grammar state and parser; at most one per slot, as llama-server allows. ``return_progress``: the
+        engine reports the prompt's prefill as it goes."""
+        if n > self.engine.n_slots:
+            raise InvalidRequest(f"n is {n}, but the server has {self.engine.n_slots} slots", param="n")
         if len(media) != len(chat_media_sources(request)):
             raise InvalidRequest("the chat's media have not been read (Serving.read_media)", param="messages")
-        plan = plan_chat(request, self.grammars, reasoning_format=self.reasoning_format)
-        prompt = render_chat(self.template, request, plan, media_marker=self.media_marker)
+        plans = [plan_chat(request, self.grammars, reasoning_format=self.reasoning_format) for _ in range(n)]
+        prompt = render_chat(self.template, request, plans[0], media_marker=self.media_marker)
         tokens, spans = self.tokenize_with_media(prompt, media, chat=True)
-        engine_request = self.engine_request(request.generation, tokens, plan, media=spans)
-        return engine_request, plan.parser(prompt)
+        in_reasoning = continuation(request) == "reasoning"
+        return [
+            (
+                replace(
+                    self.engine_request(request.generation, tokens, plan, media=spans), return_progress=return_progress
+                ),
+                plan.parser(prompt, continues_reasoning=in_reasoning),
+            )
+            for plan in plans
+        ]
 
     def tokenize_with_media(
         self, text: str, media: Sequence[Media], *, chat: bool
@@ -196,6 +217,7 @@ class Serving:
             keep_special=plan.keep_special if plan else frozenset(),
             constraint=plan.constraint if plan else native_constraint(options, self.grammars),
             n_probs=0 if options.n_probs is None else max(options.n_probs, 1),
+            post_sampling_probs=options.post_sampling_probs,
             draft_max=options.draft_max,
         )
 
@@ -317,13 +339,14 @@ class Serving:
         return self.model.detokenize([t for t in request.prompt_tokens if t >= 0], special=True)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        """Token ids as text (special tokens spelled out); an id outside the vocabulary is a 400."""
+        """Token ids as text, their pieces joined (special tokens spelled out), as llama-server's /detokenize
+        answers; an id outside the vocabulary is a 400."""
         bad = [t for t in tokens if not self.model.is_valid_token(t)]
         if bad:
             raise InvalidRequest(
                 f"Invalid token id {bad[0]} (vocabulary has {self.model.n_vocab} tokens)", param="tokens"
             )
-        return self.model.detokenize(tokens, special=True)
+        return self.model.join_pieces(tokens)
 
 
 def _bias_value(bias: Any) -> float:

@@ -2,7 +2,10 @@
 
 The environment copies what Hugging Face transformers gives chat templates (and what LFM templates
 use): ``tojson`` that keeps key order and does not escape HTML, ``raise_exception``,
-``strftime_now``, loop controls, trimmed blocks and a no-op ``{% generation %}`` tag. It is
+``strftime_now``, loop controls, trimmed blocks and a no-op ``{% generation %}`` tag. Like
+llama-server, every render also gets ``enable_thinking`` (``--reasoning``; under ``auto``, whether the
+template reacts to it) and today's date as ``datetime`` and ``date_string`` (Llama 3.x and
+firefunction templates print them). It is
 jinja2's ``ImmutableSandboxedEnvironment``, so a template cannot reach Python internals
 (``''.__class__.__mro__``) or mutate its inputs; such a template fails with :class:`TemplateError`.
 
@@ -15,10 +18,11 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NoReturn, Protocol
+from typing import Any, Literal, NoReturn, Protocol
 
 import jinja2
 from jinja2 import nodes
@@ -27,6 +31,7 @@ from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import EngineError, TemplateError
+from .output import THINK_END, THINK_START
 
 
 class _GenerationTag(Extension):
@@ -38,6 +43,16 @@ class _GenerationTag(Extension):
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
         return nodes.Scope(body, lineno=lineno)
+
+
+class _Undefined(jinja2.Undefined):
+    """llama.cpp's rule: an undefined value added to a string is an empty string (firefunction's template adds
+    an undefined ``functions``); any other use of it fails, as jinja2's does."""
+
+    def __add__(self, other: object) -> Any:
+        return other if isinstance(other, str) else self._fail_with_undefined_error()
+
+    __radd__ = __add__
 
 
 def _tojson(
@@ -59,12 +74,18 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _today() -> dict[str, str]:
+    """The date variables llama.cpp gives every template (``common_chat_extra_context``)."""
+    now = datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=["jinja2.ext.loopcontrols", _GenerationTag],
-        undefined=jinja2.Undefined,
+        undefined=_Undefined,
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -88,11 +109,26 @@ class TemplateCaps:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
+#: ``--reasoning``: thinking on, off (the template is told ``enable_thinking=false``), or as the template does.
+Reasoning = Literal["on", "off", "auto"]
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkTags:
+    """How a template writes an assistant's reasoning around its content, whitespace included (Qwen3:
+    ``"<think>\\n"`` and ``"\\n</think>\\n\\n"``): a continued message is written the same way."""
+
+    start: str
+    end: str
+
+
 class ChatFormatter(Protocol):
     """What serving needs from a chat format: Jinja (:class:`ChatTemplate`) or built-in (:class:`BuiltinTemplate`)."""
 
     source: str
     caps: TemplateCaps
+    #: The template writes reasoning in ``<think>`` tags (None: it has no reasoning).
+    think_tags: ThinkTags | None
 
     def render(
         self,
@@ -112,7 +148,7 @@ _MARK = "LFMSERVE_PROBE"
 class ChatTemplate:
     """A compiled chat template plus the special tokens it may print."""
 
-    def __init__(self, source: str, *, bos_token: str, eos_token: str) -> None:
+    def __init__(self, source: str, *, bos_token: str, eos_token: str, reasoning: Reasoning = "auto") -> None:
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
@@ -120,7 +156,13 @@ class ChatTemplate:
             self._template = _environment().from_string(source)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"Chat template syntax error (line {exc.lineno}): {exc.message}") from exc
+        #: What every render gets as ``enable_thinking`` unless the request's kwargs say (the probes: true).
+        self.enable_thinking = True
         self.caps = self._probe_caps()
+        #: The template's prompt changes with ``enable_thinking`` (llama-server's "supports thinking").
+        self.supports_thinking = self._reads_enable_thinking()
+        self.enable_thinking = reasoning == "on" or (reasoning == "auto" and self.supports_thinking)
+        self.think_tags = self._probe_think_tags() if THINK_START in source else None
 
     def render(
         self,
@@ -134,6 +176,8 @@ class ChatTemplate:
         variables: dict[str, Any] = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
+            "enable_thinking": self.enable_thinking,
+            **_today(),
             **(extra or {}),
             "messages": [dict(m) for m in messages],
             "tools": list(tools) if tools else None,
@@ -154,11 +198,34 @@ class ChatTemplate:
             return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
         return content
 
-    def _try(self, messages: list[dict[str, Any]], tools: list[Any] | None = None) -> str:
+    def _try(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[Any] | None = None,
+        *,
+        add_generation_prompt: bool = False,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str:
         try:
-            return self.render(messages, tools=tools, add_generation_prompt=False)
+            return self.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra)
         except TemplateError:
             return ""
+
+    def _reads_enable_thinking(self) -> bool:
+        user = [{"role": "user", "content": "hi"}]
+        on, off = (self._try(user, add_generation_prompt=True, extra={"enable_thinking": v}) for v in (True, False))
+        return on != off
+
+    def _probe_think_tags(self) -> ThinkTags:
+        """The tags with the whitespace the template puts around an assistant's reasoning; bare ``<think>`` and
+        ``</think>`` when it does not show a past reasoning (DeepSeek-R1's drops it), as llama-server finds."""
+        reasoning, content = _MARK + "R", _MARK + "C"
+        answer = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+        prompt = self._try([{"role": "user", "content": "hi"}, answer])
+        found = re.search(rf"{re.escape(THINK_START)}(\s*){reasoning}(\s*){re.escape(THINK_END)}(\s*){content}", prompt)
+        if found is None:
+            return ThinkTags(THINK_START, THINK_END)
+        return ThinkTags(THINK_START + found[1], found[2] + THINK_END + found[3])
 
     def _probe_caps(self) -> TemplateCaps:
         user = {"role": "user", "content": "hi"}
@@ -194,6 +261,8 @@ class BuiltinTemplate:
 
     Like llama-server without ``--jinja``, it takes string content only and refuses ``tools``.
     """
+
+    think_tags: ThinkTags | None = None
 
     def __init__(self, source: str, apply: Callable[[str, Sequence[tuple[str, str]], bool], str]) -> None:
         self.source = source

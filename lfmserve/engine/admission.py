@@ -46,7 +46,7 @@ class Admission:
         self._step = step
         self._stats = stats
         self._similarity = config.slot_similarity
-        self._limits = Limits(memory.n_ctx_slot, model.eog_tokens)
+        self._limits = Limits(memory.n_ctx_slot, model.eog_tokens, context_shift=memory.shifts_context)
         newline = model.tokenize("\n", add_special=False, parse_special=False)
         self._newline = newline[0] if len(newline) == 1 else None
 
@@ -78,6 +78,7 @@ class Admission:
             self._memory.n_ctx_slot,
             constraint=request.constraint,
             n_probs=request.n_probs,
+            post_sampling=request.post_sampling_probs,
         )
         gen = Generation(submission, slot, sampler, limits=self._limits, piece=self._pieces(request), stats=self._stats)
         running[gen.id] = gen
@@ -97,6 +98,7 @@ class Admission:
                 media_ends=media_ends(request.media),
             )
         gen.t_prompt_start = time.perf_counter()  # the prompt's time counts from here, its memory prepared
+        gen.report_progress(gen.t_prompt_start)
         logger.debug(
             "request %d: slot %d, prompt %d tokens, %d reused (%s)",
             gen.id,

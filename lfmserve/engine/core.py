@@ -38,7 +38,7 @@ from .generation import Generation, Submission
 from .media import MediaEncoder, spans_match_prompt
 from .memory import SlotMemory
 from .prompt_cache import RamPromptCache
-from .records import EngineConfig, EngineRequest, EngineStats
+from .records import EngineConfig, EngineRequest, EngineStats, SlotTask
 from .scheduler import Slot
 from .speculation.draft_model import DraftModel
 from .speculation.speculator import Speculator
@@ -68,6 +68,9 @@ class Engine:
         self.n_ctx = self._ctx.n_ctx
         self.stats = EngineStats()
         self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints)
+        if projector is not None and self._memory.shifts_context:
+            logger.warning("--context-shift is not supported with a multimodal projector: it is off")
+            self._memory.shifts_context = False  # a media chunk's positions cannot be cut in half
         self.n_ctx_slot = self._memory.n_ctx_slot
         #: Media chunks' embeddings (None without a projector: such requests are refused).
         self.media = (
@@ -77,7 +80,9 @@ class Engine:
         )
         #: ``--embeddings``: inputs embedded on a second context, between generation steps.
         self.embeddings = (
-            EmbeddingQueue(self._embedding_context(model, config), self.media, lambda: bool(self._running))
+            EmbeddingQueue(
+                self._embedding_context(model, config), self.media, lambda: bool(self._running), stats=self.stats
+            )
             if config.embeddings
             else None
         )
@@ -92,6 +97,8 @@ class Engine:
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
         self._waiting: list[Submission] = []
         self._running: dict[int, Generation] = {}
+        #: The generation each slot runs, or ran last (``/slots`` shows its settings, as llama-server does).
+        self._slot_generations: dict[int, Generation] = {}
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         #: Taken to queue a command: once ``close`` has queued the stop, nothing more is queued after it.
         self._lock = threading.Lock()
@@ -210,8 +217,18 @@ class Engine:
 
     def slot_request(self, slot_id: int) -> EngineRequest | None:
         """The request a slot is running, if any."""
-        slot = self._memory.slots[slot_id]
-        return next((g.request for g in list(self._running.values()) if g.slot is slot and not g.done), None)
+        gen = self._slot_generations.get(slot_id)
+        return gen.request if gen is not None and not gen.done else None
+
+    def slot_task(self, slot_id: int) -> SlotTask | None:
+        """What ``/slots`` shows of the request slot ``slot_id`` runs, or ran last; None before its first."""
+        gen = self._slot_generations.get(slot_id)
+        if gen is None:
+            return None
+        if gen.done:
+            return SlotTask(gen.id, gen.request)
+        n_processed = len(gen.slot.tokens) - gen.n_cached if gen.prefilling else gen.timings.prompt_n
+        return SlotTask(gen.id, gen.request, True, n_processed, gen.n_cached, gen.n_decoded, gen.has_new_line)
 
     def slot_tokens(self, slot_id: int) -> list[int]:
         """A copy of the tokens slot ``slot_id`` holds in memory (its prompt cache)."""
@@ -369,6 +386,7 @@ class Engine:
                     continue
                 slot, plan = placed
                 self._admission.start(submission, slot, plan, self._running)
+                self._slot_generations[slot.id] = self._running[submission.id]
             except Exception as exc:
                 logger.exception("request %d could not start", submission.id)
                 self._fail_start(submission, slot, exc if isinstance(exc, EngineError) else EngineError(str(exc)))

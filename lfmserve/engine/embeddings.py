@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,7 +26,7 @@ import numpy.typing as npt
 from ..errors import EngineError, InvalidRequest
 from ..llama.embedding import EmbeddingContext
 from .media import MediaEncoder, spans_match_prompt
-from .records import MediaSpan
+from .records import EngineStats, MediaSpan
 
 Vector = npt.NDArray[np.float32]
 #: Inputs one request may hold (OpenAI's limit): a request is embedded whole before the next one starts.
@@ -147,8 +148,12 @@ class EmbeddingQueue:
         context: EmbeddingContext,
         encoder: MediaEncoder | None = None,
         generating: Callable[[], bool] = lambda: False,
+        *,
+        stats: EngineStats | None = None,
     ) -> None:
         self.context = context
+        #: The engine's counters: an input's tokens are prompt tokens decoded, as llama-server counts them.
+        self._stats = stats if stats is not None else EngineStats()
         #: The generation's media encoder: media in embedding inputs share its cache of projector output.
         self.encoder = encoder
         #: Whether generations are running: a media item is then encoded beside them, as a chat's is.
@@ -200,14 +205,18 @@ class EmbeddingQueue:
     def _run_group(self, job: _Job) -> None:
         group = job.groups[0]
         spans = job.request.spans(group.start)
-        if spans:
-            pieces = self._pieces(job.request.inputs[group.start], spans)  # may wait for an encode beside
-            job.groups.popleft()
+        # may wait for an encode beside (the group then stays queued)
+        pieces = self._pieces(job.request.inputs[group.start], spans) if spans else None
+        job.groups.popleft()
+        t0 = time.perf_counter()
+        if pieces is not None:
             rows = [self.context.embed_pieces(pieces)]
         else:
-            job.groups.popleft()
             rows = self.context.embed([job.request.inputs[i] for i in group])
         self.n_decodes += 1
+        self._stats.n_decode_calls += 1
+        self._stats.n_prompt_tokens += sum(len(job.request.inputs[i]) for i in group)
+        self._stats.prompt_seconds += time.perf_counter() - t0
         pooled = self.context.pooling != "none"
         job.vectors += [normalized(row, job.request.normalize) if pooled else row for row in rows]
 

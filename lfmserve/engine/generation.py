@@ -19,7 +19,16 @@ import numpy.typing as npt
 
 from ..llama.context import NativeContext
 from .detokenizer import StreamingDetokenizer
-from .records import EngineOutput, EngineRequest, EngineStats, FinishReason, MediaSpan, StopType, Timings
+from .records import (
+    EngineOutput,
+    EngineRequest,
+    EngineStats,
+    FinishReason,
+    MediaSpan,
+    PromptProgress,
+    StopType,
+    Timings,
+)
 from .sampling import Sampler
 from .scheduler import Slot
 from .speculation import Acceptance
@@ -47,6 +56,8 @@ class Limits:
 
     n_ctx_slot: int
     end_tokens: frozenset[int]
+    #: A full slot drops its older half and generation goes on (``--context-shift``), instead of stopping.
+    context_shift: bool = False
 
 
 class Generation:
@@ -95,6 +106,10 @@ class Generation:
         self.unverified: tuple[int, ...] = ()
         self._unverified_kept = 0
         self.n_decoded = 0
+        #: The slot's context ran out (generation stopped there, or older tokens were dropped to go on).
+        self.truncated = False
+        #: The text generated so far has a line break (``/slots`` shows it, as llama-server does).
+        self.has_new_line = False
         #: Where prefilling stops to checkpoint: (position, is a message boundary).
         self.checkpoints_due: list[tuple[int, bool]] = []
         #: The media chunk being prefilled and its embedding rows (held: the cache may drop them meanwhile).
@@ -125,32 +140,48 @@ class Generation:
     def prefilling(self) -> bool:
         return not self.done and self.pending_token is None
 
+    def time_prompt(self, now: float) -> None:
+        """The prompt's timings, as far as it is in the slot's memory: llama-server advances them after each
+        batch, so progress reports and per-token timings show them grow."""
+        self.timings.prompt_n = len(self.slot.tokens) - self.n_cached
+        self.timings.prompt_ms = 1e3 * (now - self.t_prompt_start)
+
     def prompt_done(self, now: float) -> None:
         """The whole prompt is in the slot's memory: generation starts now (or ends, for a prefill-only request)."""
-        self.timings.prompt_n = len(self.prompt) - self.n_cached
-        self.timings.prompt_ms = 1e3 * (now - self.t_prompt_start)
-        self._stats.n_prompt_tokens += self.timings.prompt_n
-        self._stats.prompt_seconds += now - self.t_prompt_start
-        self._t_generation_start = now
+        self.time_prompt(now)
         if self.request.max_tokens == 0:
             self._finish("", (), "length", "limit")
+
+    def report_progress(self, now: float) -> None:
+        """``return_progress``: how far the prefill is, as an output without text (llama-server's progress)."""
+        if self.request.return_progress:
+            elapsed_ms = 1e3 * (now - self.t_prompt_start)
+            progress = PromptProgress(len(self.prompt), self.n_cached, len(self.slot.tokens), elapsed_ms)
+            self._sink.put(replace(self._output("", ()), progress=progress))
 
     def sample(self, ctx: NativeContext, stored_logits: npt.NDArray[np.float32] | None = None) -> None:
         """Sample the next token from this step's logits (or kept ones) and emit its text, or finish."""
         token = self.sampler.sample(ctx, self.batch_index, stored_logits)
+        now = time.perf_counter()
         self.n_decoded += 1
+        if self.n_decoded == 1:  # generation's time runs from its first token, which the prompt's decode gave
+            self._t_generation_start = now
         self.timings.predicted_n = self.n_decoded
-        self.timings.predicted_ms = 1e3 * (time.perf_counter() - self._t_generation_start)
+        self.timings.predicted_ms = 1e3 * (now - self._t_generation_start)
         detokenizer, stopper = self._detokenizer, self._stopper
         if token in self._limits.end_tokens and not self.request.sampling.ignore_eos:
             self._finish(detokenizer.flush() + stopper.flush(), (token,), "stop", "eos")
             return
         text, stop_word = stopper.feed(detokenizer.add(token))
+        self.has_new_line |= "\n" in text
+        # The pending token takes the slot's last free cell: nothing may follow it, unless the context shifts.
+        full = len(self.slot.tokens) + 1 >= self._limits.n_ctx_slot and not self._limits.context_shift
+        self.truncated |= full
         if stop_word is not None:
             self._finish(text, (token,), "stop", "word", stop_word)
         elif self.sampler.grammar_finished:
             self._finish(text + self._drain(), (token,), "stop", "eos")
-        elif self.n_decoded == self.request.max_tokens or len(self.slot.tokens) + 1 >= self._limits.n_ctx_slot:
+        elif self.n_decoded == self.request.max_tokens or full:
             self._finish(text + self._drain(), (token,), "length", "limit")
         else:
             self.pending_token = token
@@ -214,6 +245,7 @@ class Generation:
         last = self._output(text, tokens, reason, stop_type, stopping_word)
         t = self.timings
         self._stats.n_predicted_tokens += self.n_decoded
+        self._stats.n_predicted_steps += t.n_predicted_steps
         self._stats.predicted_seconds += t.predicted_ms / 1e3
         logger.info(
             "request %d done: slot %d, prompt %d (cached %d), completion %d, ttft %.0f ms, %.1f tok/s (%s)",
@@ -250,6 +282,7 @@ class Generation:
             finish_reason=finish_reason,
             stop_type=stop_type,
             stopping_word=stopping_word,
+            truncated=self.truncated,
         )
 
     def _release(self) -> None:

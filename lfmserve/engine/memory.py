@@ -1,4 +1,5 @@
-"""What each slot's memory holds, and every way it changes: reuse plans, checkpoints, RAM parking, KV shifting, files.
+"""What each slot's memory holds, and every way it changes: reuse plans, checkpoints, RAM parking, KV and
+context shifting, files.
 
 The slots are sequences of one shared llama context. A request starts from the longest prefix it can
 reuse exactly (``scheduler.plan_reuse``): its own slot's memory, another slot's (the KV cells are
@@ -14,12 +15,14 @@ import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Literal
 
 from ..errors import EngineError, InvalidRequest, Unavailable
 from ..llama.context import NativeContext
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineStats
 from .scheduler import CachedSequence, Checkpoint, ReusePlan, Slot, common_prefix_length, plan_reuse, shifted_chunks
+from .slot_file import PACKED_OVERHEAD, pack_tokens, unpack_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +36,20 @@ class SlotMemory:
         self._config = config
         self._stats = stats
         #: Each slot's limit: the context divided among the slots, as llama-server's -np.
-        self.n_ctx_slot = ctx.n_ctx // config.n_slots
+        self.n_ctx_slot: int = ctx.n_ctx // config.n_slots
         self.slots = tuple(Slot(i, n_ctx=self.n_ctx_slot) for i in range(config.n_slots))
         self.ram = RamPromptCache(config.cache_ram_bytes)
         #: The memory can drop a sequence's tail by position (no recurrent state, no sliding window).
         self.can_truncate = exact_truncation
         #: ``--cache-reuse`` applies to attention-only models whose memory can shift (not hybrid or SWA ones).
         self.shifts_kv = config.cache_reuse > 0 and exact_truncation and ctx.can_shift
+        #: ``--context-shift``, on the same models (the engine turns it off beside a projector, as llama-server).
+        self.shifts_context = config.context_shift and exact_truncation and ctx.can_shift
+        if config.context_shift and not self.shifts_context:
+            logger.warning("--context-shift is not supported by this model's memory: it is off")
+        if config.cache_idle_slots and self.ram.max_bytes > 0:
+            # llama-server's log line, tag included: its test suite looks for it.
+            logger.debug("idle slots go to the RAM cache when a request starts (__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__)")
 
     # -- starting a request ----------------------------------------------------------------------
     def plan(self, slot: Slot, prompt: Sequence[int], *, cache_prompt: bool, needs_logits: bool) -> ReusePlan:
@@ -81,6 +91,7 @@ class SlotMemory:
         elif plan.source == "ram":
             entry = plan.ram_entry
             assert entry is not None
+            logger.debug("slot %d: updating prompt cache: %d tokens back from RAM", slot.id, plan.keep)
             self.reset(slot)
             self._ctx.set_state(slot.id, entry.state, partial=False)
             slot.tokens = list(entry.tokens)
@@ -112,6 +123,24 @@ class SlotMemory:
             self._stats.n_shifted_tokens += n_past - keep
         return n_past
 
+    def shift_context(self, slot: Slot) -> int:
+        """``--context-shift``: drop the older half of the slot's tokens after the first (the BOS, which
+        attention leans on) and move the rest back; returns how many were dropped.
+
+        llama-server's rule (``n_keep`` 0, ``n_discard`` half of what follows): the kept keys are re-rotated
+        to their new positions, an approximation (they were computed after the dropped ones).
+        """
+        n_keep = min(self.n_ctx_slot - 4, 1 if self._ctx.model.info.add_bos else 0)
+        n_left = len(slot.tokens) - n_keep
+        n_discard = max(0, min(n_left // 2, n_left - 1))
+        if not self._ctx.seq_rm(slot.id, n_keep, n_keep + n_discard):
+            raise EngineError(f"could not shift the context of slot {slot.id}")
+        self._ctx.seq_shift(slot.id, n_keep + n_discard, len(slot.tokens), -n_discard)
+        del slot.tokens[n_keep : n_keep + n_discard]
+        slot.checkpoints = []
+        self._stats.n_context_shifts += 1
+        return n_discard
+
     def _truncate(self, slot: Slot, n_tokens: int) -> None:
         if not self._ctx.seq_rm(slot.id, n_tokens, -1):
             raise EngineError(f"could not truncate slot {slot.id} to {n_tokens} tokens")
@@ -137,27 +166,36 @@ class SlotMemory:
         sequence comes back from RAM with one copy; one that RAM cannot take (no RAM cache, or bigger than
         all of it) stays where it is rather than be lost.
         """
+        if not self._config.cache_idle_slots:
+            return
         for slot in self.slots:
-            if not slot.busy and slot.tokens and self._save_to_ram(slot):
+            if slot.busy or not slot.tokens:
+                continue
+            kept = self._save_to_ram(slot)
+            if kept == "saved":
+                # llama-server's log line, tag included: its test suite looks for it.
+                logger.debug("slot %d: idle, saved to the RAM cache (__TEST_TAG_CACHE_IDLE_SLOT__)", slot.id)
+            if kept != "refused":
                 self.reset(slot)
 
-    def _save_to_ram(self, slot: Slot) -> bool:
-        """Keep a slot's sequence in host RAM before its memory is replaced (if it is worth keeping).
+    def _save_to_ram(self, slot: Slot) -> Literal["saved", "needless", "refused"]:
+        """Keep a slot's sequence in host RAM before its memory is replaced, if it is worth keeping.
 
-        False when the sequence is worth keeping but the RAM cache cannot take it (off, or too big).
+        ``needless``: too short to matter, or held already (by RAM or another slot); ``refused``: worth
+        keeping, but the RAM cache cannot take it (off, or too big).
         """
         if len(slot.tokens) < MIN_RAM_TOKENS or self.ram.covers(slot.tokens):
-            return True
+            return "needless"
         if any(o is not slot and common_prefix_length(o.tokens, slot.tokens) == len(slot.tokens) for o in self.slots):
-            return True  # another slot holds it all
+            return "needless"  # another slot holds it all
         if self.ram.max_bytes <= 0:
-            return False
+            return "refused"
         entry = CachedSequence(tuple(slot.tokens), self._ctx.get_state(slot.id, partial=False), tuple(slot.checkpoints))
         if not self.ram.put(entry):
-            return False
+            return "refused"
         self._stats.n_ram_saves += 1
         logger.debug("slot %d: %d tokens kept in RAM (%.1f MiB)", slot.id, len(slot.tokens), entry.n_bytes / 2**20)
-        return True
+        return "saved"
 
     # -- whole slots --------------------------------------------------------------------------------
     def reset(self, slot: Slot) -> None:
@@ -193,7 +231,7 @@ class SlotMemory:
         fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{name}.", suffix=".part")
         os.close(fd)
         try:
-            written = self._ctx.save_seq_file(slot.id, partial, slot.tokens)
+            written = self._ctx.save_seq_file(slot.id, partial, pack_tokens(slot.tokens))
             os.replace(partial, path)
         except IsADirectoryError:
             raise InvalidRequest(f"cannot save slot {slot_id} to {name}: it is a directory", param="filename") from None
@@ -203,18 +241,35 @@ class SlotMemory:
         return len(slot.tokens), written
 
     def restore_file(self, slot_id: int, path: str) -> tuple[int, int]:
-        """Load a saved sequence into an idle slot: (tokens restored, bytes read)."""
+        """Load a saved sequence into an idle slot: (tokens restored, bytes read).
+
+        A file that does not restore leaves the slot empty (and usable), as llama-server does.
+        """
         slot = self.idle_slot(slot_id)
         name = os.path.basename(path)
         if os.path.islink(path) or not os.path.isfile(path):
             raise InvalidRequest(f"{name} is not a regular file in the slot folder", param="filename")
         self.reset(slot)
         try:
-            tokens, n_read = self._ctx.load_seq_file(slot.id, path, slot.n_ctx)
-        except EngineError:
+            tokens, n_read = self._load_file(slot, path)
+        except InvalidRequest:
             self.reset(slot)
-            raise InvalidRequest(
-                f"{name} is not a saved slot of this model, or it is larger than slot {slot_id}", param="filename"
-            ) from None
+            raise
         slot.tokens = tokens
         return len(tokens), n_read
+
+    def _load_file(self, slot: Slot, path: str) -> tuple[list[int], int]:
+        """The slot file's state, loaded into the slot's sequence, and its tokens, checked as llama-server does."""
+        try:
+            words, n_read = self._ctx.load_seq_file(slot.id, path, slot.n_ctx + PACKED_OVERHEAD)
+        except EngineError:
+            raise InvalidRequest(
+                f"{os.path.basename(path)} is not a saved slot of this model, or it is larger than slot {slot.id}",
+                param="filename",
+            ) from None
+        tokens = unpack_tokens(words)
+        if len(tokens) > slot.n_ctx:
+            raise InvalidRequest("Unable to restore slot: Restored prompt does not fit in the slot context")
+        if any(t >= self._ctx.model.n_vocab for t in tokens):  # negative ids are media positions (``slot_file``)
+            raise InvalidRequest("Unable to restore slot: Invalid tokens in slot save file", param="filename")
+        return tokens, n_read

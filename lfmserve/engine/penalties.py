@@ -21,9 +21,7 @@ from .records import SamplingParams
 
 class LogitAdjuster:
     def __init__(self, params: SamplingParams, *, n_ctx: int, eog_tokens: Iterable[int] = ()) -> None:
-        biases = list(params.logit_bias)
-        if params.ignore_eos:  # llama-server bans end-of-generation tokens the same way
-            biases += [(t, float("-inf")) for t in eog_tokens]
+        biases = params.applied_logit_bias(eog_tokens)
         self._bias_ids = np.array([t for t, _ in biases], dtype=np.int64)
         with np.errstate(over="ignore"):  # a bias beyond float32's range is infinite, as llama.cpp's float is
             self._bias_values = np.array([b for _, b in biases], dtype=np.float32)

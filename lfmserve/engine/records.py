@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Protocol
 
@@ -44,11 +45,21 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.temperature <= 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        """The settings as llama-server shows them; a banned token's bias is ``false``, the form it is sent in
-        (minus infinity is not JSON)."""
+    def applied_logit_bias(self, eog_tokens: Iterable[int]) -> tuple[tuple[int, float], ...]:
+        """The biases sampling applies: the request's, then under ``ignore_eos`` minus infinity for each end of
+        generation token, in id order (llama-server adds them to the request's ``logit_bias`` so)."""
+        if not self.ignore_eos:
+            return self.logit_bias
+        return self.logit_bias + tuple((token, float("-inf")) for token in sorted(eog_tokens))
+
+    def to_json(self, eog_tokens: Iterable[int] = ()) -> dict[str, Any]:
+        """The settings as llama-server shows them, the model's ``eog_tokens`` among the biases under
+        ``ignore_eos``; a banned token's bias is ``null``, as llama-server's JSON writes minus infinity."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["logit_bias"] = [[token, False if bias == float("-inf") else bias] for token, bias in self.logit_bias]
+        out["logit_bias"] = [
+            {"bias": None if bias == float("-inf") else bias, "token": token}
+            for token, bias in self.applied_logit_bias(eog_tokens)
+        ]
         return out
 
     def updated(self, overrides: Mapping[str, Any]) -> SamplingParams:
@@ -133,8 +144,12 @@ class EngineRequest:
     constraint: TokenConstraint | None = field(default=None, compare=False)
     #: Report the ``n_probs`` most likely tokens (and the chosen one's log-probability) at each step.
     n_probs: int = 0
+    #: Report the probabilities the sampler chain leaves (llama-server's ``post_sampling_probs``), not the model's.
+    post_sampling_probs: bool = False
     #: Most tokens drafted per step for this request (None: the server's; 0: no speculation).
     draft_max: int | None = None
+    #: Report the prefill as it goes: an output with ``progress`` when it starts and after each prompt chunk.
+    return_progress: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +184,29 @@ class Timings:
             "prompt_per_second": 1e3 * self.prompt_n / self.prompt_ms if self.prompt_ms > 0 else 0.0,
             "predicted_n": self.predicted_n,
             "predicted_ms": self.predicted_ms,
-            "predicted_per_token_ms": self.predicted_ms / self.predicted_n if self.predicted_n else 0.0,
-            "predicted_per_second": 1e3 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else 0.0,
+            "predicted_per_token_ms": self.predicted_ms / self.n_predicted_steps if self.n_predicted_steps else 0.0,
+            "predicted_per_second": 1e3 * self.n_predicted_steps / self.predicted_ms if self.predicted_ms > 0 else 0.0,
         }
+
+    @property
+    def n_predicted_steps(self) -> int:
+        """Decode steps the generation took: the first token comes with the prompt's last batch, for free, so
+        the rates count from it (``predicted_ms`` runs from the first token to the last, as llama-server's)."""
+        return max(self.predicted_n - 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptProgress:
+    """How far a prompt's prefill is (llama-server's ``prompt_progress``): positions in all, reused from the
+    cache, and in the slot's memory now (the reused ones included)."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "cache": self.cache, "processed": self.processed, "time_ms": self.time_ms}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,12 +223,37 @@ class EngineOutput:
     finish_reason: FinishReason | None = None
     stop_type: StopType | None = None
     stopping_word: str = ""
+    #: The slot's context ran out: generation stopped there, or (``--context-shift``) older tokens were dropped.
+    truncated: bool = False
     #: One entry per token in ``token_ids`` when the request asked for probabilities.
     logprobs: tuple[TokenLogprob, ...] = ()
+    #: Set on the prefill's reports (``return_progress``), which carry no text.
+    progress: PromptProgress | None = None
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotTask:
+    """The request a slot runs, or ran last, and its progress, as ``/slots`` shows them.
+
+    Once it has finished, its counters read zero: llama-server resets them when the slot is released.
+    """
+
+    id_task: int
+    request: EngineRequest
+    running: bool = False
+    n_prompt_processed: int = 0
+    n_prompt_cached: int = 0
+    n_decoded: int = 0
+    has_new_line: bool = False
+
+    @property
+    def n_remain(self) -> int:
+        """Tokens left to generate; -1 without a limit or a running request (llama-server's ``n_remain``)."""
+        return self.request.max_tokens - self.n_decoded if self.running and self.request.max_tokens >= 0 else -1
 
 
 #: How an input's token embeddings become its vector (``--pooling``); ``none`` keeps a row per token.
@@ -234,6 +294,11 @@ class EngineConfig:
     cache_ram_bytes: int = 8192 * 2**20
     #: ``--cache-reuse``: shortest cached run moved by KV shifting (0 = off; attention-only models).
     cache_reuse: int = 0
+    #: ``--cache-idle-slots``: when a request starts, idle slots move to the RAM cache and leave the KV cache.
+    cache_idle_slots: bool = True
+    #: ``--context-shift``: a generation that fills its slot drops the older half of it and goes on
+    #: (attention-only models without a projector; otherwise it stops there, truncated).
+    context_shift: bool = False
     #: ``--media-cache``: bytes of projector output kept for media seen before (0 = off).
     media_cache_bytes: int = 256 * 2**20
     #: ``--embeddings``: a second context that embeds inputs, pooled as ``pooling`` says (None: the model's).
@@ -249,14 +314,26 @@ class EngineConfig:
 
 @dataclass(slots=True)
 class EngineStats:
-    """Counters since start, for /metrics and /slots (written by the engine thread only)."""
+    """Counters since start, for /metrics and /slots (written by the engine thread only).
 
+    The prompt and generation counters mean what llama-server's do: prompt tokens decoded (cached ones
+    apart) and the time of the decodes that held them; generated tokens, the decode steps they took (the
+    first token of each request costs none) and the time from each request's first token to its last.
+    """
+
+    #: When the engine started (Unix seconds): /metrics' ``Process-Start-Time-Unix``.
+    t_start: float = field(default_factory=time.time)
     n_prompt_tokens: int = 0
     prompt_seconds: float = 0.0
     n_predicted_tokens: int = 0
+    n_predicted_steps: int = 0
     predicted_seconds: float = 0.0
+    #: Decodes of token batches, generation's and embeddings' (as llama-server's, not media rows or drafts).
     n_decode_calls: int = 0
+    #: Busy slots summed over those decodes.
     n_busy_slots_sum: int = 0
+    #: The longest sequence a slot has held at a decode (prompt and generation).
+    n_tokens_max: int = 0
     n_requests: int = 0
     n_requests_deferred: int = 0
     n_cache_hits: int = 0
@@ -267,6 +344,8 @@ class EngineStats:
     n_ram_saves: int = 0
     n_ram_restores: int = 0
     n_shifted_tokens: int = 0
+    #: ``--context-shift``: times a full slot dropped its older half.
+    n_context_shifts: int = 0
     n_media_encodes: int = 0
     n_media_cache_hits: int = 0
     n_drafts: int = 0

@@ -31,9 +31,11 @@ class Sampler:
         *,
         constraint: TokenConstraint | None = None,
         n_probs: int = 0,
+        post_sampling: bool = False,
     ) -> None:
         self._constraint = constraint
         self._n_probs = n_probs
+        self._post_sampling = post_sampling and n_probs > 0
         #: The last sampled token's probabilities (when ``n_probs`` > 0).
         self.last_logprob: TokenLogprob | None = None
         self._adjuster = LogitAdjuster(params, n_ctx=n_ctx, eog_tokens=model.eog_tokens)
@@ -56,16 +58,17 @@ class Sampler:
         if logits is not None or self._adjuster.active or self._chain is None or constrained or self._n_probs:
             if logits is None:
                 logits = ctx.logits(batch_index)
-            if self._n_probs:
+            if self._n_probs and not self._post_sampling:
                 raw = logits.copy()  # probabilities are the model's, before bias, penalties and grammar
             self._adjuster.apply(logits)
             if constrained:
                 self._constraint.apply(logits)  # type: ignore[union-attr]
+        kept = None
         if self._chain is None:
             assert logits is not None  # greedy always reads the row
             token = int(np.argmax(logits))
-        elif stored_logits is not None:
-            token = self._chain.sample_array(stored_logits)
+        elif logits is not None and (stored_logits is not None or self._post_sampling):
+            token, kept = self._chain.sample_candidates(logits)
         else:
             token = self._chain.sample(ctx, batch_index)
         self._adjuster.accept(token)
@@ -73,6 +76,8 @@ class Sampler:
             self._constraint.accept(token)
         if raw is not None:
             self.last_logprob = token_logprob(raw, token, self._n_probs)
+        elif self._post_sampling:
+            self.last_logprob = kept_logprob(kept, token, self._n_probs)
         return token
 
     def close(self) -> None:
@@ -91,3 +96,16 @@ def token_logprob(logits: npt.NDArray[np.float32], token: int, n_top: int) -> To
     return TokenLogprob(
         token, float(logits[token]) - log_total, tuple((int(t), float(logits[t]) - log_total) for t in top)
     )
+
+
+def kept_logprob(kept: npt.NDArray[np.void] | None, token: int, n_top: int) -> TokenLogprob:
+    """``token``'s log-probability among the candidates the chain kept, and the ``n_top`` most likely of them,
+    those it gave no probability left out (as llama-server leaves them out). ``kept`` is None for greedy
+    sampling, where llama-server's chain leaves the chosen token alone, with probability 1."""
+    if kept is None:
+        return TokenLogprob(token, 0.0, ((token, 0.0),))
+    with np.errstate(divide="ignore"):
+        logs = np.log(kept["p"].astype(np.float64))
+    chosen = float(logs[kept["id"] == token][0])
+    order = np.lexsort((kept["id"], -kept["p"]))[: min(n_top, kept.size)]
+    return TokenLogprob(token, chosen, tuple((int(kept["id"][i]), float(logs[i])) for i in order if kept["p"][i] > 0))

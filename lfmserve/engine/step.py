@@ -59,6 +59,8 @@ class BatchStep:
         """
         batch = self._ctx.batch
         batch.clear()
+        if self._memory.shifts_context:
+            self._shift_full_slots(running)
         if self.speculator is not None:
             self.speculator.plan([g for g in running if g.pending_token is not None], batch.capacity)
         for gen in running:
@@ -81,7 +83,7 @@ class BatchStep:
         decoded = batch.n_tokens > 0
         if decoded and self._recurrent:
             self._snapshot_drafting(running)
-        if decoded and self._decode(batch, running):
+        if decoded and self._decode(batch, running, n_prompt=sum(n for _, n in prefill_chunks)):
             for gen, n in prefill_chunks:
                 self.after_prompt_chunk(gen, n, time.perf_counter())
             for gen in running:
@@ -95,10 +97,21 @@ class BatchStep:
                     else:
                         gen.sample(self._ctx)
                         gen.observe_unverified()
+            self._note_lengths(running)
         if self._encoder is not None and budget > 0:
             beside = self._encoder.can_encode_beside and (streaming or len(running) > 1)
             decoded |= self._run_media(running, budget, streaming=streaming, beside=beside)
         return decoded
+
+    def _shift_full_slots(self, running: Sequence[Generation]) -> None:
+        """``--context-shift``: a generation whose pending token would take its slot's last cell drops the
+        older half of what follows the kept start, and goes on (llama-server's ``pre_decode``)."""
+        for gen in running:
+            if gen.pending_token is not None and len(gen.slot.tokens) + 1 >= self._memory.n_ctx_slot:
+                n_discard = self._memory.shift_context(gen.slot)
+                gen.truncated = True
+                gen.drafters = None  # some index the history by position: rebuilt from the shifted one
+                logger.debug("request %d: context shift dropped %d tokens of slot %d", gen.id, n_discard, gen.slot.id)
 
     # -- speculation ------------------------------------------------------------------------------
     def _snapshot_drafting(self, running: Sequence[Generation]) -> None:
@@ -143,10 +156,13 @@ class BatchStep:
         if not self._ctx.seq_rm(seq, kept, -1):
             raise EngineError(f"could not roll back slot {seq} to {kept} tokens after a draft")
 
-    def _decode(self, batch: Batch, running: Sequence[Generation]) -> bool:
-        """Decode ``batch``; a failure fails every running generation (False).
+    def _decode(self, batch: Batch, running: Sequence[Generation], *, n_prompt: int) -> bool:
+        """Decode ``batch``, which holds ``n_prompt`` prompt positions; a failure fails every running
+        generation (False).
 
-        While an encode runs beside, its threads are lent to it; once it has finished, they are back.
+        While an encode runs beside, its threads are lent to it; once it has finished, they are back. The
+        prompt's metrics count the positions decoded and the time of the decodes that held them; a token
+        batch counts as a decode (media rows do not, as in llama-server's ``n_decode_total``).
         """
         if self._encoder is not None:
             self._ctx.lend_threads(self._encoder.projector.side_threads if self._encoder.encoding_beside else 0)
@@ -159,8 +175,13 @@ class BatchStep:
                 self._memory.reset(gen.slot)
                 gen.fail(exc)
             return False
-        self._stats.n_decode_calls += 1
-        self._stats.n_busy_slots_sum += len(running)
+        stats = self._stats
+        if n_prompt:
+            stats.n_prompt_tokens += n_prompt
+            stats.prompt_seconds += time.perf_counter() - t0
+        if batch is self._ctx.batch:
+            stats.n_decode_calls += 1
+            stats.n_busy_slots_sum += sum(1 for slot in self._memory.slots if slot.busy)
         logger.debug(
             "step: %d %s (%d sequences) in %.1f ms",
             batch.n_tokens,
@@ -169,6 +190,10 @@ class BatchStep:
             1e3 * (time.perf_counter() - t0),
         )
         return True
+
+    def _note_lengths(self, running: Sequence[Generation]) -> None:
+        """After a decode: the longest sequence a slot holds (``n_tokens_max``: prompt and generation)."""
+        self._stats.n_tokens_max = max(self._stats.n_tokens_max, *(len(gen.slot.tokens) for gen in running))
 
     def _add_prompt_chunk(self, gen: Generation, room: int) -> int:
         """Add up to ``room`` prompt tokens, stopping at the next checkpoint position or media chunk."""
@@ -216,7 +241,7 @@ class BatchStep:
                 gen.batch_index = index
             budget -= n
             chunks.append((gen, n))
-        if not chunks or not self._decode(batch, running):
+        if not chunks or not self._decode(batch, running, n_prompt=sum(n for _, n in chunks)):
             return progressed or bool(chunks)
         now = time.perf_counter()
         for gen, n in chunks:
@@ -225,6 +250,7 @@ class BatchStep:
                 gen.media_rows = None
             if gen.batch_index >= 0 and not gen.done:
                 gen.sample(self._ctx)
+        self._note_lengths(running)
         return True
 
     def _take_rows(self, gen: Generation, span: MediaSpan, *, beside: bool, may_encode: bool) -> tuple[bool, bool]:
@@ -264,6 +290,9 @@ class BatchStep:
         slot = gen.slot
         done = len(slot.tokens)
         slot.tokens.extend(gen.prompt[done : done + n])
+        if n > 0:
+            gen.time_prompt(now)
+            gen.report_progress(now)
         if gen.checkpoints_due and gen.checkpoints_due[0][0] == len(slot.tokens):
             _, boundary = gen.checkpoints_due.pop(0)
             self._memory.checkpoint(slot, boundary=boundary)

@@ -217,6 +217,12 @@ class NativeModel:
         """The token's text with special tokens rendered (``<|im_end|>``)."""
         return self.token_to_piece(token, special=True).decode("utf-8", "replace")
 
+    def join_pieces(self, tokens: Sequence[int]) -> str:
+        """The pieces of ``tokens`` (special tokens spelled out) joined as they are: llama-server's
+        ``tokens_to_str``, which /detokenize answers with. Unlike :meth:`detokenize`, the vocabulary's
+        clean-up of spaces (``"France ?"`` -> ``"France?"``) is not applied, so text round-trips."""
+        return b"".join(self.token_to_piece(token, special=True) for token in tokens).decode("utf-8", "replace")
+
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         """The text of ``tokens``, which must all be vocabulary ids (llama.cpp aborts the process on others)."""
         if not tokens:
@@ -266,6 +272,14 @@ class NativeModel:
         if self._model:
             llama.llama_model_free(self._model)
             self._model = None
+
+
+def builtin_template_names() -> frozenset[str]:
+    """The names llama.cpp's built-in chat formats answer to (``--chat-template llama3``)."""
+    n = llama.llama_chat_builtin_templates(None, 0)
+    names = (ctypes.c_char_p * n)()
+    llama.llama_chat_builtin_templates(names, n)
+    return frozenset(name.decode() for name in names if name is not None)
 
 
 def model_file_problem(path: str, what: str = "model") -> str | None:

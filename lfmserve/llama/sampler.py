@@ -16,7 +16,7 @@ import numpy.typing as npt
 from .context import NativeContext
 
 #: ``llama_token_data``: a candidate token for the samplers.
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 
 class ChainSettings(Protocol):
@@ -49,9 +49,11 @@ class SamplerChain:
         """A token from the logits the last decode left at ``batch_index`` (as adjusted in place)."""
         return int(llama.llama_sampler_sample(self._chain, ctx.handle, batch_index))
 
-    def sample_array(self, logits: npt.NDArray[np.float32]) -> int:
-        """What :meth:`sample` does, for logits that are not in the context (kept from an earlier decode)."""
-        candidates = np.zeros(self._n_vocab, dtype=_TOKEN_DATA)
+    def sample_candidates(self, logits: npt.NDArray[np.float32]) -> tuple[int, npt.NDArray[np.void]]:
+        """What :meth:`sample` does, for logits outside the context (kept from an earlier decode, or wanted with
+        the candidates): the token, and the candidates the chain kept (``id``, ``logit``, ``p``) with the
+        probabilities its last sampler gave them, llama-server's post-sampling probabilities."""
+        candidates = np.zeros(self._n_vocab, dtype=TOKEN_DATA)
         candidates["id"] = np.arange(self._n_vocab, dtype=np.int32)
         candidates["logit"] = logits
         array = llama.llama_token_data_array(
@@ -61,9 +63,10 @@ class SamplerChain:
             sorted=False,
         )
         llama.llama_sampler_apply(self._chain, ctypes.byref(array))
-        token = int(array.data[array.selected].id)
+        kept = candidates[: array.size]  # the samplers shrink and reorder the array in place
+        token = int(kept["id"][array.selected])
         llama.llama_sampler_accept(self._chain, token)
-        return token
+        return token, kept
 
     def close(self) -> None:
         if self._chain:

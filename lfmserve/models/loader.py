@@ -14,13 +14,13 @@ from typing import Literal, cast
 
 from ..chat.media import process_media_marker
 from ..chat.serving import Serving
-from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate
+from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate, Reasoning
 from ..engine.core import Engine
 from ..engine.records import EngineConfig, KvCacheOptions, Pooling, ResolvedDefaults
 from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig
 from ..errors import EngineError, LfmError
 from ..llama.backend import build_info
-from ..llama.model import NativeModel, model_file_problem
+from ..llama.model import NativeModel, builtin_template_names, model_file_problem
 from ..llama.mtmd import Projector
 from ..media.sources import MediaPolicy
 from ..settings import DEFAULT_HF_REPO, Settings
@@ -90,17 +90,28 @@ def sampling_defaults(settings: Settings, model: NativeModel) -> ResolvedDefault
 
 
 def chat_template(settings: Settings, model: NativeModel) -> ChatFormatter:
-    """``--chat-template-file`` > the GGUF's template > ChatML (llama-server's fallback).
+    """``--chat-template-file`` > ``--chat-template`` > the GGUF's template > ChatML (llama-server's fallback).
 
-    With ``--no-jinja`` the template is matched to one of llama.cpp's built-in formats instead.
+    ``--chat-template`` is Jinja source, or one of llama.cpp's built-in names: ``chatml`` is the Jinja ChatML
+    (as in llama-server), the others llama.cpp's built-in format, with or without ``--jinja``, where
+    llama-server would print the name as a template's text. With ``--no-jinja`` the template is matched to
+    one of those built-in formats. ``--reasoning`` (``--reasoning-format nothink``: off) sets the template's
+    ``enable_thinking``.
     """
     if settings.chat_template_file:
         source = Path(settings.chat_template_file).read_text(encoding="utf-8")
     else:
-        source = model.info.chat_template or ("chatml" if not settings.jinja else CHATML_TEMPLATE)
-    if not settings.jinja:
+        source = settings.chat_template or model.info.chat_template or "chatml"
+    builtin = source in builtin_template_names() and source != "chatml"
+    if not settings.jinja or builtin:
         return BuiltinTemplate(source, lambda s, m, add: model.apply_builtin_template(s, m, add_assistant=add))
-    return ChatTemplate(source, bos_token=model.info.bos_token, eos_token=model.info.eos_token)
+    reasoning = "off" if settings.reasoning_format == "nothink" else cast(Reasoning, settings.reasoning)
+    return ChatTemplate(
+        CHATML_TEMPLATE if source == "chatml" else source,
+        bos_token=model.info.bos_token,
+        eos_token=model.info.eos_token,
+        reasoning=reasoning,
+    )
 
 
 def engine_config(settings: Settings, draft_model: str | None = None) -> EngineConfig:
@@ -111,6 +122,8 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         max_checkpoints=settings.ctx_checkpoints,
         cache_ram_bytes=settings.cache_ram * 2**20,
         cache_reuse=settings.cache_reuse,
+        cache_idle_slots=settings.cache_idle_slots,
+        context_shift=settings.context_shift,
         kv=KvCacheOptions(
             flash_attn=cast(Literal["auto", "on", "off"], settings.flash_attn),
             type_k=settings.cache_type_k,
@@ -239,6 +252,7 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
         embd_normalize=settings.embd_normalize,
         cache_prompt=settings.cache_prompt,
         reverse_prompts=settings.reverse_prompt,
+        verbose=settings.verbose,
         media_policy=MediaPolicy(
             fetch=settings.media_fetch, fetch_private=settings.media_fetch_private, media_path=settings.media_path
         ),

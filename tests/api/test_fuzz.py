@@ -43,6 +43,7 @@ def fuzz_server(
             embeddings=True,
             pooling="mean",
             slot_save_path=str(save_dir),
+            props=True,
             max_body_bytes=2**20,
         )
     )
@@ -131,6 +132,8 @@ OPERATIONS = [
     "POST /v1/chat/completions",
     "POST /chat/completions",
     "POST /v1/chat/completions/input_tokens",
+    "POST /chat/completions/input_tokens",
+    "POST /props",
     "POST /v1/completions",
     "GET /slots",
     "POST /slots/{id_slot}",

@@ -1,16 +1,24 @@
-"""What /slots and /metrics report, read from an engine's state and counters (a stand-in engine: no model)."""
+"""What /slots and /metrics report, read from an engine's state and counters: a stand-in engine (no model), then
+a real one over HTTP."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from prometheus_client import generate_latest
+import httpx
+import pytest
 
-from lfmserve.api.monitoring import metrics_registry, slots_json
+from lfmserve.api.monitoring import MetricsReporter, slots_json
 from lfmserve.engine.prompt_cache import RamPromptCache
-from lfmserve.engine.records import EngineConfig, EngineRequest, EngineStats, SamplingParams
+from lfmserve.engine.records import EngineConfig, EngineRequest, EngineStats, SamplingParams, SlotTask
 from lfmserve.engine.scheduler import CachedSequence, Checkpoint, Slot
 from lfmserve.engine.speculation import SpeculationConfig
+from lfmserve.settings import Settings
+from tests.conftest import ServerThread
 
 
 @dataclass
@@ -21,74 +29,171 @@ class _Engine:
     stats: EngineStats = field(default_factory=EngineStats)
     n_waiting: int = 0
     ram_cache: RamPromptCache = field(default_factory=lambda: RamPromptCache(1000))
-    requests: dict[int, EngineRequest] = field(default_factory=dict)
+    tasks: dict[int, SlotTask] = field(default_factory=dict)
     config: EngineConfig = field(default_factory=EngineConfig)
 
-    def slot_request(self, slot_id: int) -> EngineRequest | None:
-        return self.requests.get(slot_id)
+    def slot_task(self, slot_id: int) -> SlotTask | None:
+        return self.tasks.get(slot_id)
 
 
-def test_slots_show_each_slots_request_cache_and_checkpoints() -> None:
+def test_slots_show_llama_servers_fields_for_the_running_and_the_last_request() -> None:
     busy = Slot(0, n_ctx=512, tokens=[1, 2, 3, 4], busy=True)
-    busy.checkpoints = [Checkpoint(2, b"s" * 10, True), Checkpoint(4, b"t" * 10, False, b"l" * 8)]
+    busy.checkpoints = [Checkpoint(2, b"s" * 10, True), Checkpoint(4, b"t" * 10, False, b"l" * 8)]  # type: ignore[arg-type]
     engine = _Engine(
-        (busy, Slot(1, n_ctx=512)), config=EngineConfig(speculation=SpeculationConfig(types=("ngram-simple",)))
+        (busy, Slot(1, n_ctx=512), Slot(2, n_ctx=512, tokens=[1, 2])),
+        config=EngineConfig(speculation=SpeculationConfig(types=("ngram-simple",))),
     )
-    engine.requests[0] = EngineRequest(prompt_tokens=(1, 2, 3), sampling=SamplingParams(temperature=0.5), max_tokens=9)
+    request = EngineRequest(prompt_tokens=(1, 2, 3), sampling=SamplingParams(temperature=0.5), max_tokens=9, n_probs=2)
+    engine.tasks[0] = SlotTask(7, request, running=True, n_prompt_processed=2, n_prompt_cached=1, n_decoded=2)
+    engine.tasks[2] = SlotTask(5, request)  # finished: llama-server resets the counters, keeps the settings
     shown = slots_json(engine)  # type: ignore[arg-type]
+    params = {
+        **SamplingParams(temperature=0.5).to_json(),
+        "max_tokens": 9,
+        "n_predict": 9,
+        "n_probs": 2,
+        "speculative.types": "ngram-simple",
+    }
+    assert shown[0] == {
+        "id": 0,
+        "n_ctx": 512,
+        "speculative": True,
+        "is_processing": True,
+        "id_task": 7,
+        "n_prompt_tokens": 4,
+        "n_prompt_tokens_processed": 2,
+        "n_prompt_tokens_cache": 1,
+        "params": params,
+        "next_token": [{"has_next_token": True, "has_new_line": False, "n_remain": 7, "n_decoded": 2}],
+        "checkpoints": [
+            {"n_tokens": 2, "size": 10, "boundary": True, "logits": False},
+            {"n_tokens": 4, "size": 18, "boundary": False, "logits": True},
+        ],
+        "checkpoints_size": 28,
+    }
     assert shown[1] == {
         "id": 1,
         "n_ctx": 512,
         "speculative": True,
         "is_processing": False,
-        "params": {},
-        "n_prompt_tokens_cache": 0,
         "checkpoints": [],
         "checkpoints_size": 0,
     }
-    assert shown[0]["params"] == {**SamplingParams(temperature=0.5).to_json(), "n_predict": 9}
-    assert shown[0]["checkpoints"] == [
-        {"n_tokens": 2, "size": 10, "boundary": True, "logits": False},
-        {"n_tokens": 4, "size": 18, "boundary": False, "logits": True},
-    ]
-    assert (shown[0]["is_processing"], shown[0]["n_prompt_tokens_cache"], shown[0]["checkpoints_size"]) == (True, 4, 28)
+    assert shown[2]["id_task"] == 5 and shown[2]["n_prompt_tokens"] == 2 and shown[2]["params"] == params
+    assert shown[2]["next_token"] == [{"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}]
+    assert (shown[2]["n_prompt_tokens_processed"], shown[2]["n_prompt_tokens_cache"]) == (0, 0)
 
 
-def test_metrics_have_llama_servers_names_and_the_engines_counts() -> None:
+def _samples(text: str) -> dict[str, tuple[str, float]]:
+    """``{name: (type, value)}``, each sample checked to follow its own HELP and TYPE lines."""
+    lines = text.splitlines()
+    out = {}
+    for i in range(0, len(lines), 3):
+        help_line, type_line, sample = lines[i : i + 3]
+        name, value = sample.split(" ")
+        assert help_line.startswith(f"# HELP {name} ") and type_line.startswith(f"# TYPE {name} ")
+        out[name] = (type_line.split(" ")[3], float(value))
+    return out
+
+
+def test_metrics_are_llama_servers_list_in_its_order_then_lfmserves() -> None:
     stats = EngineStats(
+        t_start=1700000000.5,
         n_prompt_tokens=120,
         prompt_seconds=0.5,
+        n_cached_tokens=11,
         n_predicted_tokens=30,
+        n_predicted_steps=27,
         predicted_seconds=1.5,
         n_decode_calls=40,
         n_busy_slots_sum=60,
+        n_tokens_max=150,
         n_requests=5,
         n_cache_hits=2,
         n_shifted_tokens=7,
+        n_context_shifts=1,
         n_drafts=4,
         n_draft_tokens=22,
         n_draft_tokens_accepted=13,
     )
     engine = _Engine((Slot(0, busy=True), Slot(1)), stats=stats, n_waiting=3)
-    engine.ram_cache.put(CachedSequence((1, 2), b"x" * 64))
-    text = generate_latest(metrics_registry(engine)).decode()  # type: ignore[arg-type]
-    values = {
-        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and not line.startswith("#")
-    }
-    assert {name: values[name] for name in values if name.startswith("llamacpp:")} == {
-        "llamacpp:prompt_tokens_total": 120.0,
-        "llamacpp:prompt_seconds_total": 0.5,
-        "llamacpp:tokens_predicted_total": 30.0,
-        "llamacpp:tokens_predicted_seconds_total": 1.5,
-        "llamacpp:n_decode_total": 40.0,
-        "llamacpp:n_busy_slots_per_decode": 1.5,
-        "llamacpp:prompt_tokens_seconds": 240.0,
-        "llamacpp:predicted_tokens_seconds": 20.0,
-        "llamacpp:requests_processing": 1.0,
-        "llamacpp:requests_deferred": 3.0,
-        "llamacpp:spec_decode_num_draft_tokens_total": 22.0,
-        "llamacpp:spec_decode_num_accepted_tokens_total": 13.0,
-        "llamacpp:spec_decode_num_drafts_total": 4.0,
-    }
-    assert (values["lfmserve:requests_total"], values["lfmserve:prompt_cache_hits_total"]) == (5.0, 2.0)
-    assert (values["lfmserve:shifted_tokens_total"], values["lfmserve:ram_cache_bytes"]) == (7.0, 64.0)
+    engine.ram_cache.put(CachedSequence((1, 2), b"x" * 64))  # type: ignore[arg-type]
+    reporter = MetricsReporter(engine)  # type: ignore[arg-type]
+    samples = _samples(reporter.render())
+    assert [(name, kind, value) for name, (kind, value) in samples.items() if name.startswith("llamacpp:")] == [
+        ("llamacpp:prompt_tokens_total", "counter", 120.0),
+        ("llamacpp:prompt_tokens_cached_total", "counter", 11.0),
+        ("llamacpp:prompt_seconds_total", "counter", 0.5),
+        ("llamacpp:tokens_predicted_total", "counter", 30.0),
+        ("llamacpp:tokens_predicted_seconds_total", "counter", 1.5),
+        ("llamacpp:n_decode_total", "counter", 40.0),
+        ("llamacpp:n_tokens_max", "counter", 150.0),
+        ("llamacpp:spec_decode_num_draft_tokens_total", "counter", 22.0),
+        ("llamacpp:spec_decode_num_accepted_tokens_total", "counter", 13.0),
+        ("llamacpp:spec_decode_num_drafts_total", "counter", 4.0),
+        ("llamacpp:prompt_tokens_seconds", "gauge", 240.0),
+        ("llamacpp:predicted_tokens_seconds", "gauge", 18.0),  # 27 decode steps in 1.5 s: first tokens are free
+        ("llamacpp:requests_processing", "gauge", 1.0),
+        ("llamacpp:requests_deferred", "gauge", 3.0),
+        ("llamacpp:n_busy_slots_per_decode", "gauge", 1.5),
+    ]
+    assert samples["lfmserve:requests_total"] == ("counter", 5.0)
+    assert samples["lfmserve:prompt_cache_hits_total"] == ("counter", 2.0)
+    assert samples["lfmserve:shifted_tokens_total"] == ("counter", 7.0)
+    assert samples["lfmserve:context_shifts_total"] == ("counter", 1.0)
+    assert samples["lfmserve:ram_cache_bytes"] == ("gauge", 64.0)
+    assert reporter.t_start == 1700000000
+
+
+def test_the_rates_average_over_the_time_since_the_last_scrape() -> None:
+    stats = EngineStats(n_prompt_tokens=100, prompt_seconds=1.0, n_predicted_steps=10, predicted_seconds=1.0)
+    reporter = MetricsReporter(_Engine((Slot(0),), stats=stats))  # type: ignore[arg-type]
+    reporter.render()
+    stats.n_prompt_tokens, stats.prompt_seconds = 400, 2.0  # 300 tokens in the last second
+    samples = _samples(reporter.render())
+    assert samples["llamacpp:prompt_tokens_seconds"] == ("gauge", 300.0)
+    assert samples["llamacpp:predicted_tokens_seconds"] == ("gauge", 0.0)  # nothing generated since
+    assert samples["llamacpp:prompt_tokens_total"] == ("counter", 400.0)  # the totals stay cumulative
+
+
+def test_an_engine_that_never_decoded_reports_zeros() -> None:
+    samples = _samples(MetricsReporter(_Engine((Slot(0),))).render())  # type: ignore[arg-type]
+    assert all(value == 0.0 for name, (_, value) in samples.items())
+
+
+# -- over HTTP, on the tiny attention-only model ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def metrics_server(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
+    settings = Settings(model=str(tiny_llama_gguf), ctx_size=1024, parallel=1, batch_size=256, threads=2, metrics=True)
+    return server_factory(settings)
+
+
+def _complete(server: ServerThread, prompt: str, n_predict: int, **options: Any) -> dict[str, Any]:
+    body = {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True, "temperature": 0, **options}
+    response = httpx.post(server.url + "/completion", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    timings: dict[str, Any] = response.json()["timings"]
+    return timings
+
+
+def test_metrics_count_what_the_requests_timings_report(metrics_server: ServerThread) -> None:
+    runs = [_complete(metrics_server, "the quick brown fox jumps over the lazy dog", n) for n in (1, 4, 16)]
+    response = httpx.get(metrics_server.url + "/metrics")
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 0 < int(response.headers["Process-Start-Time-Unix"]) <= time.time()
+    samples = _samples(response.text)
+    assert samples["llamacpp:prompt_tokens_total"][1] == sum(t["prompt_n"] for t in runs)
+    assert samples["llamacpp:prompt_tokens_cached_total"][1] == sum(t["cache_n"] for t in runs) > 0
+    assert samples["llamacpp:tokens_predicted_total"][1] == 21 == sum(t["predicted_n"] for t in runs)
+    # one decode for each prompt (whole, then only its last token: the rest is cached), one per token after the first
+    assert samples["llamacpp:n_decode_total"][1] == (1 + 0) + (1 + 3) + (1 + 15)
+    assert samples["llamacpp:requests_processing"][1] == 0 and samples["llamacpp:n_busy_slots_per_decode"][1] == 1
+
+
+def test_slots_show_the_last_request_with_its_budget_reset(metrics_server: ServerThread) -> None:
+    _complete(metrics_server, "I believe", 8, id_slot=0)
+    (slot,) = httpx.get(metrics_server.url + "/slots").json()
+    assert slot["is_processing"] is False and slot["params"]["n_predict"] == 8 and slot["id_task"] > 0
+    assert slot["next_token"] == [{"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}]

@@ -35,8 +35,8 @@ def test_slots_report_context_cache_and_checkpoints(server: ServerThread) -> Non
     assert [s["id"] for s in slots] == [0, 1, 2, 3] and all(s["n_ctx"] == 1024 for s in slots)
     assert all(s["is_processing"] is False for s in slots)
     one = slots[1]
-    assert one["n_prompt_tokens_cache"] > 0 and one["checkpoints"] and one["checkpoints_size"] > 0
-    assert one["checkpoints"][-1]["n_tokens"] <= one["n_prompt_tokens_cache"]
+    assert one["n_prompt_tokens"] > 0 and one["checkpoints"] and one["checkpoints_size"] > 0
+    assert one["checkpoints"][-1]["n_tokens"] <= one["n_prompt_tokens"]
     end = one["checkpoints"][-1]  # the end of the prompt, kept with its logits (475 floats for the tiny vocabulary)
     assert end["logits"] is True and end["size"] > 4 * 475 and one["checkpoints_size"] >= end["size"]
     assert httpx.get(server.url + "/slots?fail_on_no_slot=1").status_code == 200
@@ -195,7 +195,7 @@ def test_a_client_that_disconnects_frees_its_slot(server: ServerThread) -> None:
     while httpx.get(server.url + "/slots").json()[3]["is_processing"]:
         assert time.monotonic() < deadline, "the generation went on after the client left"
         time.sleep(0.01)
-    tokens = httpx.get(server.url + "/slots").json()[3]["n_prompt_tokens_cache"]
+    tokens = httpx.get(server.url + "/slots").json()[3]["n_prompt_tokens"]
     assert tokens < 200  # stopped long before the 1024-token slot filled
 
 
@@ -215,7 +215,7 @@ def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_slot(
     while httpx.get(big.url + "/slots").json()[0]["is_processing"]:
         assert time.monotonic() < deadline, "the generation went on after the client left"
         time.sleep(0.01)
-    assert httpx.get(big.url + "/slots").json()[0]["n_prompt_tokens_cache"] < 10000
+    assert httpx.get(big.url + "/slots").json()[0]["n_prompt_tokens"] < 10000
 
 
 def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:

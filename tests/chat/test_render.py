@@ -12,9 +12,10 @@ import httpx
 import openai
 import pytest
 
-from lfmserve.chat.render import render_chat, template_kwargs, template_message, text_with_markers
+from lfmserve.chat.plan import ChatPlan
+from lfmserve.chat.render import continuation, render_chat, template_kwargs, template_message, text_with_markers
 from lfmserve.chat.request import ChatRequest, ContentPart, Message
-from lfmserve.chat.template import TemplateCaps
+from lfmserve.chat.template import ChatTemplate, TemplateCaps
 from lfmserve.errors import InvalidRequest
 from lfmserve.settings import Settings
 from tests.conftest import ServerThread, fixture_template
@@ -166,7 +167,8 @@ def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
         return str(httpx.post(server.url + "/apply-template", json=body).json()["prompt"])
 
     lines = "user:a|\nassistant:b|r\nuser:c|\n"
-    assert rendered() == lines + "thinking=unset effort=unset keep=unset"
+    # The template reacts to enable_thinking, so under --reasoning auto it is told true (llama-server's rule).
+    assert rendered() == lines + "thinking=True effort=unset keep=unset"
     assert rendered(reasoning_effort="none") == lines + "thinking=False effort=none keep=unset"
     kwargs = {"enable_thinking": True, "keep_past_thinking": True}
     assert (
@@ -187,6 +189,7 @@ class _Template:
     """A ChatFormatter stand-in that records what it is given."""
 
     source = ""
+    think_tags = None
 
     def __init__(self, *, typed: bool, tool_calls: bool) -> None:
         self.caps = TemplateCaps(True, typed, True, True, tool_calls, tool_calls, False)
@@ -281,3 +284,93 @@ def test_media_parts_become_markers_with_no_newline_beside_them() -> None:
     assert text_with_markers((a, b, image, c), "<M>") == "a\nb<M>c"
     assert text_with_markers((image, a, audio, audio, b, c), "<M>") == "<M>a<M><M>b\nc"
     assert text_with_markers((image,), "<M>") == "<M>"
+
+
+# -- a final assistant message is continued (prefill, continue_final_message) -----------------------------
+LLAMA31_LIKE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{{ m.content }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+QWEN3_LIKE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+    "{% if m.role == 'assistant' and m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+R1_LIKE = (
+    "{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}{% else %}<｜Assistant｜>"
+    "{{ m.content }}<｜end▁of▁sentence｜>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<｜Assistant｜><think>\n{% endif %}"
+)
+BOOK = (Message(role="system", content="Book"), Message(role="user", content="What is the best book"))
+
+
+def _prefilled(source: str, last: Message, **fields: Any) -> str:
+    template = ChatTemplate(source, bos_token="<s>", eos_token="")
+    return render_chat(template, ChatRequest(messages=(*BOOK, last), **fields))
+
+
+def test_a_final_assistant_message_is_continued_not_closed() -> None:
+    expected = (
+        "<s><|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+        "What is the best book<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nWhill"
+    )
+    assert _prefilled(LLAMA31_LIKE, Message(role="assistant", content="Whill")) == expected
+    explicit = {"add_generation_prompt": False, "continue_final_message": "auto"}
+    assert _prefilled(LLAMA31_LIKE, Message(role="assistant", content="Whill"), **explicit) == expected
+    parts = (ContentPart("text", "Wh"), ContentPart("text", "ill"))
+    assert _prefilled(LLAMA31_LIKE, Message(role="assistant", content=parts)).endswith("\n\nWh\n\nill")
+
+
+@pytest.mark.parametrize(
+    ("source", "content", "reasoning", "end"),
+    [  # llama-server's prompts for the suite's Qwen3 and DeepSeek-R1 templates, whitespace included
+        (QWEN3_LIKE, "Whill", None, "<|im_start|>assistant\n<think>\n\n</think>\n\nWhill"),
+        (QWEN3_LIKE, "", "hmm", "<|im_start|>assistant\n<think>\nhmm"),
+        (QWEN3_LIKE, "ok", "hmm", "<|im_start|>assistant\n<think>\nhmm\n</think>\n\nok"),
+        (R1_LIKE, "Whill", None, "<｜Assistant｜><think></think>Whill"),
+        (R1_LIKE, "", "hmm", "<｜Assistant｜><think>hmm"),
+    ],
+)
+def test_a_continued_message_writes_its_reasoning_in_the_templates_think_tags(
+    source: str, content: str, reasoning: str | None, end: str
+) -> None:
+    prompt = _prefilled(source, Message(role="assistant", content=content, reasoning_content=reasoning))
+    assert prompt.endswith("What is the best book" + ("<|im_end|>\n" if source == QWEN3_LIKE else "") + end)
+
+
+def test_continuing_only_the_reasoning_leaves_the_think_block_open_for_the_parser() -> None:
+    request = ChatRequest(
+        messages=(*BOOK, Message(role="assistant", content="", reasoning_content="hmm")),
+        continue_final_message="reasoning",
+        add_generation_prompt=False,
+    )
+    assert continuation(request) == "reasoning"
+    message = ChatPlan().parser("…<think>hmm", continues_reasoning=True).parse(" more</think>The Hobbit")
+    assert (message.reasoning, message.content) == ("more", "The Hobbit")
+
+
+@pytest.mark.parametrize(
+    ("messages", "fields", "error"),
+    [
+        ((Message(role="assistant", content="a"), Message(role="assistant", content="b")), {}, "2 or more assistant"),
+        ((Message(role="assistant", content="Hello"),), {"continue_final_message": "auto"}, "Cannot set both"),
+        (
+            (Message(role="user", content="Hi"),),
+            {"continue_final_message": "auto", "add_generation_prompt": False},
+            "to be an assistant message",
+        ),
+        ((Message(role="assistant", tool_calls=({"function": {"name": "f", "arguments": "{}"}},)),), {}, "tool calls"),
+    ],
+)
+def test_what_cannot_be_continued_is_a_400(messages: tuple[Message, ...], fields: dict[str, Any], error: str) -> None:
+    request = ChatRequest(messages=(Message(role="user", content="Hi"), *messages), **fields)
+    with pytest.raises(InvalidRequest, match=error):
+        continuation(request)
+
+
+def test_an_empty_chat_continues_nothing() -> None:
+    assert continuation(ChatRequest(messages=())) == "none"
+    with pytest.raises(InvalidRequest, match="needs the last message to be an assistant message"):
+        continuation(ChatRequest(messages=(), continue_final_message="content", add_generation_prompt=False))

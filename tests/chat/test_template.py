@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lfmserve.chat.template import ChatTemplate
+from lfmserve.chat.template import ChatTemplate, Reasoning, ThinkTags
 from lfmserve.errors import TemplateError
 from tests.conftest import fixture_template
 
@@ -160,3 +160,66 @@ def test_the_sandbox_refuses_python_internals_and_runs_nothing(tmp_path: Path) -
 def test_a_syntax_error_is_a_template_error() -> None:
     with pytest.raises(TemplateError, match="syntax error"):
         ChatTemplate("{% for %}", bos_token="", eos_token="")
+
+
+# -- llama-server's variables: enable_thinking, the date, lenient undefined ------------------------------
+#: Small templates that end their generation prompt as the suite's Qwen3, QwQ and Command-R7B ones do.
+QWEN3_LIKE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+QWQ_LIKE = (
+    "{% for m in messages %}[{{ m.content }}]{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|><think>\n{% if not enable_thinking %}</think>{% endif %}{% endif %}"
+)
+PLAIN = "{% for m in messages %}[{{ m.content }}]{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+USER = [{"role": "user", "content": "What is today?"}]
+
+
+@pytest.mark.parametrize(
+    ("source", "reasoning", "end"),
+    [
+        (QWEN3_LIKE, "auto", "<|im_start|>assistant\n"),
+        (QWEN3_LIKE, "on", "<|im_start|>assistant\n"),
+        (QWEN3_LIKE, "off", "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        (QWQ_LIKE, "auto", "<|assistant|><think>\n"),
+        (QWQ_LIKE, "off", "<|assistant|><think>\n</think>"),
+    ],
+)
+def test_reasoning_sets_enable_thinking_as_llama_server(source: str, reasoning: Reasoning, end: str) -> None:
+    template = ChatTemplate(source, bos_token="", eos_token="", reasoning=reasoning)
+    assert template.supports_thinking
+    assert template.render(USER).endswith(end)
+
+
+def test_a_template_that_ignores_enable_thinking_is_told_false_under_auto_and_kwargs_win() -> None:
+    probe = "{{ enable_thinking }}"
+    assert ChatTemplate(PLAIN, bos_token="", eos_token="").enable_thinking is False
+    assert ChatTemplate(PLAIN + probe, bos_token="", eos_token="").render(USER) == "[What is today?]<|assistant|>True"
+    template = ChatTemplate(PLAIN + probe, bos_token="", eos_token="", reasoning="off")
+    assert template.render(USER, extra={"enable_thinking": True}).endswith("True")
+
+
+def test_every_render_gets_todays_date_as_llama_cpp_spells_it() -> None:
+    template = ChatTemplate("{{ date_string }}|{{ datetime }}", bos_token="", eos_token="")
+    now = datetime.now()
+    assert template.render(USER) == f"{now.strftime('%d %b %Y')}|{now.strftime('%b %d %Y')}"
+
+
+def test_an_undefined_value_added_to_text_is_empty_text_and_fails_elsewhere() -> None:
+    template = ChatTemplate("{{ 'Tools:\\n' + functions }}|{{ functions + '!' }}", bos_token="", eos_token="")
+    assert template.render(USER) == "Tools:\n|!"
+    with pytest.raises(TemplateError, match="undefined"):
+        ChatTemplate("{{ functions + 1 }}", bos_token="", eos_token="").render(USER)
+
+
+def test_think_tags_keep_the_whitespace_the_template_writes_around_reasoning() -> None:
+    qwen3 = (
+        "{% for m in messages %}{% if m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n"
+        "{% endif %}{{ m.content }}{% endfor %}<think>"
+    )
+    assert ChatTemplate(qwen3, bos_token="", eos_token="").think_tags == ThinkTags("<think>\n", "\n</think>\n\n")
+    drops_reasoning = "{% for m in messages %}{{ m.content }}{% endfor %}<think>\n"  # as DeepSeek-R1's does
+    assert ChatTemplate(drops_reasoning, bos_token="", eos_token="").think_tags == ThinkTags("<think>", "</think>")
+    assert ChatTemplate(PLAIN, bos_token="", eos_token="").think_tags is None

@@ -6,6 +6,7 @@ Greedy, on the tiny hybrid LFM2 model (conversations through its chat template) 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,38 @@ def test_idle_slots_move_to_ram_when_another_request_starts(lfm: NativeModel) ->
         assert again.token_ids == first.token_ids
     finally:
         engine.close()
+
+
+def test_idle_slots_stay_with_no_cache_idle_slots(lfm: NativeModel) -> None:
+    engine = make_engine(lfm, n_slots=2, cache_idle_slots=False)
+    try:
+        prompt = chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "Stay here."}])
+        run(engine, prompt, slot=0)
+        held = engine.slot_tokens(0)
+        run(engine, chat_tokens(lfm, [{"role": "user", "content": "Meanwhile, something else."}]), slot=1)
+        assert engine.slot_tokens(0) == held and engine.ram_cache.entries == () and engine.stats.n_ram_saves == 0
+    finally:
+        engine.close()
+
+
+def test_idle_slot_parking_logs_llama_servers_test_tags(lfm: NativeModel, caplog: pytest.LogCaptureFixture) -> None:
+    """llama-server's suite (test_kv_keep_only_active.py) follows parking by these tags in the --verbose log."""
+    caplog.set_level(logging.DEBUG, logger="lfmserve.engine.memory")
+    engine = make_engine(lfm, n_slots=2)
+    try:
+        assert "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__" in caplog.text
+        prompt = chat_tokens(lfm, [SYSTEM, {"role": "user", "content": "Park me."}])
+        run(engine, prompt, slot=0)
+        assert "__TEST_TAG_CACHE_IDLE_SLOT__" not in caplog.text  # slot 1 had nothing to keep
+        run(engine, chat_tokens(lfm, [{"role": "user", "content": "Meanwhile."}]), slot=1)
+        assert caplog.text.count("__TEST_TAG_CACHE_IDLE_SLOT__") == 1 and "updating prompt cache" not in caplog.text
+        assert run(engine, prompt).n_cached_tokens == len(prompt)  # back from RAM, into the idle slot 0
+        assert "updating prompt cache" in caplog.text
+    finally:
+        engine.close()
+    caplog.clear()
+    make_engine(lfm, n_slots=2, cache_idle_slots=False).close()
+    assert "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__" not in caplog.text
 
 
 @pytest.mark.parametrize("ram_bytes", [0, 4096])  # none, or smaller than one sequence's state

@@ -1,4 +1,5 @@
-"""Log-probabilities of sampled tokens, and sampling itself on the tiny model (greedy is an argmax)."""
+"""Log-probabilities of sampled tokens (the model's, or the sampler chain's), and sampling itself on the tiny model
+(greedy is an argmax)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import numpy as np
 import pytest
 
 from lfmserve.engine.core import Engine
-from lfmserve.engine.records import EngineRequest, SamplingParams
-from lfmserve.engine.sampling import Sampler, token_logprob
+from lfmserve.engine.records import EngineRequest, SamplingParams, TokenLogprob
+from lfmserve.engine.sampling import Sampler, kept_logprob, token_logprob
 from lfmserve.llama.model import NativeModel
+from lfmserve.llama.sampler import TOKEN_DATA
 from tests.engine.conftest import prompt, run, tokens_of
 
 
@@ -55,3 +57,38 @@ def test_media_positions_in_the_prompt_are_not_penalised_tokens(model: NativeMod
     assert np.array_equal(with_media, text_only)
     changed = np.flatnonzero(with_media != logits).tolist()
     assert changed == [5, 9]
+
+
+def test_kept_logprob_orders_the_kept_by_probability_and_leaves_out_the_zeros() -> None:
+    kept = np.array([(4, 0.0, 0.25), (9, 0.0, 0.0), (2, 0.0, 0.5), (7, 0.0, 0.25)], dtype=TOKEN_DATA)
+    step = kept_logprob(kept, 7, 10)
+    assert step.token == 7 and step.logprob == pytest.approx(math.log(0.25))
+    assert [t for t, _ in step.top] == [2, 4, 7]  # ties by id; the token given nothing is not listed
+    assert [math.exp(lp) for _, lp in step.top] == pytest.approx([0.5, 0.25, 0.25])
+    assert [t for t, _ in kept_logprob(kept, 2, 2).top] == [2, 4]
+    assert kept_logprob(None, 5, 10) == TokenLogprob(5, 0.0, ((5, 0.0),))  # greedy: the chosen token, p = 1
+
+
+def test_post_sampling_probabilities_are_the_chains_after_the_bias(model: NativeModel) -> None:
+    """The model's probabilities ignore the bias; the chain's see it, and only the top-k tokens survive."""
+    logits = np.linspace(0.0, 3.0, model.n_vocab, dtype=np.float32)
+    params = SamplingParams(temperature=1.0, top_k=2, top_p=1.0, min_p=0.0, seed=3, logit_bias=((0, 4.0),))
+    sampler = Sampler(model, params, (), 256, n_probs=5, post_sampling=True)
+    token = sampler.sample(None, -1, logits.copy())  # type: ignore[arg-type]
+    step = sampler.last_logprob
+    assert step is not None and step.token == token
+    last = model.n_vocab - 1
+    assert [t for t, _ in step.top] == [0, last]  # the biased token first, then the most likely one
+    gap = 4.0 - 3.0
+    assert [math.exp(lp) for _, lp in step.top] == pytest.approx([1 / (1 + math.exp(-gap)), 1 / (1 + math.exp(gap))])
+    model_probs = Sampler(model, params, (), 256, n_probs=5)
+    model_probs.sample(None, -1, logits.copy())  # type: ignore[arg-type]
+    assert model_probs.last_logprob is not None and model_probs.last_logprob.top[0][0] == last
+
+
+def test_greedy_post_sampling_gives_the_chosen_token_all_the_probability(engine: Engine, model: NativeModel) -> None:
+    p = prompt(model, "Hi")
+    greedy = SamplingParams(temperature=0.0)
+    request = EngineRequest(prompt_tokens=p, sampling=greedy, max_tokens=3, n_probs=4, post_sampling_probs=True)
+    steps = [step for out in run(engine, request) for step in out.logprobs]
+    assert len(steps) == 3 and all(step == TokenLogprob(step.token, 0.0, ((step.token, 0.0),)) for step in steps)

@@ -40,6 +40,18 @@ def test_pieces_hide_control_tokens_unless_asked(model: NativeModel) -> None:
     assert len(model.all_pieces()) == model.n_vocab == 475
 
 
+def test_joined_pieces_round_trip_where_detokenize_cleans_up_spaces(model: NativeModel) -> None:
+    """llama-server's /detokenize joins the pieces; llama_detokenize's clean-up drops the space before "?"."""
+    text = "What is the capital of France ?"
+    ids = model.tokenize(text, add_special=False, parse_special=True)
+    assert model.join_pieces(ids) == text and model.detokenize(ids) == "What is the capital of France?"
+    unicode = "unicode 媽 and emoji 🤗"
+    ids = model.tokenize(unicode, add_special=False, parse_special=True)
+    assert b"\xe5" in [model.token_to_piece(t) for t in ids]  # 媽 is three one-byte tokens here
+    assert model.join_pieces(ids) == unicode  # pieces that split a character are joined as bytes first
+    assert model.join_pieces([1, 6]) == "<|startoftext|><|im_start|>" and model.join_pieces([]) == ""
+
+
 def test_end_of_generation_and_valid_ids(model: NativeModel) -> None:
     assert model.eog_tokens == frozenset({2, 7}) and model.is_eog(7) and not model.is_eog(6)
     assert (

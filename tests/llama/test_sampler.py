@@ -1,8 +1,12 @@
-"""llama.cpp's sampler chain: sampling from logits kept outside the context picks what sampling in it picks."""
+"""llama.cpp's sampler chain: sampling from logits kept outside the context picks what sampling in it picks, and
+the candidates it keeps carry the probabilities it sampled from."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 from lfmserve.engine.records import SamplingParams
 from lfmserve.llama.context import NativeContext
@@ -23,11 +27,28 @@ def test_sampling_kept_logits_equals_sampling_in_the_context(tiny_gguf: Path) ->
         picks = []
         for params in settings:
             in_context, outside = SamplerChain(params, model.n_vocab), SamplerChain(params, model.n_vocab)
-            picks.append((in_context.sample(ctx, index), outside.sample_array(kept.copy())))
+            picks.append((in_context.sample(ctx, index), outside.sample_candidates(kept.copy())[0]))
             in_context.close()
             outside.close()
         assert all(a == b for a, b in picks)
         assert len({a for a, _ in picks[:6]}) > 1  # the seeds matter: a chain that ignored them would show
     finally:
         ctx.close()
+        model.close()
+
+
+def test_the_candidates_kept_are_the_top_k_with_the_softmax_of_their_logits(tiny_gguf: Path) -> None:
+    """What llama-server reports as post-sampling probabilities: the chain's survivors, as ``dist`` weighed them."""
+    model = NativeModel(tiny_gguf, vocab_only=True)
+    try:
+        logits = np.linspace(-2.0, 2.0, model.n_vocab, dtype=np.float32)
+        params = SamplingParams(temperature=0.5, top_k=3, top_p=1.0, min_p=0.0, seed=11)
+        chain = SamplerChain(params, model.n_vocab)
+        token, kept = chain.sample_candidates(logits.copy())
+        top = np.argsort(logits)[-3:]
+        assert sorted(kept["id"].tolist()) == sorted(top.tolist()) and token in kept["id"]
+        expected = np.exp((logits[kept["id"]] - logits[top].max()) / 0.5)
+        assert kept["p"] == pytest.approx(expected / expected.sum(), rel=1e-5)
+        chain.close()
+    finally:
         model.close()

@@ -60,6 +60,28 @@ def test_the_template_is_the_file_else_the_ggufs_else_chatml(tiny_gguf: Path, tm
         bare.close()
 
 
+def test_chat_template_names_a_builtin_format_or_is_jinja_and_reasoning_reaches_it(tiny_gguf: Path) -> None:
+    model = NativeModel(tiny_gguf)
+    user = [{"role": "user", "content": "Hi there"}]
+    try:
+        for jinja in (True, False):  # a llama.cpp name is its built-in format either way (llama-server: --no-jinja)
+            command_r = chat_template(Settings(chat_template="command-r", jinja=jinja), model)
+            assert isinstance(command_r, BuiltinTemplate)
+            assert command_r.render(user) == (
+                "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>"
+                "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+            )
+        chatml = chat_template(Settings(chat_template="chatml"), model)
+        assert isinstance(chatml, ChatTemplate) and chatml.source == CHATML_TEMPLATE
+        source = "{{ messages[0].content }}:{{ enable_thinking }}"
+        assert chat_template(Settings(chat_template=source), model).render(user) == "Hi there:True"
+        assert chat_template(Settings(chat_template=source, reasoning="off"), model).render(user) == "Hi there:False"
+        nothink = chat_template(Settings(chat_template=source, reasoning_format="nothink"), model)
+        assert nothink.render(user) == "Hi there:False"
+    finally:
+        model.close()
+
+
 def test_defaults_layer_the_command_line_over_the_gguf(tmp_path: Path) -> None:
     path = write_lfm2_gguf(tmp_path / "k.gguf", TinyLfm2(seed=1, name="Some Model", sampling={"temp": 0.6, "top_k": 9}))
     model = NativeModel(path)

@@ -8,10 +8,11 @@ from typing import Any
 from ...chat.logprobs import native_probabilities
 from ...chat.serving import Collected, Serving
 from ...engine.records import EngineOutput, EngineRequest, TokenLogprob
+from ..body import SamplingFields
 from .protocol import CompletionRequest
 
 
-def props(serving: Serving) -> dict[str, Any]:
+def props(serving: Serving, *, is_sleeping: bool) -> dict[str, Any]:
     """``GET /props``: the generation defaults, slots, template and model, as llama-server reports them."""
     info = serving.model.info
     return {
@@ -36,7 +37,7 @@ def props(serving: Serving) -> dict[str, Any]:
         "bos_token": info.bos_token,
         "eos_token": info.eos_token,
         "build_info": serving.fingerprint,
-        "is_sleeping": False,
+        "is_sleeping": is_sleeping,
         "model": info.to_json(),
     }
 
@@ -58,38 +59,66 @@ def tokens(serving: Serving, ids: Sequence[int], *, with_pieces: bool) -> dict[s
 
 def completion_result(
     serving: Serving,
-    body: CompletionRequest,
+    body: SamplingFields,
     request: EngineRequest,
     done: Collected | None,
     out: EngineOutput,
     *,
     index: int = 0,
 ) -> dict[str, Any]:
-    """llama-server's final /completion object (``content`` is empty after a stream)."""
-    return {
+    """llama-server's final /completion object (``content`` and ``tokens`` are empty after a stream); a chat's
+    ``__verbose``. Cut down to the ``response_fields`` asked for."""
+    result = {
         "index": index,
         "content": done.text if done else "",
-        "tokens": [],
+        "tokens": done.tokens if done and body.return_tokens else [],
         "id_slot": out.id_slot,
         "stop": True,
         "model": serving.model_name,
         "tokens_predicted": out.n_decoded,
         "tokens_evaluated": out.n_prompt_tokens,
-        "generation_settings": {
-            **request.sampling.to_json(),
-            "n_predict": request.max_tokens,
-            "stop": list(request.stop),
-            "stream": body.stream,
-            "cache_prompt": request.cache_prompt,
-        },
+        "generation_settings": _generation_settings(serving, body, request),
         "prompt": serving.prompt_text(request),
         "has_new_line": "\n" in done.text if done else False,
-        "truncated": False,
+        "truncated": out.truncated,
         "stop_type": out.stop_type,
         "stopping_word": out.stopping_word,
         "tokens_cached": out.n_prompt_tokens + max(out.n_decoded - 1, 0),
         "timings": out.timings.to_json(),
-        **_probabilities(serving, body, done.logprobs if done else ()),
+        **_probabilities(serving, body, request, done.logprobs if done else ()),
+    }
+    return selected_fields(result, body.response_fields)
+
+
+def selected_fields(result: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
+    """llama-server's ``response_fields``: only the fields named, a path ``a/b`` taking ``b`` out of ``a`` under
+    that name; a path that leads nowhere is left out. No paths: the whole object."""
+    if not paths:
+        return result
+    selected = {}
+    for path in paths:
+        value: Any = result
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            selected[path] = value
+    return selected
+
+
+def _generation_settings(serving: Serving, body: SamplingFields, request: EngineRequest) -> dict[str, Any]:
+    """The request's settings as llama-server shows them (``ignore_eos``'s bans among the biases)."""
+    return {
+        **request.sampling.to_json(serving.model.eog_tokens),
+        "n_predict": request.max_tokens,
+        "max_tokens": request.max_tokens,
+        "stop": list(request.stop),
+        "stream": body.stream,
+        "cache_prompt": request.cache_prompt,
+        "n_probs": request.n_probs,
+        "post_sampling_probs": request.post_sampling_probs,
+        "timings_per_token": body.timings_per_token,
     }
 
 
@@ -99,12 +128,12 @@ async def completion_chunks(
     """A partial chunk per output, then the final object (llama-server's stream has no ``[DONE]``)."""
     async for out in outputs:
         if not out.finished or out.text:
-            yield _partial(serving, body, out)
+            yield _partial(serving, body, request, out)
         if out.finished:
             yield completion_result(serving, body, request, None, out)
 
 
-def _partial(serving: Serving, body: CompletionRequest, out: EngineOutput) -> dict[str, Any]:
+def _partial(serving: Serving, body: CompletionRequest, request: EngineRequest, out: EngineOutput) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "index": 0,
         "content": out.text,
@@ -113,14 +142,18 @@ def _partial(serving: Serving, body: CompletionRequest, out: EngineOutput) -> di
         "id_slot": out.id_slot,
         "tokens_predicted": out.n_decoded,
         "tokens_evaluated": out.n_prompt_tokens,
-        **_probabilities(serving, body, out.logprobs),
+        **_probabilities(serving, body, request, out.logprobs),
     }
     if body.timings_per_token:
         chunk["timings"] = out.timings.to_json()
     return chunk
 
 
-def _probabilities(serving: Serving, body: CompletionRequest, steps: Sequence[TokenLogprob]) -> dict[str, Any]:
-    if body.n_probs <= 0:
+def _probabilities(
+    serving: Serving, body: SamplingFields, request: EngineRequest, steps: Sequence[TokenLogprob]
+) -> dict[str, Any]:
+    """``completion_probabilities`` when asked for and there are steps (a stream's final object has none)."""
+    if body.n_probs <= 0 or not steps:
         return {}
-    return {"completion_probabilities": native_probabilities(steps, serving.piece, body.n_probs)}
+    shown = native_probabilities(steps, serving.piece, body.n_probs, post_sampling=request.post_sampling_probs)
+    return {"completion_probabilities": shown}

@@ -9,11 +9,12 @@ from fastapi.responses import JSONResponse, Response
 
 from ...chat.serving import Serving
 from ...engine.records import EngineRequest
+from ...errors import NotSupported
 from ..offload import Offload, read_body
 from ..openai.protocol import ApplyTemplateRequest
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
-from ..state import serving
+from ..state import app_state, serving
 from . import responses
 from .protocol import CompletionRequest, DetokenizeRequest, TokenizeRequest
 
@@ -28,7 +29,15 @@ async def health() -> dict[str, str]:
 
 @router.get("/props")
 async def props(request: Request) -> dict[str, Any]:
-    return responses.props(serving(request))
+    return responses.props(serving(request), is_sleeping=app_state(request).sleeping)
+
+
+@router.post("/props")
+async def change_props(request: Request) -> dict[str, bool]:
+    """llama-server's route for changing server properties with ``--props``; it changes none yet, nor does this."""
+    if not app_state(request).settings.props:
+        raise NotSupported("This server does not support changing global properties. Start it with `--props`")
+    return {"success": True}
 
 
 @router.post("/completion", openapi_extra=request_body(CompletionRequest))

@@ -10,7 +10,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from ...chat.request import ChatRequest, ContentPart, Message, NamedTool, ReasoningEffort, ReasoningFormat, ToolChoice
+from ...chat.request import (
+    ChatRequest,
+    ContentPart,
+    Continuation,
+    Message,
+    NamedTool,
+    ReasoningEffort,
+    ReasoningFormat,
+    ToolChoice,
+)
 from ..body import Body, SamplingFields, TokenCount
 
 
@@ -165,6 +174,8 @@ class ChatPrompt(Body):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: ReasoningEffort | None = None
     add_generation_prompt: bool = True
+    #: vLLM's (and transformers') explicit prefill: ``true``, or which part of the message to continue.
+    continue_final_message: bool | Literal["content", "reasoning_content"] | None = None
 
     def prompt_fields(self) -> dict[str, Any]:
         """These fields under :class:`~lfmserve.chat.request.ChatRequest`'s names."""
@@ -174,7 +185,16 @@ class ChatPrompt(Body):
             "reasoning_effort": self.reasoning_effort,
             "template_kwargs": self.chat_template_kwargs or {},
             "add_generation_prompt": self.add_generation_prompt,
+            "continue_final_message": self._continuation(),
         }
+
+    def _continuation(self) -> Continuation:
+        value = self.continue_final_message
+        if value is True:
+            return "auto"
+        if value == "content":
+            return "content"
+        return "reasoning" if value == "reasoning_content" else "none"
 
 
 class ChatCompletionRequest(ChatPrompt, SamplingFields):
@@ -185,6 +205,12 @@ class ChatCompletionRequest(ChatPrompt, SamplingFields):
     response_format: ResponseFormat | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    #: Answers to generate, at most one per slot (the serving layer checks the slot count).
+    n: int = Field(default=1, ge=1)
+    #: Add llama-server's ``__verbose`` (the prompt and the native result); None: the server's ``--verbose``.
+    verbose: bool | None = None
+    #: Stream ``prompt_progress`` chunks while the prompt is prefilled.
+    return_progress: bool = False
 
     def requested_max_tokens(self) -> int | None:
         if self.max_completion_tokens is not None:

@@ -15,8 +15,9 @@ from typing import Any
 from ...chat.logprobs import chat_logprobs, legacy_logprobs
 from ...chat.output import AssistantOutputParser, OutputDelta
 from ...chat.serving import Collected, Serving
-from ...engine.records import EngineOutput, TokenLogprob
+from ...engine.records import EngineOutput, EngineRequest, TokenLogprob
 from ..native.protocol import CompletionRequest
+from ..native.responses import completion_result
 from .protocol import ChatCompletionRequest
 
 
@@ -67,26 +68,45 @@ def _envelope(serving: Serving, cid: str, obj: str, created: int) -> dict[str, A
 
 
 # -- chat completions ------------------------------------------------------------------------------
+#: A chat answer as prepared: the engine request and the parser of its output (one per choice).
+Prepared = tuple[EngineRequest, AssistantOutputParser]
+
+
 def chat_completion(
-    serving: Serving, body: ChatCompletionRequest, done: Collected, parser: AssistantOutputParser
+    serving: Serving, body: ChatCompletionRequest, prepared: Sequence[Prepared], results: Sequence[Collected]
 ) -> dict[str, Any]:
-    """The whole answer: the message split into content, reasoning and tool calls."""
-    out = done.last
+    """The whole answer, a choice per generation (``n``), each message split into content, reasoning and tool
+    calls; usage, timings and ``__verbose`` are the first generation's, as llama-server merges them."""
+    choices = [
+        _choice(serving, body, parser, done, index)
+        for index, ((_, parser), done) in enumerate(zip(prepared, results, strict=True))
+    ]
+    first = results[0]
+    out: dict[str, Any] = {
+        "choices": choices,
+        **_envelope(serving, completion_id("chatcmpl-"), "chat.completion", int(time.time())),
+        "usage": usage(first.last),
+        "timings": first.last.timings.to_json(),
+    }
+    if serving.verbose if body.verbose is None else body.verbose:
+        out["__verbose"] = completion_result(serving, body, prepared[0][0], first, first.last)
+    return out
+
+
+def _choice(
+    serving: Serving, body: ChatCompletionRequest, parser: AssistantOutputParser, done: Collected, index: int
+) -> dict[str, Any]:
     parsed = parser.parse(done.text)
     message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
     if parsed.reasoning:
         message["reasoning_content"] = parsed.reasoning
     if parsed.calls:
         message["tool_calls"] = [call.to_json() for call in parsed.calls]
-    choice: dict[str, Any] = {"finish_reason": _finish_reason(out, bool(parsed.calls)), "index": 0, "message": message}
+    reason = _finish_reason(done.last, bool(parsed.calls))
+    choice: dict[str, Any] = {"finish_reason": reason, "index": index, "message": message}
     if body.logprobs:
         choice["logprobs"] = _chat_logprobs(serving, body, done.logprobs)
-    return {
-        "choices": [choice],
-        **_envelope(serving, completion_id("chatcmpl-"), "chat.completion", int(time.time())),
-        "usage": usage(out),
-        "timings": out.timings.to_json(),
-    }
+    return choice
 
 
 async def chat_chunks(
@@ -95,7 +115,9 @@ async def chat_chunks(
     parser: AssistantOutputParser,
     outputs: AsyncIterator[EngineOutput],
 ) -> AsyncIterator[dict[str, Any]]:
-    """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last."""
+    """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last (and, with
+    ``timings_per_token``, on the last chunk of each step). A prefill report (``return_progress``) is a role
+    chunk with ``prompt_progress``."""
     cid, created = completion_id("chatcmpl-"), int(time.time())
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -107,6 +129,9 @@ async def chat_chunks(
     first, any_calls = True, False
     unsent: list[TokenLogprob] = []  # probabilities wait for a chunk while the parser holds text back
     async for out in outputs:
+        if out.progress is not None:
+            yield {**chunk({"role": "assistant", "content": None}), "prompt_progress": out.progress.to_json()}
+            continue
         pending: list[dict[str, Any]] = []
         if first:
             pending.append(chunk({"role": "assistant", "content": None}))
@@ -120,9 +145,6 @@ async def chat_chunks(
             if carrier is not None:
                 carrier["choices"][0]["logprobs"] = _chat_logprobs(serving, body, unsent)
                 unsent = []
-        if body.timings_per_token:
-            for item in pending:
-                item["timings"] = out.timings.to_json()
         if out.finished:
             pending.append(chunk({}, _finish_reason(out, any_calls)))
             if unsent:
@@ -131,9 +153,15 @@ async def chat_chunks(
                 pending.append(
                     {"choices": [], **_envelope(serving, cid, "chat.completion.chunk", created), "usage": usage(out)}
                 )
+        if pending and (out.finished or body.timings_per_token) and not _opens_message(pending[-1]):
             pending[-1]["timings"] = out.timings.to_json()
         for item in pending:
             yield item
+
+
+def _opens_message(item: dict[str, Any]) -> bool:
+    """The role chunk, which carries no timings (llama-server's first event has none)."""
+    return bool(item["choices"]) and "role" in item["choices"][0]["delta"]
 
 
 def _chat_logprobs(serving: Serving, body: ChatCompletionRequest, steps: Sequence[TokenLogprob]) -> dict[str, Any]:

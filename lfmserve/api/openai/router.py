@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...errors import InvalidRequest
 from ..native.protocol import CompletionRequest
 from ..native.router import prepare_completion
 from ..offload import read_body
@@ -33,14 +34,20 @@ async def chat_completions(request: Request) -> Response:
     served = serving(request)
     chat = body.to_chat_request()
     media = await served.read_media(chat)
-    engine_request, parser = await offload.also_if(bool(media))(served.prepare_chat, chat, media)
+    prepared = await offload.also_if(bool(media))(
+        served.prepare_choices, chat, media, n=body.n, return_progress=body.stream and body.return_progress
+    )
     if body.stream:
+        if len(prepared) > 1:
+            raise InvalidRequest("streaming is supported for n = 1 only", param="n")
+        engine_request, parser = prepared[0]
         return sse(responses.chat_chunks(served, body, parser, served.start(engine_request)), done_marker=True)
-    done = await until_disconnect(request, served.run(engine_request))
-    return JSONResponse(responses.chat_completion(served, body, done, parser))
+    results = await until_disconnect(request, served.run_all([engine_request for engine_request, _ in prepared]))
+    return JSONResponse(responses.chat_completion(served, body, prepared, results))
 
 
 @router.post("/v1/chat/completions/input_tokens", openapi_extra=request_body(ChatCompletionRequest))
+@router.post("/chat/completions/input_tokens", openapi_extra=request_body(ChatCompletionRequest))
 async def chat_input_tokens(request: Request) -> dict[str, Any]:
     """How many positions a chat's prompt takes, media included, without running it (llama-server's route)."""
     body, offload = await read_body(request, ChatCompletionRequest)

@@ -5,7 +5,7 @@ errors and the API key."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,9 @@ NO_MMPROJ = "image input is not supported - hint: if this is unexpected, you may
 
 
 @pytest.fixture(scope="module")
-def client(tools_server: ServerThread) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=tools_server.url, api_key="not-needed", max_retries=0)
+def client(tools_server: ServerThread) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=tools_server.url, api_key="not-needed", max_retries=0) as opened:
+        yield opened
 
 
 def _input_tokens(server: ServerThread, openai_body: dict[str, Any]) -> int:
@@ -272,13 +273,13 @@ def test_bad_bodies_are_400s_in_llama_servers_error_shape(
 
 def test_the_x_api_key_header_is_the_api_key(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
     server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=2, api_key=("k1",)))
-    message = anthropic.Anthropic(base_url=server.url, api_key="k1", max_retries=0).messages.create(
-        model="tiny", max_tokens=2, messages=ASK
-    )
+    with anthropic.Anthropic(base_url=server.url, api_key="k1", max_retries=0) as right:
+        message = right.messages.create(model="tiny", max_tokens=2, messages=ASK)
     assert message.usage.output_tokens == 2
-    with pytest.raises(anthropic.AuthenticationError) as caught:
-        anthropic.Anthropic(base_url=server.url, api_key="k2", max_retries=0).messages.count_tokens(
-            model="tiny", messages=ASK
-        )
+    with (
+        pytest.raises(anthropic.AuthenticationError) as caught,
+        anthropic.Anthropic(base_url=server.url, api_key="k2", max_retries=0) as wrong,
+    ):
+        wrong.messages.count_tokens(model="tiny", messages=ASK)
     assert caught.value.body == {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}}
     assert post(server, "/v1/messages/count_tokens", {"messages": ASK}, headers={"x-api-key": "k1"}).status_code == 200

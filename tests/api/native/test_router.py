@@ -149,3 +149,56 @@ def test_no_jinja_uses_llama_cpp_builtin_formats(server_factory: Callable[..., S
     response = post(server, "/v1/chat/completions", {"messages": messages, "tools": tools})
     assert response.status_code == 400 and response.json()["error"]["message"] == "tools param requires --jinja flag"
     assert post(server, "/v1/chat/completions", {"messages": messages, "max_tokens": 2}).status_code == 200
+
+
+def test_return_tokens_fills_the_final_objects_tokens(tiny_server: ServerThread) -> None:
+    """llama-server leaves ``tokens`` empty unless asked; a stream's chunks always carry theirs."""
+    body = {"prompt": "Once upon a time", "n_predict": 6, "temperature": 0}
+    assert post(tiny_server, "/completion", body).json()["tokens"] == []
+    data = post(tiny_server, "/completion", {**body, "return_tokens": True}).json()
+    chunks = [json.loads(e) for e in sse_events(tiny_server, "/completion", {**body, "stream": True})]
+    streamed = [t for c in chunks[:-1] for t in c["tokens"]]
+    assert len(data["tokens"]) == 6 and data["tokens"] == streamed and chunks[-1]["tokens"] == []
+    assert post(tiny_server, "/detokenize", {"tokens": data["tokens"]}).json()["content"] == data["content"]
+
+
+def test_response_fields_keep_only_the_named_paths(tiny_server: ServerThread) -> None:
+    body = {"prompt": "Hi", "n_predict": 3, "response_fields": ["content", "generation_settings/n_predict", "no/such"]}
+    data = post(tiny_server, "/completion", body).json()
+    assert set(data) == {"content", "generation_settings/n_predict"} and data["generation_settings/n_predict"] == 3
+
+
+def test_ignore_eos_lists_the_end_of_generation_bans_in_the_settings(tiny_server: ServerThread) -> None:
+    """As llama-server: -inf (JSON null) for each end-of-generation token (2 and 7), after the request's own."""
+    body = {"prompt": "Hi", "n_predict": 2, "logit_bias": [[100, 1.5]]}
+    plain = post(tiny_server, "/completion", body).json()["generation_settings"]
+    assert plain["logit_bias"] == [{"bias": 1.5, "token": 100}] and plain["ignore_eos"] is False
+    settings = post(tiny_server, "/completion", {**body, "ignore_eos": True}).json()["generation_settings"]
+    assert settings["logit_bias"] == [
+        {"bias": 1.5, "token": 100},
+        {"bias": None, "token": 2},
+        {"bias": None, "token": 7},
+    ]
+
+
+def test_post_sampling_probs_are_the_chains_probabilities(tiny_server: ServerThread) -> None:
+    body = {"prompt": "Once upon a time", "n_predict": 4, "n_probs": 5, "post_sampling_probs": True}
+    greedy = post(tiny_server, "/completion", {**body, "temperature": 0}).json()
+    assert greedy["generation_settings"]["post_sampling_probs"] is True
+    for step in greedy["completion_probabilities"]:  # greedy: the chosen token alone, with probability 1
+        assert "logprob" not in step and step["prob"] == 1.0
+        assert step["top_probs"] == [{k: step[k] for k in ("id", "token", "prob", "bytes")}]
+    sampled = post(tiny_server, "/completion", {**body, "temperature": 1.0, "top_k": 3, "seed": 5}).json()
+    steps = sampled["completion_probabilities"]
+    assert len(steps) == 4
+    for step in steps:
+        probs = [p["prob"] for p in step["top_probs"]]
+        assert 1 <= len(probs) <= 3 and probs == sorted(probs, reverse=True) and sum(probs) == pytest.approx(1.0)
+        assert step["prob"] == next(p["prob"] for p in step["top_probs"] if p["id"] == step["id"])
+
+
+def test_detokenize_joins_the_pieces_as_they_are(tiny_server: ServerThread) -> None:
+    """llama-server's /detokenize does not clean up spaces: "France ?" comes back as it was sent."""
+    for text in ("What is the capital of France ?", "unicode 媽 and emoji 🤗"):
+        tokens = post(tiny_server, "/tokenize", {"content": text}).json()["tokens"]
+        assert post(tiny_server, "/detokenize", {"tokens": tokens}).json() == {"content": text}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal, cast
 
 import httpx
@@ -334,8 +334,9 @@ def test_an_error_in_a_stream_is_a_data_frame_openais_client_raises() -> None:
 
 # -- over HTTP ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def client(tiny_server: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=tiny_server.url + "/v1", api_key="dummy")
+def client(tiny_server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=tiny_server.url + "/v1", api_key="dummy") as opened:
+        yield opened
 
 
 def _input_tokens(server: ServerThread, body: dict[str, Any], path: str = "/v1/responses/input_tokens") -> int:
@@ -467,8 +468,9 @@ def test_input_file_and_malformed_bodies_are_400s_over_http(client: openai.OpenA
 
 # -- function tools ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def tools_client(tools_server: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=tools_server.url + "/v1", api_key="dummy")
+def tools_client(tools_server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=tools_server.url + "/v1", api_key="dummy") as opened:
+        yield opened
 
 
 CALL_WEATHER: dict[str, Any] = {

@@ -54,12 +54,16 @@ def test_stream_chunk_sequence_matches_llama_server(tiny_server: ServerThread) -
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-2])
 
 
-def test_timings_per_token_puts_timings_on_every_chunk(tiny_server: ServerThread) -> None:
-    body = {**SEED_CHAT, **GREEDY, "stream": True, "timings_per_token": True}
+def test_timings_per_token_puts_timings_on_each_steps_last_chunk(tiny_server: ServerThread) -> None:
+    body = {**SEED_CHAT, **GREEDY, "stream": True, "timings_per_token": True, "max_tokens": 6}
     chunks = [json.loads(e) for e in sse_events(tiny_server, "/v1/chat/completions", body)[:-1]]
-    content = [c for c in chunks if c["choices"][0]["delta"].get("content")]
-    assert content and all(set(c["timings"]) == TIMINGS_KEYS for c in content)
-    assert [c["timings"]["predicted_n"] for c in content] == sorted(c["timings"]["predicted_n"] for c in content)
+    # llama-server's: the role chunk has none; each step's last chunk has them (the last step's is the finish).
+    assert "timings" not in chunks[0] and chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    *content, finish = chunks[1:]
+    assert finish["choices"][0]["finish_reason"] == "length" and finish["timings"]["predicted_n"] == 6
+    timed = [c["timings"]["predicted_n"] for c in content[:-1]]  # the last may share the final step
+    assert timed == sorted(set(timed)) and all(n < 6 for n in timed) and len(timed) >= 3
+    assert all(set(c["timings"]) == TIMINGS_KEYS for c in [*content[:-1], finish])
 
 
 def test_openai_client_sync_stream_and_extra_body(tiny_server: ServerThread) -> None:

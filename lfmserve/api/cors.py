@@ -1,0 +1,90 @@
+"""CORS as llama-server answers it: ``Access-Control-Allow-Origin`` on every response, and every ``OPTIONS``
+request answered at once (200, empty), before the loading check and the API key, since a browser's preflight
+carries no key.
+
+``--cors-origins`` chooses the origin allowed:
+
+- ``*`` (the default): the request's ``Origin``, echoed back, because llama-server allows credentials and
+  ``*`` cannot be used with them;
+- ``localhost``: the ``Origin`` only when its host is localhost, 127.0.0.1 or [::1] (any port), so only local
+  pages can call the server;
+- a comma-separated list of origins: the ``Origin`` when it is on the list. llama-server sends the list itself,
+  which a browser accepts only when it is one origin; for one origin that is the same answer where it matters.
+
+Starlette's CORSMiddleware cannot say this: it refuses a preflight from an origin not allowed with a 400,
+where llama-server answers 200 without the header, and it answers only preflights that name a method.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: llama-server's defaults for ``--cors-methods`` and ``--cors-headers``, which lfmserve does not take.
+ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
+ALLOW_HEADERS = "*"
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_PREFLIGHT = [
+    (b"Access-Control-Allow-Credentials", b"true"),
+    (b"Access-Control-Allow-Methods", ALLOW_METHODS.encode()),
+    (b"Access-Control-Allow-Headers", ALLOW_HEADERS.encode()),
+]
+
+
+class Cors:
+    """ASGI middleware, outermost, so that errors (401, 503) carry the header too."""
+
+    def __init__(self, app: ASGIApp, origins: str) -> None:
+        self.app = app
+        self.origins = origins.strip()
+        self.listed = frozenset(o.strip() for o in origins.split(",") if o.strip())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        allowed = self.allowed_origin(Headers(scope=scope).get("origin", ""))
+        if scope["method"] == "OPTIONS":
+            preflight = Response(b"", media_type="text/html")
+            preflight.raw_headers += _allow(allowed) + _PREFLIGHT
+            await preflight(scope, receive, send)
+            return
+        if allowed is None:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_origin(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *_allow(allowed)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_origin)
+
+    def allowed_origin(self, origin: str) -> str | None:
+        """The ``Access-Control-Allow-Origin`` value for a request from ``origin`` (None: send none)."""
+        if not origin:
+            return None
+        if self.origins == "*":
+            return origin
+        if self.origins == "localhost":
+            return origin if _is_local(origin) else None
+        return origin if origin in self.listed else None
+
+
+def _allow(origin: str | None) -> list[tuple[bytes, bytes]]:
+    """The headers that allow ``origin``; named in llama-server's case, since clients that copy the headers
+    into a plain dict look them up so (Starlette's ``Headers`` would lower-case them)."""
+    if origin is None:
+        return []
+    # the answer depends on the request's Origin: a cache must keep the answers apart
+    return [(b"Access-Control-Allow-Origin", origin.encode("latin-1")), (b"Vary", b"Origin")]
+
+
+def _is_local(origin: str) -> bool:
+    try:
+        return urlsplit(origin).hostname in _LOCAL_HOSTS
+    except ValueError:  # not a URL (an unclosed "[")
+        return False

@@ -1,0 +1,92 @@
+"""llama-server's chat extras over real HTTP: ``n`` choices, ``__verbose``, ``return_progress``, prefill and the
+``continue_final_message`` conflict, the unprefixed token-count route."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lfmserve.settings import Settings
+from tests.conftest import GREEDY, SEED_CHAT, ServerThread, post, sse_events
+
+
+@pytest.fixture(scope="module")
+def llama_server(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
+    """One slot, 16-token batches: a prompt prefills in several chunks (attention-only: a repeat reuses all
+    but its last token, as in llama-server)."""
+    settings = Settings(model=str(tiny_llama_gguf), ctx_size=512, parallel=1, batch_size=16, ubatch_size=16)
+    return server_factory(settings)
+
+
+def test_n_choices_are_answered_with_one_usage(tiny_server: ServerThread) -> None:
+    data = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, **GREEDY, "n": 3}).json()
+    assert [c["index"] for c in data["choices"]] == [0, 1, 2]
+    assert all(c["finish_reason"] == "length" and c["message"]["role"] == "assistant" for c in data["choices"])
+    texts = {c["message"]["content"] for c in data["choices"]}
+    assert len(texts) == 1  # greedy: the same answer three times
+    assert data["usage"]["completion_tokens"] == 16  # the first generation's, as llama-server merges them
+
+
+def test_n_beyond_the_slots_or_streamed_is_a_400(tiny_server: ServerThread) -> None:
+    too_many = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, "n": 5})
+    assert too_many.status_code == 400 and too_many.json()["error"]["message"] == "n is 5, but the server has 4 slots"
+    streamed = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, "n": 2, "stream": True})
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "n"
+
+
+def test_verbose_adds_the_prompt_and_native_result(tiny_server: ServerThread) -> None:
+    quiet = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, **GREEDY}).json()
+    assert "__verbose" not in quiet
+    data = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, **GREEDY, "verbose": True}).json()
+    verbose = data["__verbose"]
+    assert verbose["prompt"].startswith("<|startoftext|><|im_start|>system\nYou are a helpful assistant.<|im_end|>")
+    assert verbose["prompt"].endswith("<|im_start|>assistant\n")
+    assert verbose["content"] == data["choices"][0]["message"]["content"]
+    assert verbose["tokens_predicted"] == 16 and verbose["tokens_evaluated"] == data["usage"]["prompt_tokens"]
+
+
+def test_a_prefill_is_continued_in_the_prompt(tiny_server: ServerThread) -> None:
+    messages = [*SEED_CHAT["messages"], {"role": "assistant", "content": "Machine learning is"}]
+    data = post(tiny_server, "/v1/chat/completions", {"messages": messages, **GREEDY, "verbose": True}).json()
+    assert data["__verbose"]["prompt"].endswith("<|im_start|>assistant\nMachine learning is")
+    prompt = post(tiny_server, "/apply-template", {"messages": messages}).json()["prompt"]
+    assert prompt.endswith("What is machine learning?<|im_end|>\n<|im_start|>assistant\nMachine learning is")
+
+
+def test_continue_final_message_with_add_generation_prompt_is_a_400(tiny_server: ServerThread) -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    response = post(tiny_server, "/v1/chat/completions", {"messages": messages, "continue_final_message": True})
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": 400,
+        "message": "Cannot set both add_generation_prompt and continue_final_message to true.",
+        "param": "continue_final_message",
+        "type": "invalid_request_error",
+    }
+
+
+def test_the_token_count_route_answers_without_the_v1_prefix(tiny_server: ServerThread) -> None:
+    counts = [post(tiny_server, path, SEED_CHAT).json() for path in ("/chat/completions/input_tokens",) * 2]
+    assert counts[0] == counts[1] == {"object": "response.input_tokens", "input_tokens": 40}
+
+
+def test_return_progress_reports_each_prefill_chunk(llama_server: ServerThread) -> None:
+    body = {**SEED_CHAT, **GREEDY, "max_tokens": 4, "stream": True, "return_progress": True}
+
+    def progress() -> list[dict[str, object]]:
+        chunks = [json.loads(e) for e in sse_events(llama_server, "/v1/chat/completions", body)[:-1]]
+        reports = [c for c in chunks if "prompt_progress" in c]
+        assert all(c["choices"][0]["delta"] == {"role": "assistant", "content": None} for c in reports)
+        return [{k: v for k, v in c["prompt_progress"].items() if k != "time_ms"} for c in reports]
+
+    first = progress()
+    total = first[0]["total"]
+    assert isinstance(total, int) and total > 32
+    steps = [*range(0, total, 16), total]
+    assert first == [{"total": total, "cache": 0, "processed": n} for n in steps]
+    # The same prompt again: all but its last token come from the cache, then one chunk.
+    again = progress()
+    assert again == [{"total": total, "cache": total - 1, "processed": n} for n in (total - 1, total)]

@@ -1,0 +1,216 @@
+"""``--sleep-idle-seconds``: the model unloaded when idle, answered from the recording while asleep, loaded again
+by the first request that needs it (over real loopback HTTP, one server per test)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lfmserve.api.state import AppState
+from lfmserve.chat.serving import Serving
+from lfmserve.models.loader import load_serving
+from lfmserve.settings import Settings
+from tests.conftest import GREEDY, ServerThread, post, serve
+
+PROMPT = {"prompt": "Once upon a time", "n_predict": 12, "temperature": 0}
+
+
+@pytest.fixture
+def servers() -> Iterator[list[ServerThread]]:
+    started: list[ServerThread] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def start(servers: list[ServerThread], tiny_gguf: Path) -> Callable[..., ServerThread]:
+    """A server on the tiny model that sleeps after 1 s idle; ``options`` change its settings."""
+
+    def start(load: Callable[[], Serving] | None = None, **options: Any) -> ServerThread:
+        settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, sleep_idle_seconds=1)
+        server = serve(dataclasses.replace(settings, **options), load)
+        servers.append(server)
+        server.wait_ready()
+        return server
+
+    return start
+
+
+def state_of(server: ServerThread) -> AppState:
+    state: AppState = server.server.config.app.state.app_state  # type: ignore[attr-defined]
+    return state
+
+
+def is_sleeping(server: ServerThread, **headers: str) -> bool:
+    response = httpx.get(server.url + "/props", headers=headers)
+    assert response.status_code == 200
+    sleeping: bool = response.json()["is_sleeping"]
+    return sleeping
+
+
+def wait_asleep(server: ServerThread, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not is_sleeping(server):
+        assert time.monotonic() < deadline, "the server did not go to sleep"
+        time.sleep(0.05)
+
+
+def test_the_model_is_freed_when_idle_and_a_request_after_sleep_answers_the_same(
+    start: Callable[..., ServerThread],
+) -> None:
+    server = start()
+    before = post(server, "/completion", PROMPT).json()["content"]
+    assert not is_sleeping(server)
+    wait_asleep(server)
+    state = state_of(server)
+    assert state.serving is None and state.metrics is None and state.sleeping
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+    models = httpx.get(server.url + "/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["tiny-lfm2.gguf"]
+    assert httpx.get(server.url + "/models").json()["data"] == models["data"]
+    assert is_sleeping(server)  # none of those woke it
+    after = post(server, "/completion", PROMPT)
+    assert after.status_code == 200 and after.json()["content"] == before  # greedy: the same model again
+    assert not is_sleeping(server) and state.serving is not None and not state.sleeping
+
+
+def test_props_while_asleep_are_the_same_but_for_is_sleeping(start: Callable[..., ServerThread]) -> None:
+    server = start()
+    awake = httpx.get(server.url + "/props").json()
+    wait_asleep(server)
+    asleep = httpx.get(server.url + "/props").json()
+    assert awake.pop("is_sleeping") is False and asleep.pop("is_sleeping") is True
+    assert asleep == awake
+
+
+def test_metrics_while_asleep_report_the_last_window_once_then_rates_of_zero(
+    start: Callable[..., ServerThread],
+) -> None:
+    server = start(metrics=True)
+    assert post(server, "/completion", {**PROMPT, "ignore_eos": True}).status_code == 200
+    wait_asleep(server)
+
+    def scrape() -> dict[str, float]:
+        response = httpx.get(server.url + "/metrics")
+        assert response.status_code == 200 and response.headers["process-start-time-unix"].isdigit()
+        lines = (line.split(" ") for line in response.text.splitlines() if line.startswith("llamacpp:"))
+        return {name: float(value) for name, value in lines}
+
+    first, second, third = scrape(), scrape(), scrape()
+    assert first["llamacpp:predicted_tokens_seconds"] > 0 and first["llamacpp:tokens_predicted_total"] == 12
+    assert second["llamacpp:predicted_tokens_seconds"] == 0 and second == third
+    assert second["llamacpp:tokens_predicted_total"] == 12
+    assert is_sleeping(server)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/tokenize", {"content": "Hello"}),
+        ("/v1/chat/completions/input_tokens", {"messages": [{"role": "user", "content": "Hello"}]}),
+        ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "Hello"}]}),
+        ("/slots", None),
+    ],
+)
+def test_requests_that_need_the_model_wake_it(
+    start: Callable[..., ServerThread], path: str, body: dict[str, Any] | None
+) -> None:
+    server = start()
+    wait_asleep(server)
+    if body is None:
+        response = httpx.get(server.url + path)
+    else:
+        response = post(server, path, body)
+    assert response.status_code == 200
+    assert not is_sleeping(server)
+
+
+def test_a_request_without_a_valid_key_wakes_nothing(start: Callable[..., ServerThread]) -> None:
+    server = start(api_key=("k1",))
+    key = {"Authorization": "Bearer k1"}
+    wait_asleep_with_key(server, key)
+    assert httpx.post(server.url + "/completion", json=PROMPT).status_code == 401
+    assert is_sleeping(server, **key)
+
+
+def wait_asleep_with_key(server: ServerThread, key: dict[str, str]) -> None:
+    deadline = time.monotonic() + 10
+    while not is_sleeping(server, **key):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_generation_longer_than_the_idle_time_is_not_unloaded_under_it(start: Callable[..., ServerThread]) -> None:
+    server = start(ctx_size=4096)
+    t0 = time.monotonic()
+    body = {"prompt": "Hi", "n_predict": 3000, "ignore_eos": True, "temperature": 0}
+    response = post(server, "/completion", body)
+    assert time.monotonic() - t0 > 1.2, "the generation must outlast the idle time for this test to mean anything"
+    assert response.status_code == 200 and response.json()["timings"]["predicted_n"] == 3000
+    assert not is_sleeping(server)  # the idle time starts at its end
+
+
+def test_requests_arriving_asleep_share_one_load(start: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    loads: list[float] = []
+
+    def load() -> Serving:
+        loads.append(time.monotonic())
+        return load_serving(settings, str(tiny_gguf))
+
+    settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=2, threads=1, sleep_idle_seconds=1)
+    server = start(load, parallel=2)
+    wait_asleep(server)
+    answers: list[str] = []
+
+    def ask() -> None:
+        answers.append(post(server, "/v1/chat/completions", CHAT).json()["choices"][0]["message"]["content"])
+
+    clients = [threading.Thread(target=ask) for _ in range(4)]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join(timeout=60)
+    assert len(loads) == 2  # at start, then one wake for all four
+    assert len(answers) == 4 and len(set(answers)) == 1
+
+
+CHAT = {"messages": [{"role": "user", "content": "Hi"}], **GREEDY}
+
+
+def test_a_failed_reload_answers_503_and_the_next_request_tries_again(
+    start: Callable[..., ServerThread], tiny_gguf: Path
+) -> None:
+    calls = 0
+
+    def load() -> Serving:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError("disk gone")
+        return load_serving(settings, str(tiny_gguf))
+
+    settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1)
+    server = start(load)
+    wait_asleep(server)
+    failed = post(server, "/completion", PROMPT)
+    assert (failed.status_code, failed.json()) == (
+        503,
+        {"error": {"code": 503, "message": "Model failed to load: disk gone", "type": "unavailable_error"}},
+    )
+    assert is_sleeping(server)
+    assert post(server, "/completion", PROMPT).status_code == 200
+    assert not is_sleeping(server)
+
+
+def test_without_the_flag_the_model_stays_loaded(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1))
+    time.sleep(1.2)
+    assert not is_sleeping(server) and state_of(server).serving is not None
