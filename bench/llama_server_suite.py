@@ -63,9 +63,66 @@ IN_SCOPE = (
     "test_tool_call.py",
 )
 
-#: Tests no stand-in can pass, and why: by node id prefix (``file::test[`` is every case of a parametrised test,
-#: as pytest's ``--deselect`` matches prefixes).
-EXCLUDED: dict[str, str] = {}
+#: Tests no stand-in can pass, and why: ``file::test`` (with all its cases), or ``file::test[id`` for the cases
+#: whose id starts so.
+_TEXT = "asserts the text stories260K generates (a random stand-in cannot)"
+_COUNTS = "asserts stories260K's tokenizer's prompt token counts, and its generated text"
+_VISION = "needs tinygemma3 (vision): out of scope here"
+_ROUTER = "starts llama-server as a router, with no model: out of scope here"
+EXCLUDED: dict[str, str] = {
+    "test_basic.py::test_load_split_model": "downloads stories15M (split in 3) and asserts its text",
+    "test_chat_completion.py::test_chat_completion": _COUNTS,
+    "test_chat_completion.py::test_chat_completion_stream": _COUNTS,
+    "test_chat_completion.py::test_chat_completion_with_openai_library": _TEXT,
+    "test_chat_completion.py::test_chat_completion_cached_tokens": "asserts stories260K's prompt and cached token "
+    "counts (77; 76, 51, 47)",
+    "test_chat_completion.py::test_chat_template": "the expected prompt starts with stories260K's BOS text ('<s> ')",
+    "test_chat_completion.py::test_return_progress[64-4-False": "counts 4 batches of 64 for stories260K's "
+    "tokenization of the prompt (the stand-in's takes 107 tokens: 2 batches)",
+    "test_completion.py::test_completion": _COUNTS,
+    "test_completion.py::test_completion_stream": _COUNTS,
+    "test_completion.py::test_completion_with_openai_library": _TEXT,
+    "test_completion.py::test_completion_stream_with_openai_library": _TEXT,
+    "test_completion.py::test_completion_response_fields[I believe the meaning of life is-32-": "expects the prompt "
+    "as stories260K's SentencePiece tokenizer detokenizes it ('<s> ' + prompt)",
+    "test_completion.py::test_completion_prompt_cache": "asserts stories260K's prompt token counts",
+    "test_compat_anthropic.py::test_anthropic_tool_result_with_image": "expects llama-server's 500 for an image "
+    "sent to a text model; lfmserve answers 400 with the same message (a client's mistake is a 400)",
+    "test_compat_anthropic.py::test_anthropic_vision_format_accepted": "expects llama-server's 500 for an image "
+    "sent to a text model; lfmserve answers 400 with the same message (a client's mistake is a 400)",
+    "test_compat_anthropic.py::test_anthropic_vision_base64_with_multimodal_model": _VISION,
+    "test_compat_oai_responses.py::test_responses_with_openai_library": _TEXT,
+    "test_compat_oai_responses.py::test_responses_stream_with_openai_library": _TEXT,
+    "test_ctx_shift.py::test_ctx_shift_enabled": "asserts stories260K's prompt token count (226)",
+    "test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[-1-248-True": "needs a model that does not end its "
+    "answer before the context is full (the random stand-in emits an end token first)",
+    "test_ctx_shift.py::test_ctx_shift_disabled_stream": "needs a model that does not end its answer before the "
+    "context is full (the random stand-in emits an end token first)",
+    "test_metrics.py::test_metrics_embedding_prompt_is_counted": "starts bert-bge-small (embeddings): out of scope",
+    "test_security.py::test_cors_origins_localhost_reflects": _ROUTER,
+    "test_security.py::test_cors_origins_localhost_rejects": _ROUTER,
+    "test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": "starts with --tools (built-in "
+    "tools): out of scope",
+    "test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": "the web UI's CORS proxy: out of scope",
+    "test_security.py::test_local_media_file": _VISION,
+    "test_slot_save.py::test_slot_save_restore": "asserts stories260K's text, and that slot 0 re-processes the 6 "
+    "prompt tokens slot 1 already holds (lfmserve copies them from slot 1: prompt_n is 1)",
+    "test_slot_save.py::test_slot_erase": _TEXT,
+    "test_slot_save.py::test_slot_save_restore_text_only_on_multimodal": _VISION,
+    "test_slot_save.py::test_slot_save_restore_with_image": _VISION,
+    "test_slot_save.py::test_slot_save_restore_with_two_images": _VISION,
+    "test_slot_save.py::test_slot_save_restore_with_image_across_restart": _VISION,
+    "test_slot_save.py::test_slot_save_restore_image_payload_larger_than_context": _VISION,
+    "test_slot_save.py::test_slot_restore_media_file_without_mmproj": _VISION,
+}
+
+#: Selected tests that fail for want of something lfmserve does not have yet; they run, so a fix shows.
+KNOWN_FAILURES: dict[str, str] = {
+    "test_basic.py::test_no_ui": "the web UI (a later issue): GET / has no page yet (--no-ui's 404 works)",
+    "test_security.py::test_access_static_assets_without_api_key": "the web UI's assets (a later issue)",
+    "test_completion.py::test_completion_unified": "with --kv-unified llama-server lets one slot use the whole "
+    "context; lfmserve keeps each slot to -c / -np, so a slot never fails for cells another slot holds",
+}
 
 #: The suite's ``--hf-repo`` values (with ``--hf-file``, joined by ``/``) and the stand-in each maps to.
 STAND_INS: dict[str, TinyLfm2] = {
@@ -150,12 +207,26 @@ os.execv(sys.executable, [sys.executable, "-m", "lfmserve", *args])
 
 
 #: A pytest plugin the runner adds: the suite's session fixture first starts every preset server once so
-#: that their models are downloaded; the stand-ins are local files, so there is nothing to download.
+#: that their models are downloaded, and the stand-ins are local files, so there is nothing to download; and
+#: the excluded tests are deselected by their exact ids (pytest's own ``--deselect`` matches prefixes, which
+#: would take ``test_chat_template_assistant_prefill`` with ``test_chat_template``).
 PLUGIN = """
+import json
+import os
+
+
 def pytest_sessionstart(session):
     import utils
 
     utils.ServerPreset.load_all = staticmethod(lambda: None)
+
+
+def pytest_collection_modifyitems(config, items):
+    excluded = set(json.loads(os.environ.get("LFMSERVE_SUITE_EXCLUDED", "[]")))
+    deselected = [item for item in items if item.nodeid in excluded]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.nodeid not in excluded]
 """
 
 
@@ -187,13 +258,23 @@ def collect(tests: Path, name: str, env: dict[str, str], extra: list[str]) -> li
     return [line for line in output.stdout.splitlines() if line.startswith(f"unit/{name}::")]
 
 
+def excluded_in(node_ids: list[str]) -> list[str]:
+    """The ids :data:`EXCLUDED` names: a key ending in ``[`` takes every case of that test, another key its test
+    (and that test's cases)."""
+    keys = [f"unit/{node}" for node in EXCLUDED]
+    return [
+        node
+        for node in node_ids
+        if any(node == key or node.startswith(key if "[" in key else key + "[") for key in keys)
+    ]
+
+
 def run_file(tests: Path, name: str, env: dict[str, str], extra: list[str], verbose: bool) -> FileResult:
     """Runs a file's selected tests but the excluded ones, and counts the outcomes from pytest's JUnit report."""
-    prefixes = tuple(f"unit/{node}" for node in EXCLUDED if node.startswith(name + "::"))
-    excluded = [node for node in collect(tests, name, env, extra) if node.startswith(prefixes)]
+    excluded = excluded_in(collect(tests, name, env, extra))
+    env = {**env, "LFMSERVE_SUITE_EXCLUDED": json.dumps(excluded)}
     report = Path(tempfile.mkdtemp(prefix="suite-")) / (name + ".xml")
     command = pytest_command(name, "--junitxml", str(report), "-o", "junit_family=xunit1", *extra)
-    command += [f"--deselect={prefix}" for prefix in prefixes]
     output = subprocess.run(command, cwd=tests, env=env, capture_output=not verbose, text=True)
     if not report.is_file():
         raise RuntimeError(f"{name}: pytest wrote no report\n{output.stdout}\n{output.stderr}")
@@ -218,7 +299,14 @@ def main() -> int:
     parser.add_argument("-k", help="pytest's -k expression")
     parser.add_argument("--verbose", action="store_true", help="show pytest's output")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--exclusions", action="store_true", help="print the excluded tests and why, as markdown")
     options = parser.parse_args()
+    if options.exclusions:
+        print("| test | why it is excluded |\n|---|---|")
+        for node, why in {**EXCLUDED, **KNOWN_FAILURES}.items():
+            kind = "" if node in EXCLUDED else "runs, fails: "
+            print(f"| `{node.rstrip('[')}` | {kind}{why} |")
+        return 0
 
     tests = unpack_suite(CACHE)
     env = {
@@ -240,7 +328,8 @@ def main() -> int:
         r = results[name]
         print(f"{name}: {r.passed} passed, {r.failed} failed, {r.skipped} skipped, {r.excluded} excluded", flush=True)
         for failure in r.failures:
-            print(f"    FAILED {failure}", flush=True)
+            known = [why for node, why in KNOWN_FAILURES.items() if f"{name}::{failure}".startswith(node)]
+            print(f"    FAILED {failure}" + (f" (known: {known[0]})" if known else ""), flush=True)
 
     columns = ("passed", "failed", "skipped", "excluded")
     print("\n| file | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns))

@@ -60,6 +60,8 @@ class SamplingFields(Body):
     cache_prompt: bool | None = None
     id_slot: int = Field(default=-1, ge=-1)
     timings_per_token: bool = False
+    #: Stream ``prompt_progress`` reports while the prompt is prefilled (llama-server reads it on every route).
+    return_progress: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=1)

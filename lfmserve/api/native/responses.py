@@ -125,8 +125,13 @@ def _generation_settings(serving: Serving, body: SamplingFields, request: Engine
 async def completion_chunks(
     serving: Serving, body: CompletionRequest, request: EngineRequest, outputs: AsyncIterator[EngineOutput]
 ) -> AsyncIterator[dict[str, Any]]:
-    """A partial chunk per output, then the final object (llama-server's stream has no ``[DONE]``)."""
+    """A partial chunk per output, then the final object (llama-server's stream has no ``[DONE]``); a prefill
+    report (``return_progress``) is an empty partial chunk with ``prompt_progress`` (and, with ``timings_per_token``,
+    the timings so far)."""
     async for out in outputs:
+        if out.progress is not None:
+            yield {**_partial(serving, body, request, out), "prompt_progress": out.progress.to_json()}
+            continue
         if not out.finished or out.text:
             yield _partial(serving, body, request, out)
         if out.finished:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -47,7 +48,8 @@ async def completion(request: Request) -> Response:
     served = serving(request)
     engine_requests = await prepare_completion(served, body, offload)
     if body.stream:
-        chunks = responses.completion_chunks(served, body, engine_requests[0], served.start(engine_requests[0]))
+        streamed = replace(engine_requests[0], return_progress=body.return_progress)
+        chunks = responses.completion_chunks(served, body, streamed, served.start(streamed))
         return sse(chunks, done_marker=False)
     results = await until_disconnect(request, served.run_all(engine_requests))
     out = [

@@ -209,8 +209,6 @@ class ChatCompletionRequest(ChatPrompt, SamplingFields):
     n: int = Field(default=1, ge=1)
     #: Add llama-server's ``__verbose`` (the prompt and the native result); None: the server's ``--verbose``.
     verbose: bool | None = None
-    #: Stream ``prompt_progress`` chunks while the prompt is prefilled.
-    return_progress: bool = False
 
     def requested_max_tokens(self) -> int | None:
         if self.max_completion_tokens is not None:

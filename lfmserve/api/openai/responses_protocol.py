@@ -257,8 +257,6 @@ class ResponsesRequest(SamplingFields):
     reasoning_format: ReasoningFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     response_format: ResponseFormat | None = None
-    #: llama-server's telemetry: a ``prompt_progress`` report in the stream.
-    return_progress: bool = False
 
     def requested_max_tokens(self) -> int | None:
         if self.max_output_tokens is not None:

@@ -90,3 +90,20 @@ def test_return_progress_reports_each_prefill_chunk(llama_server: ServerThread) 
     # The same prompt again: all but its last token come from the cache, then one chunk.
     again = progress()
     assert again == [{"total": total, "cache": total - 1, "processed": n} for n in (total - 1, total)]
+
+
+def test_return_progress_on_the_native_completion_stream(llama_server: ServerThread) -> None:
+    """``/completion`` reports the prefill as llama-server's partial chunks: empty content, ``prompt_progress``,
+    and with ``timings_per_token`` the prompt timings so far (zero before the first chunk is decoded)."""
+    body = {"prompt": "the quick brown fox " * 12, "n_predict": 2, "stream": True, "return_progress": True}
+    chunks = [json.loads(e) for e in sse_events(llama_server, "/completion", {**body, "timings_per_token": True})]
+    reports = [c for c in chunks if "prompt_progress" in c]
+    total, cache = reports[0]["prompt_progress"]["total"], reports[0]["prompt_progress"]["cache"]
+    assert total > 32 and cache <= 1  # (the BOS may be cached from the module's earlier requests)
+    steps = [*range(cache, total, 16), total]
+    assert [r["prompt_progress"]["processed"] for r in reports] == steps
+    assert all((r["content"], r["tokens"], r["stop"]) == ("", [], False) for r in reports)
+    assert [r["timings"]["prompt_n"] for r in reports] == [n - cache for n in steps]
+    assert reports[0]["timings"]["prompt_ms"] == 0.0
+    plain = [json.loads(e) for e in sse_events(llama_server, "/completion", {**body, "return_progress": False})]
+    assert not any("prompt_progress" in c for c in plain)
