@@ -11,10 +11,10 @@ from fastapi.responses import JSONResponse, Response
 from ...chat.output import AssistantOutputParser
 from ...chat.serving import Serving
 from ...engine.records import EngineRequest
+from ..chat_route import prepared_chat
 from ..offload import read_body
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
-from ..state import serving
 from . import responses
 from .protocol import MessagesRequest
 
@@ -41,8 +41,4 @@ async def count_tokens(request: Request) -> dict[str, Any]:
 async def _prepare(request: Request) -> tuple[MessagesRequest, Serving, EngineRequest, AssistantOutputParser]:
     """The body, and the engine request and output parser its chat makes (media read off the loop)."""
     body, offload = await read_body(request, MessagesRequest)
-    served = serving(request)
-    chat = body.to_chat_request()
-    media = await served.read_media(chat)
-    engine_request, parser = await offload.also_if(bool(media))(served.prepare_chat, chat, media)
-    return body, served, engine_request, parser
+    return body, *await prepared_chat(request, body.to_chat_request(), offload)

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ...chat.output import AssistantOutputParser
 from ...engine.records import EngineRequest
+from ..chat_route import prepared_chat
 from ..offload import read_body
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
@@ -23,10 +24,7 @@ router = APIRouter()
 async def _prepared(request: Request) -> tuple[ResponsesRequest, EngineRequest, AssistantOutputParser]:
     """The body, its engine request and the parser for its output (media read, prompt rendered and tokenized)."""
     body, offload = await read_body(request, ResponsesRequest)
-    served = serving(request)
-    chat = body.to_chat_request()
-    media = await served.read_media(chat)
-    engine_request, parser = await offload.also_if(bool(media))(served.prepare_chat, chat, media)
+    _, engine_request, parser = await prepared_chat(request, body.to_chat_request(), offload)
     return body, engine_request, parser
 
 

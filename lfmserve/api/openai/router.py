@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...errors import InvalidRequest
+from ..chat_route import prepared_chat
 from ..native.protocol import CompletionRequest
 from ..native.router import prepare_completion
 from ..offload import read_body
@@ -51,10 +52,7 @@ async def chat_completions(request: Request) -> Response:
 async def chat_input_tokens(request: Request) -> dict[str, Any]:
     """How many positions a chat's prompt takes, media included, without running it (llama-server's route)."""
     body, offload = await read_body(request, ChatCompletionRequest)
-    served = serving(request)
-    chat = body.to_chat_request()
-    media = await served.read_media(chat)
-    engine_request, _ = await offload.also_if(bool(media))(served.prepare_chat, chat, media)
+    _, engine_request, _ = await prepared_chat(request, body.to_chat_request(), offload)
     return {"object": "response.input_tokens", "input_tokens": len(engine_request.prompt_tokens)}
 
 
