@@ -1,7 +1,7 @@
 """lfmserve: llama-server's HTTP API and an in-process chat API for LFM (and any GGUF) models on CPUs.
 
-Public names only, loaded on first use: ``import lfmserve.errors`` (or a future client library)
-does not load llama.cpp. See README.md for the server and :mod:`lfmserve.local` for the in-process API.
+Public names only, loaded on first use: ``import lfmserve.errors`` or ``lfmserve.client`` (the HTTP
+client) does not load llama.cpp. See README.md for the server and :mod:`lfmserve.local` for the in-process API.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .client import AsyncClient, Client
     from .errors import (
         AuthenticationFailed,
         ContextLengthExceeded,
@@ -20,15 +21,20 @@ if TYPE_CHECKING:
         NotSupported,
         RequestCancelled,
         TemplateError,
+        TransportError,
         Unavailable,
     )
     from .local import Chat, Model, TurnStats
+    from .results import ChatResult, ToolCall
     from .settings import Settings
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
+    "AsyncClient": "client",
     "AuthenticationFailed": "errors",
     "Chat": "local",
+    "ChatResult": "results",
+    "Client": "client",
     "ContextLengthExceeded": "errors",
     "EngineError": "errors",
     "InvalidRequest": "errors",
@@ -39,13 +45,18 @@ _EXPORTS = {
     "RequestCancelled": "errors",
     "Settings": "settings",
     "TemplateError": "errors",
+    "ToolCall": "results",
+    "TransportError": "errors",
     "TurnStats": "local",
     "Unavailable": "errors",
 }
 
 __all__ = [
+    "AsyncClient",
     "AuthenticationFailed",
     "Chat",
+    "ChatResult",
+    "Client",
     "ContextLengthExceeded",
     "EngineError",
     "InvalidRequest",
@@ -56,6 +67,8 @@ __all__ = [
     "RequestCancelled",
     "Settings",
     "TemplateError",
+    "ToolCall",
+    "TransportError",
     "TurnStats",
     "Unavailable",
 ]

@@ -11,7 +11,8 @@ LfmError                        500 server_error
 |- NotSupported                 501 not_supported_error
 |- Unavailable                  503 unavailable_error (model loading, queue full, shutting down)
 |- RequestCancelled             the caller has gone; nothing is sent
-'- EngineError                  500 server_error (llama_decode return codes, load failures)
+|- EngineError                  500 server_error (llama_decode return codes, load failures)
+'- TransportError               raised by lfmserve.client only: no HTTP answer (refused, reset, timed out)
 ```
 
 Each class carries its HTTP status and error type, so the server needs one handler for all of them.
@@ -101,3 +102,7 @@ class RequestCancelled(LfmError):
 
 class EngineError(LfmError):
     """llama.cpp failed: a load, a decode or an allocation."""
+
+
+class TransportError(LfmError):
+    """lfmserve.client got no HTTP answer at all (connection refused or reset, timed out): not the server's verdict."""

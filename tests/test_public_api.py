@@ -11,8 +11,11 @@ import pytest
 import lfmserve
 
 PUBLIC = {
+    "AsyncClient": "lfmserve.client.client",
     "AuthenticationFailed": "lfmserve.errors",
     "Chat": "lfmserve.local",
+    "ChatResult": "lfmserve.results",
+    "Client": "lfmserve.client.client",
     "ContextLengthExceeded": "lfmserve.errors",
     "EngineError": "lfmserve.errors",
     "InvalidRequest": "lfmserve.errors",
@@ -23,6 +26,8 @@ PUBLIC = {
     "RequestCancelled": "lfmserve.errors",
     "Settings": "lfmserve.settings",
     "TemplateError": "lfmserve.errors",
+    "ToolCall": "lfmserve.results",
+    "TransportError": "lfmserve.errors",
     "TurnStats": "lfmserve.local",
     "Unavailable": "lfmserve.errors",
 }
@@ -31,6 +36,8 @@ PUBLIC = {
 MODEL_FREE = (
     "lfmserve",
     "lfmserve.errors",
+    "lfmserve.results",
+    "lfmserve.client",
     "lfmserve.settings",
     "lfmserve.api.body",
     "lfmserve.api.openai.protocol",
