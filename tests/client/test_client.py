@@ -8,12 +8,15 @@ them against llama-server built from the same llama.cpp (its differences are lis
 from __future__ import annotations
 
 import base64
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from PIL import Image
 from pydantic import BaseModel, Field
 
 from lfmserve.client import ContentDelta, FinalMessage, Stats, ToolCallDelta
@@ -25,9 +28,9 @@ from lfmserve.errors import (
     NotSupported,
     TransportError,
 )
-from lfmserve.testing import free_port, image_bytes, wav_bytes
-from tests.client.conftest import ALIAS, API_KEY, Target, make_client
-from tests.conftest import WEATHER
+from lfmserve.testing import free_port, image_bytes, tiny_reranker, wav_bytes, write_lfm2_gguf
+from tests.client.conftest import ALIAS, API_KEY, Target, launch, make_client
+from tests.conftest import WEATHER, Running
 
 GREEDY = {"temperature": 0, "top_k": 1, "max_tokens": 8, "seed": 1}
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
@@ -134,11 +137,7 @@ def test_a_pydantic_response_format_comes_back_parsed(client: Any, target: Targe
 
 
 def test_webp_is_converted_and_jpeg_is_sent_as_it_is(client: Any, target: Target) -> None:
-    webp, png = image_bytes(64, 48, seed=3, format="WEBP"), None
-    import io
-
-    from PIL import Image
-
+    webp = image_bytes(64, 48, seed=3, format="WEBP")
     buffer = io.BytesIO()
     Image.open(io.BytesIO(webp)).save(buffer, format="PNG")
     png = buffer.getvalue()
@@ -283,3 +282,23 @@ def test_nothing_listening_is_a_transport_error(kind: str) -> None:
             nowhere.chat("hi")
     finally:
         nowhere.close()
+
+
+@pytest.fixture(scope="module")
+def rerank_url(target: Target, processes: list[Running], models_dir: Path) -> str:
+    """A reranker of the same program as ``target``."""
+    model = write_lfm2_gguf(models_dir / "tiny-reranker.gguf", tiny_reranker())
+    return launch(target.kind, ["-m", str(model), "--rerank", "-c", "1024", "-t", "1"], processes).url
+
+
+def test_rerank_orders_the_documents_by_the_servers_scores(kind: str, rerank_url: str) -> None:
+    documents = ["a cat on a mat", "stock prices fell", "the cat sleeps", "rain tomorrow"]
+    wire = httpx.post(rerank_url + "/v1/rerank", json={"query": "cats", "documents": documents}).json()
+    expected = sorted(((r["relevance_score"], r["index"]) for r in wire["results"]), reverse=True)
+    reranker = make_client(kind, rerank_url)
+    try:
+        results = reranker.rerank("cats", documents)
+        assert [(r.score, r.index, r.document) for r in results] == [(s, i, documents[i]) for s, i in expected]
+        assert [r.index for r in reranker.rerank("cats", documents, top_n=2)] == [i for _, i in expected[:2]]
+    finally:
+        reranker.close()
