@@ -1,4 +1,5 @@
-"""Command line: ``lfmserve [llama-server flags]`` resolves the model, then serves it over HTTP.
+"""Command line: ``lfmserve [llama-server flags]`` resolves the model, then serves it over HTTP;
+``lfmserve chat ...`` hands its flags to :mod:`lfmserve.tui` (a terminal chat).
 
 The only caller of ``logging.basicConfig``. It listens on every ``--host`` address (sockets bound here,
 before the model loads, and handed to uvicorn). A missing model file, a port already taken, an unknown
@@ -14,15 +15,14 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import uvicorn
-from fastapi import FastAPI
 
-from .api.app import create_app
-from .api.state import AppState
 from .errors import LfmError
-from .models.loader import engine_config, load_serving, resolve_model_files
-from .settings import Settings
+
+if TYPE_CHECKING:
+    from .api.state import AppState
 
 logger = logging.getLogger("lfmserve")
 
@@ -91,6 +91,21 @@ def _url(sock: socket.socket) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``lfmserve chat ...`` chats (:mod:`lfmserve.tui`); anything else serves."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["chat"]:
+        from .tui.main import main as chat
+
+        return chat(args[1:])
+    return serve(args)
+
+
+def serve(argv: Sequence[str]) -> int:
+    """``lfmserve [llama-server flags]``; the app and the model code load here, so ``chat --help`` stays quick."""
+    from .api.app import create_app
+    from .models.loader import engine_config, load_serving, resolve_model_files
+    from .settings import Settings
+
     settings = Settings.from_argv(argv)
     logging.basicConfig(
         level=logging.DEBUG if settings.verbose else logging.INFO,
@@ -115,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_code = 1
         server.should_exit = True
 
-    app: FastAPI = create_app(settings, lambda: load_serving(settings, files), on_load_error=stop_on_load_error)
+    app = create_app(settings, lambda: load_serving(settings, files), on_load_error=stop_on_load_error)
     config = uvicorn.Config(
         app,
         # h11 writes header names as given (httptools lower-cases them): clients that copy the headers into a

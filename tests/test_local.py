@@ -6,11 +6,13 @@ import gc
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import lfmserve
 from lfmserve.errors import ContextLengthExceeded
+from lfmserve.results import ContentDelta
 from lfmserve.testing import EOS_ID
 
 
@@ -85,7 +87,7 @@ def _freed(model: lfmserve.Model, slot: int) -> bool:
     return False
 
 
-ENDLESS = {"temperature": 0, "max_tokens": 100000, "ignore_eos": True}
+ENDLESS: dict[str, Any] = {"temperature": 0, "max_tokens": 100000, "ignore_eos": True}
 
 
 def test_breaking_out_of_a_stream_cancels_it_and_keeps_the_reply_so_far(model: lfmserve.Model) -> None:
@@ -100,6 +102,19 @@ def test_breaking_out_of_a_stream_cancels_it_and_keeps_the_reply_so_far(model: l
     assert chat.last_turn is None
     chat.send("And?", temperature=0, max_tokens=3)  # the conversation goes on from there
     assert chat.last_turn is not None and chat.last_turn.n_generated == 3
+
+
+def test_breaking_out_of_events_cancels_and_keeps_what_was_given_out(model: lfmserve.Model) -> None:
+    chat = model.chat()
+    shown = []
+    for event in chat.events("Go on", **ENDLESS):
+        assert isinstance(event, ContentDelta)
+        shown.append(event.text)
+        if len(shown) == 2:
+            break
+    assert _freed(model, chat.slot)
+    assert chat.messages == [{"role": "user", "content": "Go on"}, {"role": "assistant", "content": "".join(shown)}]
+    assert chat.last_turn is None
 
 
 def test_an_exception_in_the_consumer_cancels_the_stream(model: lfmserve.Model) -> None:

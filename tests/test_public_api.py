@@ -37,6 +37,7 @@ MODEL_FREE = (
     "lfmserve",
     "lfmserve.errors",
     "lfmserve.results",
+    "lfmserve.response_format",
     "lfmserve.client",
     "lfmserve.settings",
     "lfmserve.api.body",

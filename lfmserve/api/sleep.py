@@ -127,7 +127,7 @@ class Sleeper:
             self._awake.clear()
             state.serving = None
             state.metrics = None  # it holds the engine; /metrics gives the recorded answers now
-            await asyncio.to_thread(_free, serving)
+            await asyncio.to_thread(serving.close)
         logger.info("idle for %g s: model unloaded, sleeping until the next request", self.idle_s)
 
     async def _wake(self) -> None:
@@ -183,11 +183,3 @@ async def _replay(recorded: Recorded, send: Send) -> None:
     # a fresh header list: the middleware above adds to it (CORS)
     await send({"type": "http.response.start", "status": recorded.status, "headers": list(recorded.headers)})
     await send({"type": "http.response.body", "body": recorded.body})
-
-
-def _free(serving: Serving) -> None:
-    """Free the llama.cpp handles: the engine's contexts (and draft model), the projector, then the model."""
-    serving.engine.close()
-    if serving.projector is not None:
-        serving.projector.close()
-    serving.model.close()

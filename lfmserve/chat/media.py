@@ -94,14 +94,16 @@ class MediaReader:
         media = []
         for kind, source, param in sources:
             data = await media_bytes(source, self._policy, param=param)
-            media.append(await asyncio.to_thread(self._decode, kind, data, param))
+            media.append(await asyncio.to_thread(self.decode, kind, data, param))
         return media
 
     def _check_supported(self, kind: MediaType, param: str) -> None:
         if not self.modalities["vision" if kind == "image" else kind]:
             raise unsupported(kind, param)
 
-    def _decode(self, kind: MediaType | None, data: bytes, param: str) -> Media:
+    def decode(self, kind: MediaType | None, data: bytes, param: str) -> Media:
+        """One item's bytes as decoded media, by what the bytes are; a 400 naming ``param`` when they are neither
+        an image nor audio the projector reads (call :meth:`check_types` first)."""
         projector = self._projector
         assert projector is not None  # checked by the part's type first
         # Bytes that are neither audio nor an image, in an audio part: refused as audio, not as "not an image".

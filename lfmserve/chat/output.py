@@ -66,6 +66,11 @@ class AssistantMessage:
             self.calls.append(delta.call)
 
 
+def finish_reason(engine_reason: str, has_calls: bool) -> str:
+    """OpenAI's ``tool_calls`` when the answer ended by itself with calls (cut off, it stays ``length``)."""
+    return "tool_calls" if has_calls and engine_reason == "stop" else engine_reason
+
+
 def call_id() -> str:
     return "call_" + secrets.token_urlsafe(18).replace("-", "a").replace("_", "b")
 

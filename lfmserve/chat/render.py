@@ -35,12 +35,7 @@ def render_chat(
 
     Each media part becomes ``media_marker`` in its message's text, which the projector replaces by the media.
     """
-    if plan is None:
-        tools = [dict(tool) for tool in request.tools] or None
-        extra = template_kwargs(request)
-    else:
-        tools, extra = plan.tools, plan.template_kwargs
-    messages = [template_message(template, m, media_marker) for m in request.messages]
+    messages, tools, extra = _template_inputs(template, request, plan, media_marker)
     mode = continuation(request)
     if mode == "none":
         return template.render(messages, tools=tools, add_generation_prompt=request.add_generation_prompt, extra=extra)
@@ -49,6 +44,27 @@ def render_chat(
     opened = template.render(history, tools=tools, add_generation_prompt=True, extra=extra)
     generation_prompt = opened[len(os.path.commonprefix([closed, opened])) :]
     return closed + _continued(template.think_tags, generation_prompt, request.messages[-1], mode)
+
+
+def render_history(template: ChatFormatter, request: ChatRequest, *, media_marker: str = "") -> str:
+    """The messages with every turn closed: no generation prompt, and a final assistant message ended rather
+    than continued. What a conversation's prompt cache holds between turns (the in-process :class:`~lfmserve.Chat`
+    prefills it after each reply, so the next turn's prompt starts with exactly these tokens)."""
+    messages, tools, extra = _template_inputs(template, request, None, media_marker)
+    return template.render(messages, tools=tools, add_generation_prompt=False, extra=extra)
+
+
+def _template_inputs(
+    template: ChatFormatter, request: ChatRequest, plan: ChatPlan | None, media_marker: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any]]:
+    """The messages, tools and variables the template gets; ``plan`` decides the tools and variables (all, without
+    one)."""
+    if plan is None:
+        tools = [dict(tool) for tool in request.tools] or None
+        extra = template_kwargs(request)
+    else:
+        tools, extra = plan.tools, plan.template_kwargs
+    return [template_message(template, m, media_marker) for m in request.messages], tools, extra
 
 
 def continuation(request: ChatRequest) -> Literal["none", "content", "reasoning"]:

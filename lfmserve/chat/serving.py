@@ -29,7 +29,7 @@ from .media import MediaReader, chat_media_sources, process_media_marker
 from .output import AssistantOutputParser
 from .plan import ChatPlan, native_constraint, plan_chat
 from .prompt_tokens import prompt_tokens
-from .render import continuation, render_chat
+from .render import continuation, render_chat, render_history
 from .request import ChatRequest, EmbeddingOptions, GenerationOptions, MediaPrompt, Prompt
 from .template import ChatFormatter
 
@@ -93,6 +93,13 @@ class Serving:
         self.default_max_tokens = default_max_tokens
         self.fingerprint = fingerprint
 
+    def close(self) -> None:
+        """Free the llama.cpp handles: the engine's contexts (and draft model), the projector, then the model."""
+        self.engine.close()
+        if self.projector is not None:
+            self.projector.close()
+        self.model.close()
+
     # -- chat ------------------------------------------------------------------------------------
     def render_chat(self, request: ChatRequest) -> str:
         """The prompt a chat request renders to, every tool and template variable included (/apply-template);
@@ -134,6 +141,14 @@ class Serving:
             )
             for plan in plans
         ]
+
+    def history_tokens(
+        self, request: ChatRequest, media: Sequence[Media] = ()
+    ) -> tuple[Sequence[int], tuple[MediaSpan, ...]]:
+        """The positions and media spans of a chat's messages with every turn closed (:func:`render_history`):
+        what a conversation's cache should hold between turns, all its tools and template variables included."""
+        prompt = render_history(self.template, request, media_marker=self.media_marker)
+        return self.tokenize_with_media(prompt, media, chat=True)
 
     def tokenize_with_media(
         self, text: str, media: Sequence[Media], *, chat: bool

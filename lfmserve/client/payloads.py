@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest, LfmError
+from ..response_format import parse_content, wire_format
 from ..results import ChatResult, Timings, ToolCall, Usage
 from .media import AudioInput, ImageInput, audio_part, image_part
 
@@ -46,9 +47,9 @@ def chat_body(
         body["tools"] = list(tools)
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
-    wire_format, parse_as = _response_format(response_format)
-    if wire_format is not None:
-        body["response_format"] = wire_format
+    wire, parse_as = wire_format(response_format)
+    if wire is not None:
+        body["response_format"] = wire
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -72,26 +73,6 @@ def _with_media(
     parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     last["content"] = [*parts, *(image_part(image) for image in images), *(audio_part(clip) for clip in audio)]
     return out
-
-
-def _response_format(response_format: Any) -> tuple[dict[str, Any] | None, Any]:
-    """``response_format`` on the wire, from an OpenAI dict, a bare JSON schema, or a pydantic model class."""
-    if response_format is None:
-        return None, None
-    if isinstance(response_format, type) and hasattr(response_format, "model_json_schema"):
-        schema = response_format.model_json_schema()
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": response_format.__name__, "schema": schema},
-        }, response_format
-    if isinstance(response_format, Mapping):
-        if response_format.get("type") in ("json_object", "json_schema", "text"):
-            return dict(response_format), None
-        return {"type": "json_schema", "json_schema": {"name": "response", "schema": dict(response_format)}}, None
-    raise InvalidRequest(
-        f"response_format must be a dict or a pydantic model class, not {type(response_format).__name__}",
-        param="response_format",
-    )
 
 
 def chat_result(answer: Mapping[str, Any], parse_as: Any = None) -> ChatResult:
@@ -131,17 +112,15 @@ def assembled(
     parse_as: Any,
 ) -> ChatResult:
     """A :class:`ChatResult`, with the content parsed into ``parse_as`` (pydantic) when asked."""
-    parsed = None
-    if parse_as is not None and finish_reason != "length":
-        parsed = parse_as.model_validate_json(content or "")
+    finish_reason = finish_reason or ("tool_calls" if tool_calls else "stop")
     return ChatResult(
         content=content,
         reasoning=reasoning or None,
         tool_calls=tool_calls,
-        finish_reason=finish_reason or ("tool_calls" if tool_calls else "stop"),
+        finish_reason=finish_reason,
         usage=usage,
         timings=timings,
-        parsed=parsed,
+        parsed=parse_content(parse_as, content, finish_reason),
     )
 
 

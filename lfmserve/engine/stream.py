@@ -3,7 +3,8 @@
 The engine thread calls ``put`` and never waits. :class:`AsyncStream` hands each item to an
 asyncio loop with one ``call_soon_threadsafe`` (a deque and a future, lighter than an
 ``asyncio.Queue``: this runs once per generated token); :class:`SyncStream` hands it to a blocking
-iterator (the in-process API). Errors travel through the same channel and are raised by the consumer.
+iterator (the in-process API), and :class:`SyncResult` one result (an embedding request's) to a blocking
+caller. Errors travel through the same channel and are raised by the consumer.
 """
 
 from __future__ import annotations
@@ -126,3 +127,19 @@ class SyncStream:
             yield item
             if item.finished:
                 return
+
+
+class SyncResult(Generic[T]):
+    """One result (or error) put by the engine thread, waited for by a plain call from any other thread."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[T | BaseException] = queue.SimpleQueue()
+
+    def put(self, item: T | BaseException) -> None:
+        self._queue.put(item)
+
+    def result(self) -> T:
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item

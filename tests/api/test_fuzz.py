@@ -23,7 +23,7 @@ from schemathesis import GenerationMode
 from lfmserve.settings import Settings
 from tests.conftest import ServerThread
 
-FUZZ_EXAMPLES = 30
+FUZZ_EXAMPLES = 20
 
 
 @pytest.fixture(scope="module")

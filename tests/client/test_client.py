@@ -32,6 +32,8 @@ from lfmserve.testing import free_port, image_bytes, tiny_reranker, wav_bytes, w
 from tests.client.conftest import ALIAS, API_KEY, Target, launch, make_client
 from tests.conftest import WEATHER, Running
 
+#: Why the tool-call tests do not run against llama-server: it answers free text, so there is no call to read.
+NO_FORCED_CALLS = "llama-server does not constrain the tiny LFM2's answer to a call for a named or required tool_choice"
 GREEDY = {"temperature": 0, "top_k": 1, "max_tokens": 8, "seed": 1}
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -102,6 +104,8 @@ def test_a_stream_closed_early_frees_the_slot(client: Any, target: Target) -> No
 
 
 def test_forced_tool_call_comes_back_with_dict_arguments(client: Any, target: Target) -> None:
+    if target.kind == "llama-server":
+        pytest.skip(NO_FORCED_CALLS)
     choice = {"type": "function", "function": {"name": "get_weather"}}
     ask = [{"role": "user", "content": "Weather in Paris?"}]
     options = {"temperature": 0, "top_k": 1, "max_tokens": 200}
@@ -298,7 +302,9 @@ def test_rerank_orders_the_documents_by_the_servers_scores(kind: str, rerank_url
     reranker = make_client(kind, rerank_url)
     try:
         results = reranker.rerank("cats", documents)
-        assert [(r.score, r.index, r.document) for r in results] == [(s, i, documents[i]) for s, i in expected]
+        # llama-server's scores move in the 7th digit from one batch to the next
+        assert [(r.index, r.document) for r in results] == [(i, documents[i]) for _, i in expected]
+        assert [r.score for r in results] == pytest.approx([score for score, _ in expected], rel=1e-6)
         assert [r.index for r in reranker.rerank("cats", documents, top_n=2)] == [i for _, i in expected[:2]]
     finally:
         reranker.close()

@@ -79,5 +79,7 @@ def test_the_readme_provider_runs(target: Target) -> None:
     kinds = [kind for kind, _ in items]
     assert kinds[-1] == "message" and "stats" in kinds
     message = items[-1][1]
-    assert message["finish_reason"] == "tool_calls" and message["tool_calls"][0]["name"] == "get_weather"
-    assert isinstance(message["tool_calls"][0]["arguments"], dict)
+    calls = message["tool_calls"] or []
+    assert all(isinstance(call["arguments"], dict) for call in calls)
+    if target.kind == "lfmserve":  # llama-server does not force the call (NO_FORCED_CALLS): its answer is sampled
+        assert message["finish_reason"] == "tool_calls" and calls[0]["name"] == "get_weather"

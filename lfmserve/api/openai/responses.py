@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ...chat.logprobs import chat_logprobs, legacy_logprobs
-from ...chat.output import AssistantOutputParser, OutputDelta
+from ...chat.output import AssistantOutputParser, OutputDelta, finish_reason
 from ...chat.serving import Collected, Serving
 from ...engine.records import EngineOutput, EngineRequest, TokenLogprob
 from ..native.protocol import CompletionRequest
@@ -169,8 +169,7 @@ def _chat_logprobs(serving: Serving, body: ChatCompletionRequest, steps: Sequenc
 
 
 def _finish_reason(out: EngineOutput, has_calls: bool) -> str | None:
-    """OpenAI's ``tool_calls`` when the answer ended by itself with calls (cut off, it stays ``length``)."""
-    return "tool_calls" if has_calls and out.finish_reason == "stop" else out.finish_reason
+    return finish_reason(out.finish_reason, has_calls) if out.finish_reason is not None else None
 
 
 def _delta_json(delta: OutputDelta) -> list[dict[str, Any]]:

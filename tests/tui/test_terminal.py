@@ -1,0 +1,183 @@
+"""``python -m lfmserve chat --url ...`` in a real pseudo-terminal, against a real server on loopback.
+
+The tiny model's text is random, so the reply is checked against the server's own answer to the same greedy
+request. TERM=dumb keeps rich and prompt_toolkit from writing colours and cursor moves between the words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pexpect
+import pytest
+
+from lfmserve.settings import Settings
+from lfmserve.tui.view import printable
+from tests.conftest import ServerThread
+
+ROOT = Path(__file__).resolve().parents[2]
+GREEDY = ["--temp", "0", "--top-k", "1"]
+STATS = re.compile(r"(\d+) tokens, [\d.]+ tok/s, (\d+) cached")
+
+
+@pytest.fixture(scope="module")
+def server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
+    # A 2048-token slot: an --ignore-eos reply runs about a second before the context ends it.
+    return server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=1, threads=1))
+
+
+@pytest.fixture
+def chat(server: ServerThread) -> Iterator[Callable[..., pexpect.spawn]]:
+    children: list[pexpect.spawn] = []
+
+    def spawn(*flags: str) -> pexpect.spawn:
+        env = {**os.environ, "TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
+        argv = ["-m", "lfmserve", "chat", "--url", server.url, *flags]
+        child = pexpect.spawn(sys.executable, argv, cwd=ROOT, env=env, encoding="utf-8", timeout=15)
+        children.append(child)
+        child.expect(f"tiny-lfm2.gguf at {server.url}")
+        wait_for_prompt(child)
+        return child
+
+    yield spawn
+    for child in children:
+        child.close(force=True)
+
+
+def wait_for_prompt(child: pexpect.spawn) -> None:
+    """The prompt is drawn, and prompt_toolkit has the terminal in raw mode (else ^D and ^C would be cooked)."""
+    child.expect("> ")
+    assert child.waitnoecho(timeout=5)
+
+
+def send(child: pexpect.spawn, line: str) -> None:
+    child.sendline(line)
+    child.expect_exact(line + "\r\r\n")  # the echo, then the reply
+
+
+def saved(child: pexpect.spawn, path: Path) -> list[dict[str, object]]:
+    send(child, f"/save {path}")
+    child.expect("saved")
+    wait_for_prompt(child)
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def idle_slots(server: ServerThread, timeout_s: float = 5) -> list[dict[str, Any]]:
+    """GET /slots once no slot is processing (the server cancels a generation when its stream closes)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        slots: list[dict[str, Any]] = httpx.get(server.url + "/slots").json()
+        if not any(slot["is_processing"] for slot in slots):
+            return slots
+        assert time.monotonic() < deadline, "the server still generates after the stream was closed"
+        time.sleep(0.05)
+
+
+def without_whitespace(text: str) -> str:
+    """The terminal turns newlines into CRLF and rich expands tabs: compare the rest."""
+    return "".join(text.split())
+
+
+def test_a_reply_streams_and_reset_forgets(
+    server: ServerThread, chat: Callable[..., pexpect.spawn], tmp_path: Path
+) -> None:
+    child = chat(*GREEDY, "-n", "24")
+    send(child, "Hello")
+    child.expect(STATS)
+    shown, n_tokens = child.before, int(child.match.group(1))
+    wait_for_prompt(child)
+    body = {"messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "top_k": 1, "max_tokens": 24}
+    answer = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30).json()
+    expected = answer["choices"][0]["message"]["content"]
+    assert without_whitespace(shown) == without_whitespace(printable(expected))
+    assert n_tokens == answer["usage"]["completion_tokens"] == 24
+
+    history = saved(child, tmp_path / "before.json")
+    assert history == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": expected}]
+    child.send("\x1b[A\x1b[A\r")  # two lines back in the prompt's history: "Hello" again
+    child.expect(STATS)
+    wait_for_prompt(child)
+    assert [m["content"] for m in saved(child, tmp_path / "again.json")][::2] == ["Hello", "Hello"]
+    send(child, "/reset")
+    child.expect("conversation forgotten")
+    wait_for_prompt(child)
+    assert saved(child, tmp_path / "after.json") == []
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child.wait()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_stops_the_reply_and_the_server_cancels(
+    server: ServerThread, chat: Callable[..., pexpect.spawn], tmp_path: Path
+) -> None:
+    child = chat(*GREEDY, "--ignore-eos", "-n", "100000")
+    send(child, "Tell me a long story")
+    child.expect(r"\S")  # the first piece of the reply
+    child.sendintr()
+    child.expect("stopped")
+    wait_for_prompt(child)
+    (slot,) = idle_slots(server)
+    # Cancelled, not run to its end: left alone, the reply would fill the 2048-token context.
+    assert slot["next_token"][0]["n_decoded"] < 1000
+
+    send(child, "Go on")  # this reply ends when the context is full
+    child.expect(STATS)
+    assert int(child.match.group(1)) > 100
+    child.expect("cut at max tokens")
+    wait_for_prompt(child)
+    history = saved(child, tmp_path / "chat.json")
+    assert [message["role"] for message in history] == ["user", "assistant", "user", "assistant"]
+    assert history[1]["content"], "the stopped reply is kept as far as it went"
+
+    child.sendintr()  # Ctrl-C at an empty prompt: the chat stays
+    wait_for_prompt(child)
+    send(child, "/quit")
+    child.expect(pexpect.EOF)
+
+
+def test_in_process_chat(tiny_gguf: Path) -> None:
+    """``-m FILE`` and the other llama-server flags load the model in the chat's own process."""
+    flags = ["-m", str(tiny_gguf), "-c", "1024", "-t", "1", *GREEDY, "-n", "8"]
+    env = {**os.environ, "TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "lfmserve", "chat", *flags], cwd=ROOT, env=env, encoding="utf-8")
+    try:
+        child.expect("tiny-lfm2.gguf. ", timeout=30)
+        wait_for_prompt(child)
+        send(child, "Hi")
+        child.expect(STATS)
+        assert child.match.group(1) == "8"
+        wait_for_prompt(child)
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+
+
+def test_errors_before_the_chat_are_one_line(tmp_path: Path) -> None:
+    for flags, message in [
+        (["-m", str(tmp_path / "missing.gguf")], "missing.gguf"),
+        (["--url", "http://127.0.0.1:9"], "Connection refused"),
+    ]:
+        process = subprocess.run(
+            [sys.executable, "-m", "lfmserve", "chat", *flags], cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
+        assert process.returncode == 1
+        (line,) = process.stderr.splitlines()
+        assert line.startswith("lfmserve chat: error: ") and message in line
+
+
+def test_help_loads_neither_httpx_nor_llama_cpp() -> None:
+    code = "import sys\nfrom lfmserve.cli import main\ntry: main(['chat', '--help'])\nexcept SystemExit: pass\n"
+    code += "print(sorted({'httpx', 'lfmserve.llama', 'lfmserve.settings'} & set(sys.modules)))"
+    process = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert "--tools-file" in process.stdout and process.stdout.splitlines()[-1] == "[]"
