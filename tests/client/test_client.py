@@ -308,3 +308,12 @@ def test_rerank_orders_the_documents_by_the_servers_scores(kind: str, rerank_url
         assert [r.index for r in reranker.rerank("cats", documents, top_n=2)] == [i for _, i in expected[:2]]
     finally:
         reranker.close()
+
+
+def test_a_route_the_server_lacks_is_not_found(kind: str, target: Target) -> None:
+    elsewhere = make_client(kind, target.url + "/no/such/prefix", api_key=API_KEY, model=ALIAS)
+    try:
+        with pytest.raises(NotFound):
+            elsewhere.tokenize("hi")
+    finally:
+        elsewhere.close()
