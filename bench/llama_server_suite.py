@@ -118,8 +118,6 @@ EXCLUDED: dict[str, str] = {
 
 #: Selected tests that fail for want of something lfmserve does not have yet; they run, so a fix shows.
 KNOWN_FAILURES: dict[str, str] = {
-    "test_basic.py::test_no_ui": "the web UI (a later issue): GET / has no page yet (--no-ui's 404 works)",
-    "test_security.py::test_access_static_assets_without_api_key": "the web UI's assets (a later issue)",
     "test_completion.py::test_completion_unified": "with --kv-unified llama-server lets one slot use the whole "
     "context; lfmserve keeps each slot to -c / -np, so a slot never fails for cells another slot holds",
 }

@@ -1,5 +1,6 @@
 """Command line: ``lfmserve [llama-server flags]`` resolves the model, then serves it over HTTP;
-``lfmserve chat ...`` hands its flags to :mod:`lfmserve.tui` (a terminal chat).
+``lfmserve chat ...`` hands its flags to :mod:`lfmserve.tui` (a terminal chat); ``lfmserve serve-ray ...`` to
+:mod:`lfmserve.scaleout.serve_app` (replicas on Ray Serve, with the ``ray`` extra).
 
 The only caller of ``logging.basicConfig``. It listens on every ``--host`` address (sockets bound here,
 before the model loads, and handed to uvicorn). A missing model file, a port already taken, an unknown
@@ -91,13 +92,26 @@ def _url(sock: socket.socket) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``lfmserve chat ...`` chats (:mod:`lfmserve.tui`); anything else serves."""
+    """``lfmserve chat ...`` chats (:mod:`lfmserve.tui`); ``lfmserve serve-ray ...`` serves on Ray Serve; anything
+    else serves."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["chat"]:
         from .tui.main import main as chat
 
         return chat(args[1:])
+    if args[:1] == ["serve-ray"]:
+        return serve_ray(args[1:])
     return serve(args)
+
+
+def serve_ray(argv: Sequence[str]) -> int:
+    """``lfmserve serve-ray [flags]``; Ray is imported only here, and its absence is one line."""
+    try:
+        from .scaleout.serve_app import main as serve_app
+    except ImportError as exc:
+        print(f"lfmserve: error: serve-ray needs Ray Serve ({exc}): pip install 'lfmserve[ray]'", file=sys.stderr)
+        return 1
+    return serve_app(argv)
 
 
 def serve(argv: Sequence[str]) -> int:

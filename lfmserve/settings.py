@@ -411,6 +411,14 @@ class Settings:
         default=None, metadata=_flag("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore")
     )
     metrics: bool = _switch("--metrics", help="expose GET /metrics (Prometheus)", default=False, action="store_true")
+    trace_requests: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--trace-requests",
+            help="append each generation request's shape (route key, hashes and lengths of its message prefixes, "
+            "max_tokens; never its text) to this JSONL file, for bench/replay_trace.py",
+        ),
+    )
     # -- server -----------------------------------------------------------------------------------
     host: str = field(default="127.0.0.1", metadata=_flag("--host", help="addresses to listen on, comma-separated"))
     port: int = field(default=8080, metadata=_flag("--port", help="port to listen on", type=int))

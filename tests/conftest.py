@@ -8,12 +8,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import openai
 import pytest
 import uvicorn
+from starlette.types import ASGIApp
 
 from lfmserve.api.app import create_app
 from lfmserve.chat.serving import Serving
@@ -31,14 +32,18 @@ def fixture_template(name: str) -> Path:
     folder = Path(os.environ.get("LFMSERVE_TEMPLATE_FIXTURES", _SHARED_TEMPLATES))
     path = folder / name
     if not path.is_file():
-        reason = (
+        missing_fixture(
             f"chat template fixture {name} not found in {folder} "
             f"(put the templates in {_SHARED_TEMPLATES} or set LFMSERVE_TEMPLATE_FIXTURES)"
         )
-        if os.environ.get("LFMSERVE_REQUIRE_FIXTURES"):
-            pytest.fail(reason)
-        pytest.skip(reason)
     return path
+
+
+def missing_fixture(reason: str) -> NoReturn:
+    """Skip the test for a fixture this machine lacks; under ``LFMSERVE_REQUIRE_FIXTURES`` (CI) fail it instead."""
+    if os.environ.get("LFMSERVE_REQUIRE_FIXTURES"):
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -107,11 +112,14 @@ class ServerThread:
         self.thread.join(timeout=30)
 
 
-def serve(settings: Settings, load: Callable[[], Serving] | None = None) -> ServerThread:
+def serve(
+    settings: Settings, load: Callable[[], Serving] | None = None, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+) -> ServerThread:
+    """The app on loopback; ``wrap`` puts middleware around it (as a reverse proxy in front of it would be)."""
     assert settings.model is not None
     files = ModelFiles(settings.model, settings.mmproj)
-    app = create_app(settings, load or (lambda: load_serving(settings, files)))
-    return ServerThread(app).start()
+    app: ASGIApp = create_app(settings, load or (lambda: load_serving(settings, files)))
+    return ServerThread(wrap(app) if wrap else app).start()
 
 
 @pytest.fixture(scope="module")

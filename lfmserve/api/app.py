@@ -5,7 +5,8 @@ returns, every route answers 503 ``Loading model`` (as llama-server does). With 
 the model is unloaded when idle and loaded again on demand (:mod:`~lfmserve.api.sleep`). Handlers parse bodies,
 call :class:`~lfmserve.chat.serving.Serving`, and choose JSON or SSE; every error reaches the client
 as ``{"error": {...}}`` (:mod:`~lfmserve.api.handlers`), and no traceback ever does. A request whose
-client has gone is answered with nothing.
+client has gone is answered with nothing. The web UI (:mod:`~lfmserve.api.webui`) is served at ``/`` unless
+``--no-ui``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ..chat.serving import Serving
+from ..scaleout.trace import TraceRecorder
 from ..settings import Settings
 from .anthropic.router import router as anthropic_router
 from .cors import Cors
@@ -36,6 +38,7 @@ from .slots import router as slots_router
 from .state import AppState
 from .transcriptions import router as transcriptions_router
 from .vertex import VertexRoutes, install_vertex
+from .webui import WebUI, load_assets
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +62,15 @@ def create_app(
 
     app = FastAPI(title="lfmserve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.app_state = state  # the CLI's server drains it on shutdown
-    # The middleware added first runs innermost: CORS, the catch-all, the gate, the sleeper, then the routes.
+    # The middleware added first runs innermost: CORS, the catch-all, the web UI, the gate, the sleeper, the trace
+    # recorder (only requests the gate let through), then the routes.
+    if settings.trace_requests:
+        app.add_middleware(TraceRecorder, path=settings.trace_requests)
     if sleeper is not None:
         app.add_middleware(sleeper.wrap)
     app.add_middleware(Gate, state=state)
+    if settings.ui:
+        app.add_middleware(WebUI, assets=load_assets())
     install_error_handlers(app)
     app.add_middleware(Cors, origins=settings.cors_origins)
     routers = (

@@ -1,4 +1,5 @@
-"""ASGI middleware in front of every route but OPTIONS (which :mod:`~lfmserve.api.cors` answers first): 503 while
+"""ASGI middleware in front of every route but OPTIONS (which :mod:`~lfmserve.api.cors` answers first) and the web
+UI's files (which :mod:`~lfmserve.api.webui` answers first, public as llama-server's are): 503 while
 the model loads or the server shuts down, 401 without a valid API key, 413 for a body over ``--max-body-bytes``
 (refused from its Content-Length, or as soon as a chunked body passes the limit, so it is never read whole)."""
 

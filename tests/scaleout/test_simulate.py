@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -68,3 +69,24 @@ def test_the_recorder_writes_a_line_and_the_app_still_gets_the_body(tmp_path: Pa
         3,
     )
     assert json.loads(lines[0])["t"] >= 0
+
+
+def test_trace_requests_records_what_a_real_server_answers(tmp_path: Path, tiny_gguf: Path) -> None:
+    from lfmserve.settings import Settings
+    from tests.conftest import serve
+
+    path = tmp_path / "trace.jsonl"
+    server = serve(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1, trace_requests=str(path)))
+    try:
+        server.wait_ready()
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+        assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 2
+    finally:
+        server.stop()
+    (record,) = [TraceRecord.from_json(line) for line in path.read_text().splitlines()]
+    assert (record.key, record.boundaries, record.max_tokens) == (
+        request_shape(0, {}, body).key,
+        request_shape(0, {}, body).boundaries,
+        2,
+    )

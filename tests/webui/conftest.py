@@ -1,0 +1,62 @@
+"""Browser fixtures: Debian's Chromium, driven by Playwright (whose own browser download cannot work here)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+
+from lfmserve.settings import Settings
+from tests.conftest import ServerThread, missing_fixture, serve
+from tests.webui.pages import PREFIX, UnderPrefix
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        missing_fixture("no chromium on PATH (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        # --no-sandbox: the tests run as root, where Chromium's sandbox refuses to start
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh page (its own storage), at the size of the README's screenshot; a script error or a Content
+    Security Policy refusal on it fails the test."""
+    context = browser.new_context(viewport={"width": 1100, "height": 700})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
+
+    def on_console(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            problems.append(f"CSP: {message.text}")
+
+    page.on("console", on_console)
+    yield page
+    context.close()
+    assert problems == []
+
+
+@pytest.fixture(scope="package")
+def server(tiny_gguf: Path) -> Iterator[ServerThread]:
+    """The tiny model, also shown at ``/lfm/`` as a reverse proxy would; 4096 tokens a slot, which the stop test's
+    long generation takes a few seconds to fill."""
+    settings = Settings(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=1)
+    server = serve(settings, wrap=UnderPrefix)
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def url(server: ServerThread) -> str:
+    """The page behind the prefix."""
+    return f"{server.url}{PREFIX}/"
