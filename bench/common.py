@@ -200,3 +200,18 @@ def run_interleaved(
                 row = json.dumps({"server": server, "scenario": name, "rep": rep, **result})
                 log.write(row + "\n")
                 print(row, flush=True)
+
+
+#: Set in a benchmark's re-run inside a fresh network namespace (see :func:`in_network_namespace`).
+IN_NAMESPACE = "LFMSERVE_BENCH_NETNS"
+
+
+def in_network_namespace() -> int:
+    """Run this benchmark again under ``unshare -n`` with loopback up, so Ray keeps to 127.0.0.1 (it rewrites
+    127.0.0.1 to the machine's address when it can reach one); the re-run sees :data:`IN_NAMESPACE` set."""
+    if shutil.which("unshare") is None:
+        print(f"{Path(sys.argv[0]).name}: needs unshare (or pass --no-netns)", file=sys.stderr)
+        return 1
+    script = 'ip link set lo up && exec "$@"'
+    argv = ["unshare", "-n", "sh", "-c", script, "sh", sys.executable, *sys.argv]
+    return subprocess.call(argv, env={**os.environ, IN_NAMESPACE: "1", "RAY_USAGE_STATS_ENABLED": "0"})

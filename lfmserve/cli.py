@@ -105,13 +105,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def serve_ray(argv: Sequence[str]) -> int:
-    """``lfmserve serve-ray [flags]``; Ray is imported only here, and its absence is one line."""
+    """``lfmserve serve-ray [flags]``; Ray is imported only here (after the flags are read), its absence one line."""
+    from .scaleout.serve_options import ServeRayOptions
+
+    options = ServeRayOptions.from_argv(argv)
+    configure_logging(verbose=options.settings.verbose)
     try:
         from .scaleout.serve_app import main as serve_app
     except ImportError as exc:
         print(f"lfmserve: error: serve-ray needs Ray Serve ({exc}): pip install 'lfmserve[ray]'", file=sys.stderr)
         return 1
-    return serve_app(argv)
+    return serve_app(options)
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """The process's one logging setup: lfmserve's lines on stderr, DEBUG with ``-v``."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def serve(argv: Sequence[str]) -> int:
@@ -121,13 +136,7 @@ def serve(argv: Sequence[str]) -> int:
     from .settings import Settings
 
     settings = Settings.from_argv(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if settings.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    configure_logging(verbose=settings.verbose)
     try:
         engine_config(settings, settings.spec_draft_hf)  # a bad engine setting fails before any download or load
         files = resolve_model_files(settings)
