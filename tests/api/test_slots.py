@@ -227,7 +227,7 @@ def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThrea
 
 def test_a_full_queue_answers_503(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
     small = server_factory(Settings(model=str(tiny_gguf), ctx_size=4096, parallel=1, max_queue=1))
-    long_body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 2500, "ignore_eos": True}
+    long_body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 800, "ignore_eos": True}
     statuses: list[int] = []
 
     def call(body: dict[str, object]) -> None:
