@@ -18,7 +18,7 @@ import numpy.typing as npt
 from ..errors import InvalidRequest, NotFound
 from ..results import Capabilities, ChatResult, RerankResult
 from .calls import Call, Operation, Reply
-from .media import AudioInput, ImageInput, audio_bytes, audio_format, blank_jpeg, image_part
+from .media import AudioInput, ImageInput, audio_bytes, audio_format, audio_part, blank_jpeg, image_part
 from .payloads import ChatBody, chat_result
 from .server_errors import error_from_body
 
@@ -182,18 +182,12 @@ def transcribe(
     if reply.status != 404:
         return str(reply.body["text"]).strip()
     prompt = TRANSCRIBE_PROMPT + (f" The language is {language}." if language else "")
-    content = [{"type": "text", "text": prompt}, {"type": "input_audio", "input_audio": _audio_field(data)}]
+    content = [{"type": "text", "text": prompt}, audio_part(data)]
     body = _named({"messages": [{"role": "user", "content": content}]}, state.model)
     if temperature is not None:
         body["temperature"] = temperature
     answer = chat_result((yield Call("POST", "/v1/chat/completions", json=body)).body)
     return (answer.content or "").strip()
-
-
-def _audio_field(data: bytes) -> dict[str, str]:
-    import base64
-
-    return {"data": base64.b64encode(data).decode("ascii"), "format": audio_format(data)}
 
 
 def rerank(
