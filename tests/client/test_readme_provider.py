@@ -14,12 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from lfmserve.errors import EngineError
 from lfmserve.testing import image_bytes, wav_bytes
 from tests.client.conftest import ALIAS, API_KEY, Target
 from tests.conftest import WEATHER
 
 #: The tiny test model's embedding width (Frigate indexes 768-wide vectors; a narrower model is an error).
 TINY_WIDTH = 64
+#: llama-server's stream error when a required call's output does not parse.
+UNPARSED_CALL = "The model produced output that does not match the expected peg-native format"
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -68,14 +71,23 @@ def test_the_readme_provider_runs(target: Target) -> None:
 
     async def collect() -> list[Any]:
         messages = [{"role": "user", "content": "Weather?"}]
-        items = [
-            item async for item in provider.chat_with_tools_stream(messages, tools=[WEATHER], tool_choice="required")
-        ]
-        await provider.aclient.aclose()
-        return items
+        try:
+            return [
+                item
+                async for item in provider.chat_with_tools_stream(messages, tools=[WEATHER], tool_choice="required")
+            ]
+        finally:
+            await provider.aclient.aclose()
 
-    items = asyncio.run(collect())
-    provider.client.close()
+    try:
+        items = asyncio.run(collect())
+    except EngineError as error:
+        # llama-server samples the tiny model's answer freely (NO_FORCED_CALLS) and, for tool_choice required,
+        # ends the stream with this 500 when the free text is not a call: the documented difference.
+        assert target.kind == "llama-server" and str(error) == UNPARSED_CALL
+        return
+    finally:
+        provider.client.close()
     kinds = [kind for kind, _ in items]
     assert kinds[-1] == "message" and "stats" in kinds
     message = items[-1][1]
