@@ -62,7 +62,10 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "prompt": f"Text with typos:\n\n{TYPOS}\n\nThe same text with the typos fixed:\n\n",
         "temperature": 0,
     },
-    "copy": {"prompt": f"Original:\n\n{document()}\n\nCopy:\n\n", "temperature": 0},
+    # Repeat the document. A base model left to begin the copy itself wanders off into a loop of its own
+    # (measured: ">>> import json" then made-up keyword lists); begun with the document's first three words,
+    # it copies it.
+    "copy": {"prompt": f"Original:\n\n{document()}\n\nCopy:\n\n{' '.join(document().split()[:3])}", "temperature": 0},
     "json": {  # JSON over the document, which quotes it
         "prompt": f'{document()}\n\nThe paragraphs above as a JSON array of strings:\n\n["',
         "temperature": 0,

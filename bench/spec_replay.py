@@ -3,10 +3,11 @@
 Each extractive workload of spec_bench is decoded once on Gemma-3-270M (greedy, in process); then the
 reply is replayed token by token: at each step the drafter guesses from the history, a policy picks how
 much of the guess to verify, the reply says how much of it is kept, and the step is costed with the batch
-costs measured on this machine (``engine/speculation/worth.py``: a batch of n tokens costs 1 + 0.8 +
-0.4 (n - 2) single-token decodes). The figure is the reply's tokens per single-token decode: the speed-up
-over decoding one token at a time, were the cost model exact. Policies: llama-server's (verify the whole
-draft, its look-up only), lfmserve's without and with re-alignment.
+costs measured here and now (``engine/speculation/costs.py``, as the engine measures them when it starts).
+The figure is the reply's tokens per single-token decode: the speed-up over decoding one token at a time,
+were the measured costs exact. Policies: llama-server's (verify the whole draft, its look-up only); then
+lfmserve's "worth it" choice with the linear cost model, with the measured costs, and with the measured
+costs and the short look-ups (re-alignment, the longest 3-token match) that ``ngram-simple`` adds.
 
 Example::
 
@@ -16,24 +17,34 @@ Example::
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from spec_bench import MAX_TOKENS, WORKLOADS
 
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineRequest, SamplingParams
 from lfmserve.engine.speculation import Acceptance, NgramSizes, best_draft_length
+from lfmserve.engine.speculation.costs import measure_batch_costs
 from lfmserve.engine.speculation.ngram import NgramSimple
-from lfmserve.engine.speculation.worth import step_cost
+from lfmserve.engine.speculation.worth import LINEAR_COSTS, BatchCosts
 from lfmserve.engine.stream import SyncStream
+from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from lfmserve.testing import gemma3_270m_path
 
-Policy = Callable[[float, int], int]
-POLICIES: dict[str, tuple[Policy, bool]] = {
-    "llama-server (whole draft)": (lambda q, n: n, False),
-    "lfmserve, no re-alignment": (best_draft_length, False),
-    "lfmserve": (best_draft_length, True),
+
+@dataclass(frozen=True)
+class Policy:
+    whole_draft: bool  # llama-server: every drafted token verified
+    measured_costs: bool  # the draft length chosen with the measured costs (else the linear model)
+    short_lookups: bool  # ngram-simple's re-alignment and longest-match look-ups
+
+
+POLICIES = {
+    "llama-server (whole draft, 12-token look-up)": Policy(True, False, False),
+    "worth it, linear costs, 12-token look-up": Policy(False, False, False),
+    "worth it, measured costs, 12-token look-up": Policy(False, True, False),
+    "lfmserve: measured costs and short look-ups": Policy(False, True, True),
 }
 
 
@@ -53,41 +64,46 @@ def replies(model: NativeModel) -> dict[str, tuple[list[int], list[int]]]:
     return out
 
 
-def replay(prompt: list[int], reply: list[int], policy: Policy, *, realign: bool) -> float:
-    """The reply's tokens per single-token decode under ``policy``.
+def replay(prompt: list[int], reply: list[int], policy: Policy, costs: BatchCosts) -> float:
+    """The reply's tokens per single-token decode under ``policy``, each step costed with ``costs``.
 
     As the engine does, a guess left unverified is compared with the tokens then sampled, to measure
     acceptance for free (``Generation.leave_unverified``).
     """
     drafter, acceptance = NgramSimple(NgramSizes()), Acceptance()
-    if not realign:
-        drafter._realign = lambda tokens, sampled: None  # type: ignore[method-assign]
+    if not policy.short_lookups:
+        drafter._realign = drafter._longest_match = lambda tokens, sampled: None  # type: ignore[method-assign]
+    choice_costs = costs if policy.measured_costs else LINEAR_COSTS
     unverified: list[int] = []
+    unverified_by = acceptance
     matched, cost, i = 0, 0.0, 0
     while i < len(reply) - 1:
         guess = drafter.draft([*prompt, *reply[:i]], reply[i])[: len(reply) - i - 2]
-        k = policy(acceptance.q, len(guess)) if guess else 0
+        by = drafter.own_acceptance or acceptance
+        k = 0
+        if guess:
+            k = len(guess) if policy.whole_draft else best_draft_length(by.q, len(guess), costs=choice_costs)
         if k == 0:
             if guess and not unverified:
-                unverified, matched = guess, 0
-            cost += step_cost(1)
+                unverified, unverified_by, matched = guess, by, 0
+            cost += 1.0
             i += 1
             if unverified:  # the token just sampled, against the unverified guess
                 hit = reply[i] == unverified[0]
                 unverified, matched = unverified[1:], matched + hit
                 if not hit or not unverified:
-                    acceptance.update(matched, cut_short=not hit)
+                    unverified_by.update(matched, cut_short=not hit)
                     unverified = []
             continue
         if unverified:
-            acceptance.update(matched, cut_short=False)
+            unverified_by.update(matched, cut_short=False)
             unverified = []
         kept = 0
         while kept < k and reply[i + 1 + kept] == guess[kept]:
             kept += 1
         drafter.accept(kept)
-        acceptance.update(kept, cut_short=kept < k)
-        cost += step_cost(1 + k)
+        by.update(kept, cut_short=kept < k)
+        cost += costs(1 + k)
         i += kept + 1
     return len(reply) / cost
 
@@ -96,11 +112,16 @@ def main() -> int:
     model = NativeModel(gemma3_270m_path())
     try:
         decoded = replies(model)
+        ctx = NativeContext(model, n_ctx=4096, n_batch=512, n_ubatch=512, n_seq_max=1, n_threads=2, n_threads_batch=2)
+        try:
+            costs = measure_batch_costs(ctx, seq_id=0, n_max=49, budget_s=30.0)
+        finally:
+            ctx.close()
     finally:
         model.close()
-    print("| policy | " + " | ".join(decoded) + " |\n|---" * 1 + "|---" * len(decoded) + "|")
-    for name, (policy, realign) in POLICIES.items():
-        row = [f"{replay(p, r, policy, realign=realign):.2f}" for p, r in decoded.values()]
+    print("| policy | " + " | ".join(decoded) + " |\n|---" + "|---" * len(decoded) + "|")
+    for name, policy in POLICIES.items():
+        row = [f"{replay(p, r, policy, costs):.2f}" for p, r in decoded.values()]
         print(f"| {name} | " + " | ".join(row) + " |")
     return 0
 

@@ -40,6 +40,7 @@ from .memory import SlotMemory
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineRequest, EngineStats, SlotTask
 from .scheduler import Slot
+from .speculation.costs import measure_batch_costs
 from .speculation.draft_model import DraftModel
 from .speculation.speculator import Speculator
 from .step import BatchStep
@@ -169,7 +170,9 @@ class Engine:
                 n_max=spec.n_max,
                 p_min=spec.p_min,
             )
-        return Speculator(spec, n_ctx_slot=self.n_ctx_slot, draft_model=draft_model)
+        # Measured on slot 0's sequence while it is still empty: nothing is served before the engine exists.
+        costs = measure_batch_costs(self._ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
+        return Speculator(spec, n_ctx_slot=self.n_ctx_slot, draft_model=draft_model, costs=costs)
 
     @staticmethod
     def _embedding_context(model: NativeModel, config: EngineConfig) -> EmbeddingContext:

@@ -102,9 +102,12 @@ class Generation:
         self.replay: tuple[int, ...] = ()
         #: How often its drafted tokens are kept, which sets how long a draft is worth verifying.
         self.acceptance = Acceptance()
+        #: The record ``draft`` is measured by: ``acceptance``, or its drafter's own (``Drafter.own_acceptance``).
+        self.draft_acceptance = self.acceptance
         #: A draft left unverified (it did not look worth it), compared with each token sampled after it.
         self.unverified: tuple[int, ...] = ()
         self._unverified_kept = 0
+        self._unverified_acceptance = self.acceptance
         self.n_decoded = 0
         #: The slot's context ran out (generation stopped there, or older tokens were dropped to go on).
         self.truncated = False
@@ -206,15 +209,16 @@ class Generation:
             self.sample(ctx)  # every drafted token kept: the last position's logits give one more
         return accepted
 
-    def leave_unverified(self, draft: tuple[int, ...]) -> None:
-        """Keep ``draft`` unverified, to compare with the tokens sampled next (unless one is being compared)."""
+    def leave_unverified(self, draft: tuple[int, ...], acceptance: Acceptance) -> None:
+        """Keep ``draft`` unverified, to compare with the tokens sampled next (unless one is being compared);
+        what it would have kept goes to ``acceptance``."""
         if not self.unverified:
-            self.unverified, self._unverified_kept = draft, 0
+            self.unverified, self._unverified_kept, self._unverified_acceptance = draft, 0, acceptance
 
     def drop_unverified(self) -> None:
         """Stop comparing (a draft is verified instead): what matched so far counts as kept."""
         if self.unverified:
-            self.acceptance.update(self._unverified_kept, cut_short=False)
+            self._unverified_acceptance.update(self._unverified_kept, cut_short=False)
             self.unverified = ()
 
     def observe_unverified(self) -> None:
@@ -226,7 +230,7 @@ class Generation:
             self.unverified = self.unverified[1:]
             self._unverified_kept += 1
         if not matched or not self.unverified:
-            self.acceptance.update(self._unverified_kept, cut_short=not matched)
+            self._unverified_acceptance.update(self._unverified_kept, cut_short=not matched)
             self.unverified = ()
 
     def fail(self, error: BaseException) -> None:

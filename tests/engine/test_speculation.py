@@ -26,9 +26,12 @@ from lfmserve.engine.speculation import (
     SpeculationConfig,
     best_draft_length,
 )
+from lfmserve.engine.speculation import costs as costs_module
+from lfmserve.engine.speculation.costs import measure_batch_costs
 from lfmserve.engine.speculation.ngram import NgramMap, NgramSimple
 from lfmserve.engine.speculation.ngram_cache import NgramCache
 from lfmserve.engine.speculation.ngram_mod import TABLE_SIZE, NgramMod, NgramModTable
+from lfmserve.engine.speculation.worth import BatchCosts
 from lfmserve.engine.stream import SyncStream
 from lfmserve.errors import EngineError
 from lfmserve.llama.context import NativeContext
@@ -89,9 +92,26 @@ def test_ngram_simple_realigns_near_where_the_copy_was_after_a_change() -> None:
     # [17, 18, 19] is right where the copy had got to: the draft goes on from there, while llama-server's
     # look-up waits for 5 tokens after the change to match.
     assert drafter.draft([*prompt, *reply, 77, 17, 18], 19) == [20, 21, 22, 23, 24, 25]
-    assert NgramSimple(NgramSizes(size_n=5, size_m=6)).draft([*prompt, *reply, 77, 17, 18], 19) == []
-    # Never matched (free writing): no re-alignment, though [17, 18, 19] occurs in the history.
-    assert NgramSimple(NgramSizes(size_n=5, size_m=6)).draft([*prompt, 30, 31, 17, 18], 19) == []
+    assert drafter.own_acceptance is not None  # measured apart from the full look-up's drafts
+    drafter.accept(6)
+    assert drafter.draft([*prompt, *reply, 77, 17, 18, 19, *range(20, 26)], 26) == [27, 28, 29, 2, 10, 11]
+    assert drafter.own_acceptance is None  # [22 .. 26] as in the prompt: llama-server's look-up
+
+
+def test_ngram_simple_falls_back_to_the_longest_recent_match_of_three_tokens_or_more() -> None:
+    prompt = [1, *range(10, 30), 2, 40, 41, 17, 18, 50]
+    fresh = NgramSimple(NgramSizes(size_n=5, size_m=6))
+    # llama-server's look-up needs the latest 5 tokens; [77, 17, 18] + 19 matches 3 of them (at 17 .. 19).
+    assert fresh.draft([*prompt, 77, 17, 18], 19) == [20, 21, 22, 23, 24, 25]
+    assert fresh.own_acceptance is not None and fresh.own_acceptance.q == 0.8  # its prior: 4 kept to 1 cut
+    # [17, 18] + 50: the only match is 3 long (41 before it differs from 30): after it, the history's end.
+    assert NgramSimple(NgramSizes(size_n=5, size_m=6)).draft([*prompt, 30, 17, 18], 50) == [30, 17, 18]
+    # Of two matches of [.., 17, 18] + 19 the longer (4 tokens: after 16, as the history ends) beats the later.
+    two = [3, 16, 17, 18, 19, 60, 61, 62, 4, 5, 17, 18, 19, 70, 71, 72, 6, 7, 16, 17, 18]
+    assert NgramSimple(NgramSizes(size_n=5, size_m=3)).draft(two, 19) == [60, 61, 62]
+    assert NgramSimple(NgramSizes(size_n=5, size_m=3)).draft([*two[:-3], 9, 17, 18], 19) == [70, 71, 72]
+    # Two tokens are not enough: [40, 18] + 50 occurs nowhere 3 long ([17, 18, 50] does not end in 40, 18).
+    assert NgramSimple(NgramSizes(size_n=5, size_m=6)).draft([*prompt, 40, 18], 50) == []
 
 
 def test_ngram_map_k_drafts_after_the_first_recorded_match_cut_to_what_was_kept_last() -> None:
@@ -162,6 +182,56 @@ def test_the_draft_length_is_the_one_that_makes_the_step_yield_the_most_tokens_p
     assert round(acceptance.q, 4) == 0.6561 and best_draft_length(acceptance.q, 48) == 0  # 6.561 kept, 3.439 cut
     acceptance.update(30, cut_short=False)  # a long run copied
     assert round(acceptance.q, 4) == 0.9206 and best_draft_length(acceptance.q, 48) == 6
+
+
+#: Gemma-3-270M's decode times here (ms) for 1 .. 16 tokens: 4, 8, 12 and 16 are cheaper than the counts below them.
+GEMMA_MS = [17.6, 34.3, 39.6, 44.7, 63.8, 70.6, 76.1, 66.7, 93.6, 102.4, 108.0, 101.7, 114.7, 119.8, 124.0, 117.5]
+
+
+def test_measured_costs_pick_the_draft_whose_batch_the_kernels_take_cheaply() -> None:
+    costs = BatchCosts(GEMMA_MS)
+    assert costs(1) == 1.0 and costs(8) == 66.7 / 17.6 and costs.units[15] == 117.5 / 17.6
+    # q = 0.95 alone: 7 drafted (a batch of 8: 1 + 5.19 kept in 3.79 decodes, 1.78 a decode) beats 6 (1.40),
+    # 8 (1.39) and 11 (1.59); the linear model would verify 8 (1.61 by its own reckoning).
+    assert best_draft_length(0.95, 48, costs=costs) == 7
+    assert best_draft_length(0.95, 48) == 8
+    # q = 0.8: 3 (a batch of 4: 1 + 1.95 in 2.54 decodes, 1.16) beats not drafting; 1 (1.8 in 1.95) does not.
+    assert best_draft_length(0.8, 48, costs=costs) == 3
+    assert best_draft_length(0.7, 48, costs=costs) == 0  # 3 would give 0.997
+    # Past the measured 16: the line through the upper half of the points (9 .. 16), never below the last.
+    slope, intercept = np.polyfit(np.arange(9, 17), GEMMA_MS[8:], 1)
+    assert costs(40) == pytest.approx((intercept + slope * 40) / 17.6)
+    assert costs(17) == pytest.approx((intercept + slope * 17) / 17.6)  # 7.25, above 16's 6.68
+
+
+def test_observed_decodes_move_the_measured_costs_and_nothing_else() -> None:
+    costs = BatchCosts([10.0, 20.0, 25.0, 30.0])
+    costs.observe(2, 10.0)  # a step of 2 tokens took 10: a tenth of the way from 20
+    assert costs.units == (1.0, 1.9, 2.5, 3.0)
+    costs.observe(7, 1.0)  # beyond the table: ignored
+    assert costs.units == (1.0, 1.9, 2.5, 3.0)
+    linear = BatchCosts()
+    linear.observe(1, 5.0)
+    assert linear.units == () and linear(3) == 2.2  # the linear stand-in: 1 + 0.8 + 0.4
+
+
+def test_costs_are_measured_on_an_empty_sequence_and_leave_it_empty(
+    tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = NativeModel(tiny_gguf)
+    ctx = NativeContext(model, n_ctx=256, n_batch=64, n_ubatch=64, n_seq_max=2, n_threads=1, n_threads_batch=1)
+    try:
+        # The tiny model decodes a token in well under 2 ms: not worth measuring, the linear model stands in.
+        assert measure_batch_costs(ctx, seq_id=1, n_max=12).units == ()
+        monkeypatch.setattr(costs_module, "MEASURABLE_S", 0.0)
+        costs = measure_batch_costs(ctx, seq_id=1, n_max=12)
+        assert len(costs.units) == 12 and costs.units[0] == 1.0 and all(u > 0 for u in costs.units)
+        assert ctx.seq_pos_max(1) == -1  # nothing left in the sequence
+        assert len(measure_batch_costs(ctx, seq_id=1, n_max=500).units) == 64  # never more than a batch
+        assert len(measure_batch_costs(ctx, seq_id=1, n_max=40, budget_s=0.0).units) == 1  # the budget spent
+    finally:
+        ctx.close()
+        model.close()
 
 
 def test_a_draft_is_cut_where_the_grammar_would_refuse_it(tiny_gguf: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .config import NGRAM_CACHE_DRAFT
+from .worth import Acceptance
 
 NGRAM_MIN = 1
 NGRAM_MAX = 4
@@ -22,6 +23,8 @@ MIN_PERCENT = (66, 50, 50, 50)
 
 class NgramCache:
     """One generation's cache of n-gram followers."""
+
+    own_acceptance: Acceptance | None = None  # one record: the generation's
 
     def __init__(self) -> None:
         self._counts: dict[tuple[int, ...], dict[int, int]] = {}

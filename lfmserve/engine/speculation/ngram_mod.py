@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .config import NgramModSizes
+from .worth import Acceptance
 
 TABLE_SIZE = 4 * 1024 * 1024
 EMPTY = -1
@@ -73,6 +74,8 @@ class NgramModTable:
 
 class NgramMod:
     """One generation's drafter over the shared table."""
+
+    own_acceptance: Acceptance | None = None  # one record: the generation's
 
     def __init__(self, table: NgramModTable, sizes: NgramModSizes) -> None:
         self._table = table

@@ -21,7 +21,7 @@ from .draft_model import DraftModel, DraftRequest
 from .ngram import Drafter, NgramMap, NgramSimple
 from .ngram_cache import NgramCache
 from .ngram_mod import NgramMod, NgramModTable
-from .worth import best_draft_length, expected_kept
+from .worth import LINEAR_COSTS, BatchCosts, best_draft_length, expected_kept
 
 if TYPE_CHECKING:
     from ..generation import Generation
@@ -30,8 +30,17 @@ logger = logging.getLogger(__name__)
 
 
 class Speculator:
-    def __init__(self, config: SpeculationConfig, *, n_ctx_slot: int, draft_model: DraftModel | None = None) -> None:
+    def __init__(
+        self,
+        config: SpeculationConfig,
+        *,
+        n_ctx_slot: int,
+        draft_model: DraftModel | None = None,
+        costs: BatchCosts = LINEAR_COSTS,
+    ) -> None:
+        """``costs``: what a decode of n tokens costs here (:func:`.costs.measure_batch_costs`)."""
         self._config = config
+        self._costs = costs
         self._n_ctx_slot = n_ctx_slot
         self._mod_table = NgramModTable(config.ngram_mod) if "ngram-mod" in config.types else None
         self._draft_model = draft_model
@@ -71,7 +80,13 @@ class Speculator:
                     break
             else:
                 if self._draft_model is not None and not gen.request.media:
-                    for_model.append((gen, limit))
+                    # Only as many guesses as are worth verifying (one at least, to keep measuring): a guess
+                    # cut after drafting would roll the draft context back, which llama.cpp's recurrent
+                    # rollback gets wrong (drafts kept fell from 100 % to 6 % on the tiny LFM2).
+                    worth = best_draft_length(
+                        gen.acceptance.q, limit, streams=plan.streams, batch=plan.tokens, costs=self._costs
+                    )
+                    for_model.append((gen, max(worth, 1)))
         if for_model:
             self._ask_model(for_model, capacity, plan)
 
@@ -106,20 +121,26 @@ class Speculator:
         constraint = gen.request.constraint
         if constraint is not None:
             guess = guess[: constraint.allowed_prefix(guess)]  # the grammar (past the pending token) forbids the rest
-        q = gen.acceptance.q
-        worth = best_draft_length(q, len(guess), streams=plan.streams, batch=plan.tokens)
+        own = drafter.own_acceptance if drafter is not None else None
+        acceptance = gen.acceptance if own is None else own
+        q = acceptance.q
+        worth = best_draft_length(q, len(guess), streams=plan.streams, batch=plan.tokens, costs=self._costs)
         if worth < max(self._config.n_min, 1):
-            gen.leave_unverified(tuple(guess))  # compared with the tokens sampled instead
+            gen.leave_unverified(tuple(guess), acceptance)  # compared with the tokens sampled instead
             return
         gen.drop_unverified()
-        gen.draft, gen.draft_source = tuple(guess[:worth]), drafter
+        gen.draft, gen.draft_source, gen.draft_acceptance = tuple(guess[:worth]), drafter, acceptance
         plan.streams += expected_kept(q, worth)
         plan.tokens += worth
+
+    def decoded(self, n_tokens: int, seconds: float) -> None:
+        """A generation step (no prompt in it) decoded ``n_tokens`` in ``seconds``: the costs learn from it."""
+        self._costs.observe(n_tokens, seconds)
 
     @staticmethod
     def verified(gen: Generation, accepted: int) -> None:
         """``accepted`` of the generation's draft were kept: its drafter learns from that."""
-        gen.acceptance.update(accepted, cut_short=accepted < len(gen.draft))
+        gen.draft_acceptance.update(accepted, cut_short=accepted < len(gen.draft))
         if gen.draft_source is not None:
             gen.draft_source.accept(accepted)
 
