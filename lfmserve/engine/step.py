@@ -179,8 +179,6 @@ class BatchStep:
         if n_prompt:
             stats.n_prompt_tokens += n_prompt
             stats.prompt_seconds += time.perf_counter() - t0
-        elif self.speculator is not None and batch is self._ctx.batch:
-            self.speculator.decoded(batch.n_tokens, time.perf_counter() - t0)
         if batch is self._ctx.batch:
             stats.n_decode_calls += 1
             stats.n_busy_slots_sum += sum(1 for slot in self._memory.slots if slot.busy)

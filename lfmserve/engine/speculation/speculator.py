@@ -133,10 +133,6 @@ class Speculator:
         plan.streams += expected_kept(q, worth)
         plan.tokens += worth
 
-    def decoded(self, n_tokens: int, seconds: float) -> None:
-        """A generation step (no prompt in it) decoded ``n_tokens`` in ``seconds``: the costs learn from it."""
-        self._costs.observe(n_tokens, seconds)
-
     @staticmethod
     def verified(gen: Generation, accepted: int) -> None:
         """``accepted`` of the generation's draft were kept: its drafter learns from that."""

@@ -32,9 +32,6 @@ def step_cost(n_tokens: int) -> float:
 class BatchCosts:
     """A decode's time by its token count, in decodes of one token: measured up to some count, and past it
     the measured points' trend (a least-squares line through the upper half of them).
-
-    The measurement is refined by the decodes the engine then makes (:meth:`observe`): the costs at the
-    context lengths really served, for the batch sizes really chosen.
     """
 
     def __init__(self, measured: Sequence[float] = ()) -> None:
@@ -59,15 +56,7 @@ class BatchCosts:
             return seconds[max(n_tokens, 1) - 1] / seconds[0]
         return max(self._intercept + self._slope * n_tokens, seconds[-1]) / seconds[0]
 
-    def observe(self, n_tokens: int, seconds: float) -> None:
-        """A generation step decoded ``n_tokens`` (each with its logits) in ``seconds``."""
-        if 0 < n_tokens <= len(self._seconds):
-            old = self._seconds[n_tokens - 1]
-            self._seconds[n_tokens - 1] = old + OBSERVED_WEIGHT * (seconds - old)
 
-
-#: How much one observed decode moves its count's cost (the measurement is one more sample among ~10).
-OBSERVED_WEIGHT = 0.1
 #: The stand-in used where nothing was measured.
 LINEAR_COSTS = BatchCosts()
 
