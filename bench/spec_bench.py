@@ -4,7 +4,8 @@ Four servers per model, the same flags: llama-server and lfmserve, each without 
 ngram-simple``. Raw ``/completion`` prompts, 256 tokens each.
 
 On Gemma-3-270M (real text: random weights cannot copy; a base model): greedy ``fix`` (a ~1,500-token
-document with typos, then the same text fixed), ``copy`` (the document, then "Copy:") and ``json`` (its
+document with typos, then the same text fixed), ``copy`` (the document, then "Copy:" and its first three
+words) and ``json`` (its
 paragraphs as a JSON array of strings, which quotes them); and ``free``, sampled free writing (temperature
 0.8, seed 1): the control, where drafts are rarely right and speculation must not cost.
 
