@@ -5,9 +5,9 @@ ngram-simple``. Raw ``/completion`` prompts, 256 tokens each.
 
 On Gemma-3-270M (real text: random weights cannot copy; a base model): greedy ``fix`` (a ~1,500-token
 document with typos, then the same text fixed), ``copy`` (the document, then "Copy:" and its first three
-words) and ``json`` (its
-paragraphs as a JSON array of strings, which quotes them); and ``free``, sampled free writing (temperature
-0.8, seed 1): the control, where drafts are rarely right and speculation must not cost.
+words) and ``json`` (its paragraphs as a JSON array of strings, which quotes them); and ``free``, sampled
+free writing (temperature 0.8, seed 1): the control, where drafts are rarely right and speculation must
+not cost.
 
 On the LFM2-350M-shaped model (random weights, hybrid: its recurrent state is rolled back after each
 rejected draft): ``free`` again, and ``list``, greedy under a grammar that allows only a list of three
