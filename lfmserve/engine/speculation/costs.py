@@ -5,8 +5,8 @@ CPU matrix kernels take the batch four columns at a time, so on Gemma-3-270M 8 t
 6 or 7, and 2 cost nearly as much as 4. So the engine decodes throwaway batches of 1 .. n_max tokens on an
 empty sequence (all positions asking for logits, as a verified draft does) before it serves, within a time
 budget: up to 2 seconds on a 270M model. A model that decodes a token in under 2 ms (the test models) is
-not measured: the linear model of :mod:`.worth` stands in. Each count is timed twice where
-the budget allows and the faster time kept (the other is noise from elsewhere on the machine).
+not measured: the linear model of :mod:`.worth` stands in. Each count is timed twice where the budget
+allows and the faster time kept (the other is noise from elsewhere on the machine).
 """
 
 from __future__ import annotations

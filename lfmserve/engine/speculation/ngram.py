@@ -77,9 +77,9 @@ class NgramSimple:
     - The longest match of the latest tokens anywhere in the history (3 tokens at least, the latest of the
       longest): a reply that starts to copy, or jumps to another part of what it copies.
 
-    Replaying the benchmark's replies (``bench/spec_replay.py``) the short look-ups gain 5-15 % on the
-    extractive workloads; free writing rarely matches 3 tokens, and what matches is measured (mostly left
-    unverified) before it costs.
+    Replaying the benchmark's greedy replies (``bench/spec_replay.py``) they add 0-2 %: those replies leave
+    the document rarely. Free writing rarely matches 3 tokens, and what matches is measured (left
+    unverified, compared with what is sampled) before it costs.
     """
 
     def __init__(self, sizes: NgramSizes) -> None:
