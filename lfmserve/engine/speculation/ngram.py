@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from .config import NgramSizes
 from .worth import Acceptance
@@ -95,23 +96,23 @@ class NgramSimple:
         if self._expected is not None:
             self._expected += 1  # the reply moved on by a token since (a draft's own tokens: in ``accept``)
         self.own_acceptance = None
-        start = self._lookup(tokens, sampled)
+        history = np.asarray(tokens, dtype=np.int64)  # for both look-ups that scan the whole of it
+        start = self._lookup(history, sampled)
         if start is None:
             self.own_acceptance = self._short_match_acceptance
             start = self._realign(tokens, sampled)
             if start is None:
-                start = self._longest_match(tokens, sampled)
+                start = self._longest_match(history, sampled)
         if start is None:
             return []
         self._expected, self._drafted_from = start - 1, start
         return text_only(tokens[start : start + self.size_m])
 
-    def _lookup(self, tokens: Sequence[int], sampled: int) -> int | None:
+    def _lookup(self, history: npt.NDArray[np.int64], sampled: int) -> int | None:
         """llama-server's look-up: where the draft starts in the history, or None."""
-        n, cur_len = self.size_n, len(tokens)
+        n, cur_len = self.size_n, len(history)
         if cur_len <= n + self.size_m + 1:
             return None
-        history = np.asarray(tokens, dtype=np.int64)
         pattern = np.append(history[cur_len - n + 1 :], sampled)
         # Candidate starts 1 .. cur_len - n - 1 (0 means "no match" there, so it is never one), latest first.
         starts = np.flatnonzero(history[1 : cur_len - n] == pattern[0]) + 1
@@ -135,13 +136,12 @@ class NgramSimple:
                 return min(ends, key=lambda j: abs(j - expected)) + 1
         return None
 
-    def _longest_match(self, tokens: Sequence[int], sampled: int) -> int | None:
+    def _longest_match(self, history: npt.NDArray[np.int64], sampled: int) -> int | None:
         """Where the copy goes on after the longest earlier occurrence of the latest tokens (``sampled``
         last), at least ``MIN_SUFFIX_MATCH`` and at most ``size_n`` of them long; the latest of the longest."""
-        cur_len = len(tokens)
+        cur_len = len(history)
         if cur_len < MIN_SUFFIX_MATCH + 1:
             return None
-        history = np.asarray(tokens, dtype=np.int64)
         ends = np.flatnonzero(history[: cur_len - 1] == sampled)  # where an occurrence ends (a token follows)
         length = 1
         while len(ends) and length < self.size_n:

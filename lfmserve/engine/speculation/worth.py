@@ -36,25 +36,21 @@ class BatchCosts:
 
     def __init__(self, measured: Sequence[float] = ()) -> None:
         """``measured[i]``: the seconds of a decode of ``i + 1`` tokens; empty: the linear model."""
-        self._seconds = [float(t) for t in measured]
+        #: The measured part of the table, in single decodes (empty for the linear model).
+        self.units = tuple(float(t) / float(measured[0]) for t in measured) if len(measured) else ()
         self._slope, self._intercept = 0.0, 0.0
-        if len(self._seconds) >= 4:
-            upper = np.arange(len(self._seconds) // 2, len(self._seconds))
-            slope, intercept = np.polyfit(upper + 1, np.asarray(self._seconds)[upper], 1)
+        if len(self.units) >= 4:
+            upper = np.arange(len(self.units) // 2, len(self.units))
+            slope, intercept = np.polyfit(upper + 1, np.asarray(self.units)[upper], 1)
             self._slope, self._intercept = max(float(slope), 0.0), float(intercept)
 
-    @property
-    def units(self) -> tuple[float, ...]:
-        """The measured part of the table (empty for the linear model)."""
-        return tuple(t / self._seconds[0] for t in self._seconds)
-
     def __call__(self, n_tokens: int) -> float:
-        seconds = self._seconds
-        if not seconds:
+        units = self.units
+        if not units:
             return step_cost(n_tokens)
-        if n_tokens <= len(seconds):
-            return seconds[max(n_tokens, 1) - 1] / seconds[0]
-        return max(self._intercept + self._slope * n_tokens, seconds[-1]) / seconds[0]
+        if n_tokens <= len(units):
+            return units[max(n_tokens, 1) - 1]
+        return max(self._intercept + self._slope * n_tokens, units[-1])
 
 
 #: The stand-in used where nothing was measured.
