@@ -27,7 +27,7 @@ from lfmserve.engine.speculation import (
     best_draft_length,
 )
 from lfmserve.engine.speculation import costs as costs_module
-from lfmserve.engine.speculation.costs import measure_batch_costs
+from lfmserve.engine.speculation.costs import measure_batch_costs, measured_counts
 from lfmserve.engine.speculation.ngram import NgramMap, NgramSimple
 from lfmserve.engine.speculation.ngram_cache import NgramCache
 from lfmserve.engine.speculation.ngram_mod import TABLE_SIZE, NgramMod, NgramModTable
@@ -182,26 +182,34 @@ def test_the_draft_length_is_the_one_that_makes_the_step_yield_the_most_tokens_p
     assert round(acceptance.q, 4) == 0.6561 and best_draft_length(acceptance.q, 48) == 0  # 6.561 kept, 3.439 cut
     acceptance.update(30, cut_short=False)  # a long run copied
     assert round(acceptance.q, 4) == 0.9206 and best_draft_length(acceptance.q, 48) == 6
+    # A guess still being compared, right for 3 tokens so far, is judged with them counted: 38.90 kept to 3.10.
+    assert round(acceptance.q_with(3), 4) == 0.9263 and acceptance.q_with(0) == acceptance.q
 
 
-#: Gemma-3-270M's decode times here (ms) for 1 .. 16 tokens: 4, 8, 12 and 16 are cheaper than the counts below them.
-GEMMA_MS = [17.6, 34.3, 39.6, 44.7, 63.8, 70.6, 76.1, 66.7, 93.6, 102.4, 108.0, 101.7, 114.7, 119.8, 124.0, 117.5]
+#: Gemma-3-270M's decode times here (ms), at the counts the engine measures up to 16, and 48: 4, 8, 12 and 16
+#: are cheaper than the counts below them would suggest.
+GEMMA_MS = {1: 17.6, 2: 34.3, 3: 39.6, 4: 44.7, 5: 63.8, 6: 70.6, 7: 76.1, 8: 66.7, 12: 101.7, 16: 117.5, 48: 274.0}
 
 
 def test_measured_costs_pick_the_draft_whose_batch_the_kernels_take_cheaply() -> None:
-    costs = BatchCosts(GEMMA_MS)
-    assert costs(1) == 1.0 and costs(8) == 66.7 / 17.6 and costs.units[15] == 117.5 / 17.6
+    costs = BatchCosts(GEMMA_MS)  # any unit: each count is divided by the single decode
+    assert costs(1) == 1.0 and costs(8) == 66.7 / 17.6 and costs.counts == tuple(GEMMA_MS)
+    # Between two measured counts, the next one up: 9 .. 12 take the same groups of columns as 12.
+    assert costs(9) == costs(12) == 101.7 / 17.6 and costs(13) == 117.5 / 17.6 and costs(17) == 274.0 / 17.6
+    # Past the last, as it grew between the last two: (274 - 117.5) / 32 ms a token.
+    assert costs(60) == pytest.approx((274.0 + 12 * (274.0 - 117.5) / 32) / 17.6)
     # q = 0.95 alone: 7 drafted (a batch of 8: 1 + 5.19 kept in 3.79 decodes, 1.78 a decode) beats 6 (1.40),
-    # 8 (1.39) and 11 (1.59); the linear model would verify 8 (1.61 by its own reckoning).
+    # 11 (1.59) and 15 (1.68); the linear model would verify 8 (1.61 by its own reckoning).
     assert best_draft_length(0.95, 48, costs=costs) == 7
     assert best_draft_length(0.95, 48) == 8
     # q = 0.8: 3 (a batch of 4: 1 + 1.95 in 2.54 decodes, 1.16) beats not drafting; 1 (1.8 in 1.95) does not.
     assert best_draft_length(0.8, 48, costs=costs) == 3
     assert best_draft_length(0.7, 48, costs=costs) == 0  # 3 would give 0.997
-    # Past the measured 16: the line through the upper half of the points (9 .. 16), never below the last.
-    slope, intercept = np.polyfit(np.arange(9, 17), GEMMA_MS[8:], 1)
-    assert costs(40) == pytest.approx((intercept + slope * 40) / 17.6)
-    assert costs(17) == pytest.approx((intercept + slope * 17) / 17.6)  # 7.25, above 16's 6.68
+    # q = 0.99: the whole batch of 48 (1 + 37.3 kept in 15.6 decodes, 2.46) beats 15 (1 + 13.85 in 6.68, 2.23).
+    assert best_draft_length(0.99, 48, costs=costs) == 47
+    # A multiple of four measured dearer than a larger one takes the larger one's time (noise); 7 may cost more.
+    noisy = BatchCosts({1: 10.0, 4: 30.0, 7: 55.0, 8: 50.0, 12: 45.0, 16: 60.0})
+    assert noisy.units == (1.0, 3.0, 5.5, 4.5, 4.5, 6.0)
 
 
 def test_costs_are_measured_on_an_empty_sequence_and_leave_it_empty(
@@ -214,10 +222,12 @@ def test_costs_are_measured_on_an_empty_sequence_and_leave_it_empty(
         assert measure_batch_costs(ctx, seq_id=1, n_max=12).units == ()
         monkeypatch.setattr(costs_module, "MEASURABLE_S", 0.0)
         costs = measure_batch_costs(ctx, seq_id=1, n_max=12)
-        assert len(costs.units) == 12 and costs.units[0] == 1.0 and all(u > 0 for u in costs.units)
+        assert costs.counts == (1, 2, 3, 4, 5, 6, 7, 8, 12) and costs.units[0] == 1.0
+        assert all(u > 0 for u in costs.units)
         assert ctx.seq_pos_max(1) == -1  # nothing left in the sequence
-        assert len(measure_batch_costs(ctx, seq_id=1, n_max=500).units) == 64  # never more than a batch
-        assert len(measure_batch_costs(ctx, seq_id=1, n_max=40, budget_s=0.0).units) == 1  # the budget spent
+        assert measure_batch_costs(ctx, seq_id=1, n_max=500).counts[-1] == 64  # never more than a batch
+        assert measure_batch_costs(ctx, seq_id=1, n_max=40, budget_s=0.0).counts == (1,)  # the budget spent
+        assert measured_counts(49) == [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 32, 40, 48, 49]
     finally:
         ctx.close()
         model.close()

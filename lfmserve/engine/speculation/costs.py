@@ -2,11 +2,16 @@
 
 How long a draft is worth verifying depends on it (:mod:`.worth`), and no formula has it right: llama.cpp's
 CPU matrix kernels take the batch four columns at a time, so on Gemma-3-270M 8 tokens decode faster than 5,
-6 or 7, and 2 cost nearly as much as 4. So the engine decodes throwaway batches of 1 .. n_max tokens on an
-empty sequence (all positions asking for logits, as a verified draft does) before it serves, within a time
-budget: up to 2 seconds on a 270M model. A model that decodes a token in under 2 ms (the test models) is
-not measured: the linear model of :mod:`.worth` stands in. Each count is timed twice where the budget
-allows and the faster time kept (the other is noise from elsewhere on the machine).
+6 or 7, and 2 cost nearly as much as 4. So the engine decodes throwaway batches on an empty sequence (all
+positions asking for logits, as a verified draft does) before it serves, within a time budget: every count
+up to 8, then every fourth up to 24 and every eighth past it (a count between two measured ones is costed
+as the next one up: it takes the same groups of columns). The first decodes after a model is loaded are
+slow (Gemma-3-270M here: 3 tokens in 85 ms, then 60 once a few decodes had run; 17 in 185, then 128), so
+two untimed decodes come first, and each count is timed twice, the faster time kept (the other is noise
+from elsewhere on the machine). The unit, a single decode, is timed beside every count and its fastest
+kept: a unit timed in a slow moment made every batch look cheap (a served run then verified drafts its
+acceptance of 0.6 could not pay for, and free writing ran at 0.84x). A model that decodes a token in under
+2 ms (the test models) is not measured: the linear model of :mod:`.worth` stands in.
 """
 
 from __future__ import annotations
@@ -22,38 +27,48 @@ from .worth import BatchCosts
 logger = logging.getLogger(__name__)
 
 #: Seconds the measurement may take at most (the first pass stops there; a second pass only in what is left).
-BUDGET_S = 2.0
+BUDGET_S = 5.0
 #: A single-token decode faster than this is timer noise and Python's own per-step time (the test models):
 #: the linear model stands in, and the same request drafts the same way on every run.
 MEASURABLE_S = 0.002
-#: Single-token decodes timed for the unit (every other count is divided by their fastest).
+#: Single-token decodes timed for the unit before the other counts (every count is divided by the fastest).
 UNIT_REPEATS = 3
+#: Times each count is timed, the fastest kept.
+PASSES = 2
+
+
+def measured_counts(n_max: int) -> list[int]:
+    """The token counts timed for batches of up to ``n_max``: 1 .. 8, every fourth to 24, every eighth past it,
+    and ``n_max`` itself."""
+    counts = [n for n in (*range(1, 9), *range(12, 25, 4), *range(32, n_max + 1, 8)) if n <= n_max]
+    return counts if counts[-1] == n_max else [*counts, n_max]
 
 
 def measure_batch_costs(ctx: NativeContext, *, seq_id: int, n_max: int, budget_s: float = BUDGET_S) -> BatchCosts:
-    """Decode 1 .. ``n_max`` tokens on ``seq_id`` (empty, and left empty), each as a whole verified batch."""
-    n_max = max(1, min(n_max, ctx.n_batch))
+    """Decode batches of up to ``n_max`` tokens on ``seq_id`` (empty, and left empty), each a verified batch."""
+    counts = measured_counts(max(1, min(n_max, ctx.n_batch)))
     start = time.perf_counter()
     deadline = start + budget_s
-    best: list[float] = []
-    for n in range(1, n_max + 1):
-        if best and time.perf_counter() > deadline:
-            break
-        best.append(min(_timed_decode(ctx, seq_id, n) for _ in range(UNIT_REPEATS if n == 1 else 1)))
-        if best[0] < MEASURABLE_S:
-            logger.info("speculation: a decode takes %.2f ms, too little to measure: linear costs", best[0] * 1000)
-            return BatchCosts()
-    for n in range(2, len(best) + 1):
-        if time.perf_counter() > deadline:
-            break
-        best[n - 1] = min(best[n - 1], _timed_decode(ctx, seq_id, n))
+    for n in (counts[-1], 1):  # untimed: the weights paged in, every kernel run once
+        _timed_decode(ctx, seq_id, n)
+    best: dict[int, float] = {1: min(_timed_decode(ctx, seq_id, 1) for _ in range(UNIT_REPEATS))}
+    if best[1] < MEASURABLE_S:
+        logger.info("speculation: a decode takes %.2f ms, too little to measure: linear costs", best[1] * 1000)
+        return BatchCosts()
+    for _ in range(PASSES):
+        for n in counts[1:]:
+            if time.perf_counter() > deadline:
+                break
+            # A single decode beside each count: the unit is the fastest of them all, not of a slow moment.
+            best[1] = min(best[1], _timed_decode(ctx, seq_id, 1))
+            best[n] = min(best.get(n, float("inf")), _timed_decode(ctx, seq_id, n))
     costs = BatchCosts(best)
     logger.info(
         "speculation: decode costs of 1..%d tokens measured in %.1f s (1 token %.1f ms; in single decodes: %s)",
-        len(best),
+        max(best),
         time.perf_counter() - start,
-        best[0] * 1000,
-        " ".join(f"{u:.2f}" for u in costs.units),
+        best[1] * 1000,
+        " ".join(f"{n}:{u:.2f}" for n, u in zip(costs.counts, costs.units, strict=True)),
     )
     return costs
 

@@ -12,14 +12,15 @@ model stands in.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-import numpy as np
 
 #: The linear stand-in, in steps of one token: the second token adds 0.8 of a step, each further one 0.4.
 SECOND_TOKEN_COST = 0.8
 NEXT_TOKEN_COST = 0.4
+#: The columns of a batch llama.cpp's CPU matrix kernels take at a time.
+KERNEL_COLUMNS = 4
 #: How fast old drafts stop counting: each new one weighs as much as the last ten or so together.
 ACCEPTANCE_DECAY = 0.9
 
@@ -30,27 +31,36 @@ def step_cost(n_tokens: int) -> float:
 
 
 class BatchCosts:
-    """A decode's time by its token count, in decodes of one token: measured up to some count, and past it
-    the measured points' trend (a least-squares line through the upper half of them).
+    """A decode's time by its token count, in decodes of one token, from the counts measured: a count between
+    two of them costs what the next one up costs (it takes the same groups of the kernels' columns), and past
+    the last one the cost grows as it grew between the last two. Of the multiples of four (whole groups of
+    columns) none costs more than a larger one: a time measured above a larger multiple's is that one's (the
+    machine was busy elsewhere meanwhile; at startup here 16 tokens once took longer than 20). Other counts
+    may: 7 tokens do cost more than 8.
     """
 
-    def __init__(self, measured: Sequence[float] = ()) -> None:
-        """``measured[i]``: the seconds of a decode of ``i + 1`` tokens; empty: the linear model."""
-        #: The measured part of the table, in single decodes (empty for the linear model).
-        self.units = tuple(float(t) / float(measured[0]) for t in measured) if len(measured) else ()
-        self._slope, self._intercept = 0.0, 0.0
-        if len(self.units) >= 4:
-            upper = np.arange(len(self.units) // 2, len(self.units))
-            slope, intercept = np.polyfit(upper + 1, np.asarray(self.units)[upper], 1)
-            self._slope, self._intercept = max(float(slope), 0.0), float(intercept)
+    def __init__(self, measured: Mapping[int, float] | None = None) -> None:
+        """``measured[n]``: the seconds of a decode of ``n`` tokens (1 among them); none: the linear model."""
+        measured = measured or {}
+        #: The counts measured, ascending, and their costs in single decodes (both empty: the linear model).
+        self.counts = tuple(sorted(measured))
+        units = [float(measured[n]) / float(measured[1]) for n in self.counts]
+        fours = [i for i, n in enumerate(self.counts) if n % KERNEL_COLUMNS == 0]
+        for smaller, larger in reversed(list(zip(fours, fours[1:], strict=False))):
+            units[smaller] = min(units[smaller], units[larger])
+        self.units = tuple(units)
+        self._slope = 0.0
+        if len(self.counts) >= 2:
+            rise = self.units[-1] - self.units[-2]
+            self._slope = max(rise / (self.counts[-1] - self.counts[-2]), 0.0)
 
     def __call__(self, n_tokens: int) -> float:
-        units = self.units
-        if not units:
+        if not self.units:
             return step_cost(n_tokens)
-        if n_tokens <= len(units):
-            return units[max(n_tokens, 1) - 1]
-        return max(self._intercept + self._slope * n_tokens, units[-1])
+        i = bisect.bisect_left(self.counts, n_tokens)
+        if i < len(self.counts):
+            return self.units[i]
+        return self.units[-1] + self._slope * (n_tokens - self.counts[-1])
 
 
 #: The stand-in used where nothing was measured.
@@ -71,6 +81,10 @@ class Acceptance:
     @property
     def q(self) -> float:
         return self.kept / (self.kept + self.cut)
+
+    def q_with(self, kept: int) -> float:
+        """``q`` with ``kept`` more tokens counted as kept: an unverified guess matched so far, still compared."""
+        return (self.kept + kept) / (self.kept + kept + self.cut)
 
     def update(self, accepted: int, cut_short: bool) -> None:
         self.kept = self.kept * ACCEPTANCE_DECAY + accepted
