@@ -82,7 +82,8 @@ def replay(prompt: list[int], reply: list[int], policy: Policy, costs: BatchCost
         by = drafter.own_acceptance or acceptance
         k = 0
         if guess:
-            k = len(guess) if policy.whole_draft else best_draft_length(by.q, len(guess), costs=choice_costs)
+            q = by.q_with(matched if unverified and unverified_by is by else 0)  # as ``Speculator._choose``
+            k = len(guess) if policy.whole_draft else best_draft_length(q, len(guess), costs=choice_costs)
         if k == 0:
             if guess and not unverified:
                 unverified, unverified_by, matched = guess, by, 0

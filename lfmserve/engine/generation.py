@@ -215,6 +215,10 @@ class Generation:
         if not self.unverified:
             self.unverified, self._unverified_kept, self._unverified_acceptance = draft, 0, acceptance
 
+    def matched_unverified(self, acceptance: Acceptance) -> int:
+        """How many tokens of the unverified draft, when ``acceptance`` measures it, were sampled so far."""
+        return self._unverified_kept if self.unverified and self._unverified_acceptance is acceptance else 0
+
     def drop_unverified(self) -> None:
         """Stop comparing (a draft is verified instead): what matched so far counts as kept."""
         if self.unverified:

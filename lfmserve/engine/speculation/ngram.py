@@ -60,7 +60,7 @@ REALIGN_AHEAD = 24
 #: The shortest match of the latest tokens anywhere in the history that drafts when nothing else does.
 MIN_SUFFIX_MATCH = 3
 #: What short-match guesses are assumed to keep before any is measured: q = 0.7, too little to verify, so
-#: they are first compared with what is sampled (free), and verified once they have been right.
+#: they are first compared with what is sampled (free), and verified once they have been right for a few tokens.
 SHORT_MATCH_PRIOR = Acceptance(kept=7.0, cut=3.0)
 
 

@@ -123,7 +123,9 @@ class Speculator:
             guess = guess[: constraint.allowed_prefix(guess)]  # the grammar (past the pending token) forbids the rest
         own = drafter.own_acceptance if drafter is not None else None
         acceptance = gen.acceptance if own is None else own
-        q = acceptance.q
+        # A guess like one still being compared, and right so far, is judged with those tokens counted: a copy
+        # the drafter found is verified once it has been right for a few tokens, not once it has ended.
+        q = acceptance.q_with(gen.matched_unverified(acceptance))
         worth = best_draft_length(q, len(guess), streams=plan.streams, batch=plan.tokens, costs=self._costs)
         if worth < max(self._config.n_min, 1):
             gen.leave_unverified(tuple(guess), acceptance)  # compared with the tokens sampled instead
