@@ -136,11 +136,16 @@ def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tin
     try:
         wait_healthy(url, process)
         results: dict[str, list[str]] = {}
+        streaming = {name: threading.Event() for name in ("endless one", "endless two", "short")}
 
         def stream(name: str, max_tokens: int) -> None:
             body = {"messages": [{"role": "user", "content": name}], "max_tokens": max_tokens, "ignore_eos": True}
             with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
-                results[name] = [line for line in r.iter_lines() if line]
+                lines = results.setdefault(name, [])
+                for line in r.iter_lines():
+                    if line:
+                        lines.append(line)
+                        streaming[name].set()
 
         def whole(name: str) -> None:
             body = {"messages": [{"role": "user", "content": name}], "max_tokens": 100000, "ignore_eos": True}
@@ -155,7 +160,14 @@ def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tin
         ]
         for client in clients:
             client.start()
-        time.sleep(0.3)  # all four are generating
+        # All four are generating (on a busy machine a fixed wait was not always enough: a stream not yet begun
+        # ends with a 503 body instead of an error event).
+        for event in streaming.values():
+            assert event.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while not all(slot["is_processing"] for slot in httpx.get(url + "/slots").json()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         process.send_signal(signal.SIGTERM)
         for client in clients:
             client.join(timeout=60)
