@@ -36,13 +36,24 @@ def page(browser: Browser) -> Iterator[Page]:
     page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
 
     def on_console(message: ConsoleMessage) -> None:
-        if "Content Security Policy" in message.text:
+        if "Content Security Policy" in message.text and not _sanitizer_parsing_a_handler(message):
             problems.append(f"CSP: {message.text}")
 
     page.on("console", on_console)
     yield page
     context.close()
     assert problems == []
+
+
+#: Where DOMPurify parses the markup it cleans (an inert document: nothing in it runs).
+SANITIZER = f"{PREFIX}/vendor/dompurify/purify.min.js"
+
+
+def _sanitizer_parsing_a_handler(message: ConsoleMessage) -> bool:
+    """Chromium 156 reports an inline handler in markup DOMPurify parses (a reply's ``<img onerror>``) as
+    refused, though the parsed document is inert: with no policy at all the handler does not run there
+    either (measured). That report is the sanitiser at work, not the page breaking its policy."""
+    return "inline event handler" in message.text and message.location["url"].endswith(SANITIZER)
 
 
 @pytest.fixture(scope="package")
