@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from lfmserve.engine import core as core_module
 from lfmserve.engine.constraints import Grammars
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest
@@ -249,6 +250,16 @@ def test_a_draft_is_cut_where_the_grammar_would_refuse_it(tiny_gguf: Path) -> No
         model.close()
 
 
+def _give_batch_costs(model: NativeModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Speculative engines built after this take their batch costs as given rather than measuring them: timed
+    while the machine is busy (on CI, in a run where the fuzz test took 10 minutes), batches can measure dear
+    enough that no draft looks worth verifying, and a test that needs drafts to check them sees none.
+    Gemma-3-270M gets the costs measured for it on a quiet machine (:data:`GEMMA_MS`), the tiny models the
+    linear stand-in they measure as (a decode too quick to time)."""
+    costs = BatchCosts(GEMMA_MS) if model.info.architecture == "gemma3" else BatchCosts()
+    monkeypatch.setattr(core_module, "measure_batch_costs", lambda *_, **__: costs)
+
+
 def _engine(model: NativeModel, speculation: SpeculationConfig | None) -> Engine:
     config = EngineConfig(n_ctx=2048, n_slots=4, n_batch=512, n_ubatch=512, n_threads=2)
     return Engine(model, replace(config, speculation=speculation) if speculation else config)
@@ -288,9 +299,12 @@ def model(case: tuple[str, str], tiny_gguf: Path, tiny_llama_gguf: Path, gemma_g
 
 
 @pytest.fixture
-def engines(case: tuple[str, str], model: NativeModel) -> Iterator[tuple[NativeModel, Engine, Engine]]:
+def engines(
+    case: tuple[str, str], model: NativeModel, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[NativeModel, Engine, Engine]]:
     """Fresh engines for each test: a slot pool shared by sequences rounds attention by where their cells
     lie, so both engines start alike (the same tokens, the same layout) for their outputs to be comparable."""
+    _give_batch_costs(model, monkeypatch)
     plain = _engine(model, None)
     gemma = model.info.architecture == "gemma3"
     speculative = _engine(model, _config(case[1], n=3 if gemma else 1, draft_model=Path(model.path)))
@@ -475,9 +489,10 @@ def test_a_request_can_turn_speculation_off(engines: tuple[NativeModel, Engine, 
     assert speculative.stats.n_draft_tokens >= _drafted(on)[0] and speculative.stats.n_drafts > 0
 
 
-def test_a_request_cannot_draft_past_the_servers_size(tiny_gguf: Path) -> None:
+def test_a_request_cannot_draft_past_the_servers_size(tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``speculative.n_max`` lowers the server's draft size, never raises it."""
     model = NativeModel(tiny_gguf)
+    _give_batch_costs(model, monkeypatch)
     plain = _engine(model, None)
     capped = _engine(
         model, replace(_config("ngram-simple", n=1, draft_model=tiny_gguf), ngram_simple=NgramSizes(size_n=1, size_m=2))
