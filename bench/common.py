@@ -24,6 +24,7 @@ from lfmserve.testing import (
     free_port,
     lfm2_350m_shape,
     lfm2_vl_450m_projector,
+    llama_server_weight_flags,
     tiny_reranker,
     write_lfm2_gguf,
     write_mmproj_gguf,
@@ -123,8 +124,10 @@ class Server:
 
     def __enter__(self) -> str:
         self.port = free_port()
+        # llama-server loads weights as lfmserve does by default (where llama.cpp was built for AMX: not repacked).
+        weights = list(llama_server_weight_flags()) if self.name.startswith("llama-server") else []
         self.process = subprocess.Popen(
-            [*self.argv, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [*self.argv, *weights, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 300

@@ -33,8 +33,9 @@ def _flag(*names: str, help: str, sampling: bool = False, **argparse_kwargs: Any
     return {"flags": names, "help": help, "sampling": sampling, "argparse": argparse_kwargs}
 
 
-def _switch(*names: str, help: str, default: bool, action: Any = argparse.BooleanOptionalAction) -> Any:
-    """A boolean field and its flags (``--x`` / ``--no-x`` unless ``action`` says otherwise)."""
+def _switch(*names: str, help: str, default: bool | None, action: Any = argparse.BooleanOptionalAction) -> Any:
+    """A boolean field and its flags (``--x`` / ``--no-x`` unless ``action`` says otherwise); a None default is
+    decided where the field is used."""
     return field(default=default, metadata=_flag(*names, help=help, action=action))
 
 
@@ -56,9 +57,13 @@ def physical_cores() -> int:
     return len(cores) or os.cpu_count() or 1
 
 
+#: llama-server's short "off" spellings that do not start with ``no``.
+_SHORT_OFF_FLAGS = frozenset({"-nr"})
+
+
 class OnOffAction(argparse.Action):
-    """A switch with several spellings: a flag starting ``--no-`` (or llama-server's short ``-no-kvu``, ``-nocb``)
-    turns it off, any other turns it on."""
+    """A switch with several spellings: a flag starting ``--no-`` (or llama-server's short ``-no-kvu``, ``-nocb``,
+    ``-nr``) turns it off, any other turns it on."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, **kwargs)
@@ -66,7 +71,8 @@ class OnOffAction(argparse.Action):
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
     ) -> None:
-        setattr(namespace, self.dest, not (option or "").lstrip("-").startswith("no"))
+        option = option or ""
+        setattr(namespace, self.dest, not (option.lstrip("-").startswith("no") or option in _SHORT_OFF_FLAGS))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,6 +367,15 @@ class Settings:
             "-ngl", "--gpu-layers", "--n-gpu-layers", help="layers to offload to a GPU, passed to llama.cpp", type=int
         ),
     )
+    repack: bool | None = _switch(
+        "--repack",
+        "-nr",
+        "--no-repack",
+        help="weights repacked into llama.cpp's faster CPU layouts (default: on, but off where llama.cpp was built "
+        "for AMX, whose matrix multiply crashes: llama.cpp issue 20824)",
+        default=None,
+        action=OnOffAction,
+    )
     # -- scheduling and prompt cache ---------------------------------------------------------------
     slot_prompt_similarity: float = field(
         default=0.10,
@@ -599,7 +614,7 @@ HELP_GROUPS = ("common params", "sampling params", "speculative params", "server
 #: server params).
 _COMMON = frozenset(
     "threads threads_batch ctx_size n_predict batch_size ubatch_size swa_full flash_attn cache_type_k cache_type_v"
-    " n_gpu_layers model hf_repo hf_file offline verbose".split()
+    " n_gpu_layers repack model hf_repo hf_file offline verbose".split()
 )
 
 #: llama-server flags lfmserve does not take, and why: each fails at startup with its message (llama-server's

@@ -20,7 +20,15 @@ from lfmserve.api.app import create_app
 from lfmserve.chat.serving import Serving
 from lfmserve.models.loader import ModelFiles, load_serving
 from lfmserve.settings import Settings
-from lfmserve.testing import TinyLfm2, TinyProjector, free_port, gemma3_270m_path, write_lfm2_gguf, write_mmproj_gguf
+from lfmserve.testing import (
+    TinyLfm2,
+    TinyProjector,
+    free_port,
+    gemma3_270m_path,
+    llama_server_weight_flags,
+    write_lfm2_gguf,
+    write_mmproj_gguf,
+)
 
 #: The LFM chat templates are the models' data, kept out of the repository: in ``../shared/fixtures`` beside
 #: the checkout, or where ``LFMSERVE_TEMPLATE_FIXTURES`` points.
@@ -203,7 +211,7 @@ needs_llama_server = pytest.mark.skipif(
 
 def start_llama_server(running: list[Running], *flags: str) -> Running:
     """llama-server with ``flags`` as a real process, healthy, stopped with the test's other processes."""
-    server = Running([str(LLAMA_SERVER), *flags])
+    server = Running([str(LLAMA_SERVER), *llama_server_weight_flags(), *flags])
     running.append(server)
     wait_healthy(server.url, server.process)
     return server

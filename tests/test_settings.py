@@ -197,6 +197,13 @@ def test_the_llama_server_suites_spellings() -> None:
     assert (defaults.cors_origins, defaults.ui, defaults.kv_unified, defaults.cache_prompt) == ("*", True, True, True)
 
 
+@pytest.mark.parametrize(
+    ("argv", "repack"), [([], None), (["--repack"], True), (["--no-repack"], False), (["-nr"], False)]
+)
+def test_repacking_is_llama_servers_switch_and_undecided_by_default(argv: list[str], repack: bool | None) -> None:
+    assert Settings.from_argv(argv).repack is repack
+
+
 def test_a_cache_type_llama_server_does_not_take_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         Settings.from_argv(["-ctk", "q3_k"])

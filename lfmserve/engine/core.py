@@ -162,7 +162,7 @@ class Engine:
             logger.info("draft model %s (draft-simple, up to %d tokens a step)", spec.draft_model, spec.n_max)
             draft_model = DraftModel(
                 model,
-                NativeModel(spec.draft_model),
+                NativeModel(spec.draft_model, repack=model.repack),
                 n_ctx=self.n_ctx,
                 n_batch=config.n_batch,
                 n_slots=config.n_slots,

@@ -77,3 +77,12 @@ def init_backend() -> None:
 def build_info() -> str:
     """The llama.cpp build linked in, named by the pinned llama-cpp-python release."""
     return f"llama-cpp-python {version('llama-cpp-python')}"
+
+
+def amx_built_in() -> bool:
+    """llama.cpp here was compiled for Intel's AMX tiles (``-march=native`` does that on a CPU that has them).
+    Its AMX matrix multiply then takes the quantized weights, and at the pinned commit it crashes the process
+    on batches of more than one token (Gemma-3-270M Q4_K_M, a 2-token prompt: SIGSEGV in
+    ``ggml_backend_amx_mul_mat``; llama.cpp issue 20824, closed unfixed)."""
+    init_backend()
+    return b"AMX_INT8 = 1" in llama.llama_print_system_info()

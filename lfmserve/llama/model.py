@@ -6,6 +6,8 @@ Thread-safe for tokenizing and reading pieces; decoding needs a :class:`~lfmserv
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +16,9 @@ from typing import Any
 import llama_cpp.llama_cpp as llama
 
 from ..errors import EngineError
-from .backend import captured_errors, failure_reason, init_backend
+from .backend import amx_built_in, captured_errors, failure_reason, init_backend
 
+logger = logging.getLogger(__name__)
 _VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
 
 
@@ -85,10 +88,27 @@ class ModelInfo:
         }
 
 
+@functools.cache
+def _repack_default() -> bool:
+    """Repack weights unless llama.cpp would multiply them with AMX (said once: the speed it costs is real)."""
+    if amx_built_in():
+        logger.warning(
+            "llama.cpp was built for AMX, whose matrix multiply crashes at this llama.cpp commit (its issue 20824):"
+            " weights are not repacked (--repack turns repacking and AMX back on)"
+        )
+        return False
+    return True
+
+
 class NativeModel:
     """A loaded GGUF: weights and vocabulary. Thread-safe for tokenizing; decoding needs a context."""
 
-    def __init__(self, path: str | Path, *, n_gpu_layers: int = -1, vocab_only: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, n_gpu_layers: int = -1, vocab_only: bool = False, repack: bool | None = None
+    ) -> None:
+        """``repack``: let llama.cpp place weights in its extra CPU buffer types (repacked for its faster
+        kernels; ``--repack`` / ``--no-repack``); None: yes, unless that would hand them to AMX, which crashes
+        (:func:`.backend.amx_built_in`)."""
         init_backend()
         self.path = str(path)
         problem = model_file_problem(self.path)
@@ -97,6 +117,9 @@ class NativeModel:
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        #: Whether the weights went to llama.cpp's extra buffer types (a draft model follows its target).
+        self.repack = _repack_default() if repack is None else repack
+        params.use_extra_bufts = self.repack
         with captured_errors() as errors:
             self._model = llama.llama_model_load_from_file(self.path.encode(), params)
         if not self._model:

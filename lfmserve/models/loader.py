@@ -211,7 +211,7 @@ def load_projector(settings: Settings, path: str, model: NativeModel) -> Project
 def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
     files = path if isinstance(path, ModelFiles) else ModelFiles(path)
-    model = NativeModel(files.model, n_gpu_layers=settings.n_gpu_layers)
+    model = NativeModel(files.model, n_gpu_layers=settings.n_gpu_layers, repack=settings.repack)
     template = chat_template(settings, model)
     projector = load_projector(settings, files.projector, model) if files.projector else None
     engine = Engine(model, engine_config(settings, files.draft), projector=projector)

@@ -20,7 +20,7 @@ from .lfm2 import (
 )
 from .media import image_bytes, tinted_pixels, tone_samples, wav_bytes
 from .mmproj import TinyProjector, lfm2_vl_450m_projector, write_mmproj_gguf
-from .resources import free_port, gemma3_270m_path
+from .resources import free_port, gemma3_270m_path, llama_server_weight_flags
 
 __all__ = [
     "BOS_ID",
@@ -34,6 +34,7 @@ __all__ = [
     "gemma3_270m_path",
     "image_bytes",
     "lfm2_350m_shape",
+    "llama_server_weight_flags",
     "lfm2_vl_450m_projector",
     "tinted_pixels",
     "tiny_reranker",

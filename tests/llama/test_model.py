@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lfmserve.errors import EngineError
+from lfmserve.llama.backend import amx_built_in
 from lfmserve.llama.model import NativeModel
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
 
@@ -108,3 +111,25 @@ def test_builtin_templates_format_known_templates_and_refuse_others(model: Nativ
     assert prompt == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     with pytest.raises(EngineError, match="not one llama.cpp knows without --jinja"):
         model.apply_builtin_template("{{ nothing known }}", [("user", "Hi")], add_assistant=True)
+
+
+def _weight_buffers(path: Path, caplog: pytest.LogCaptureFixture, **options: bool) -> set[str]:
+    """The buffer types llama.cpp put the weights in, as its load log names them."""
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="lfmserve.llama_cpp"):
+        NativeModel(path, **options).close()
+    return set(re.findall(r"load_tensors:\s+(\S+) model buffer size", caplog.text))
+
+
+def test_weights_are_repacked_unless_llama_cpp_would_hand_them_to_amx(
+    gemma_gguf: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plain = _weight_buffers(gemma_gguf, caplog, repack=False)
+    repacked = _weight_buffers(gemma_gguf, caplog, repack=True)
+    assert plain == {"CPU_Mapped"}
+    if amx_built_in():
+        # What crashes a decode of two tokens or more; by default the weights stay where they were mapped.
+        assert "AMX" in repacked
+        assert _weight_buffers(gemma_gguf, caplog) == plain
+    else:
+        assert _weight_buffers(gemma_gguf, caplog) == repacked
