@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 from common import IN_NAMESPACE, Server, bench_model, in_network_namespace, lfmserve_command
 
+from lfmserve.api.trace import TraceRecord
 from lfmserve.scaleout.simulate import consistent_hash, ours, power_of_two, round_robin, simulate, synthetic_trace
-from lfmserve.scaleout.trace import TraceRecord
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
 
 COLOURS = ("red", "blue", "green", "grey", "black", "white", "yellow")

@@ -1,7 +1,8 @@
 """lfmserve: llama-server's HTTP API and an in-process chat API for LFM (and any GGUF) models on CPUs.
 
 Public names only, loaded on first use: ``import lfmserve.errors`` or ``lfmserve.client`` (the HTTP
-client) does not load llama.cpp. See README.md for the server and :mod:`lfmserve.local` for the in-process API.
+client) does not load llama.cpp. See README.md and docs/ for the server, and :mod:`lfmserve.local` for the
+in-process API.
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def serve_ray(argv: Sequence[str]) -> int:
     from .scaleout.serve_options import ServeRayOptions
 
     options = ServeRayOptions.from_argv(argv)
-    configure_logging(verbose=options.settings.verbose)
+    configure_logging(verbose=options.settings.server.verbose)
     try:
         from .scaleout.serve_app import main as serve_app
     except ImportError as exc:
@@ -132,16 +132,19 @@ def configure_logging(*, verbose: bool) -> None:
 def serve(argv: Sequence[str]) -> int:
     """``lfmserve [llama-server flags]``; the app and the model code load here, so ``chat --help`` stays quick."""
     from .api.app import create_app
-    from .models.loader import engine_config, load_serving, resolve_model_files
+    from .loading.engine_config import engine_config
+    from .loading.loader import load_serving, resolve_model_files
     from .settings import Settings
 
     settings = Settings.from_argv(argv)
-    configure_logging(verbose=settings.verbose)
+    configure_logging(verbose=settings.server.verbose)
     try:
-        engine_config(settings, settings.spec_draft_hf)  # a bad engine setting fails before any download or load
+        engine_config(
+            settings, settings.speculation.spec_draft_hf
+        )  # a bad engine setting fails before any download or load
         files = resolve_model_files(settings)
-        settings.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
-        sockets = listen(settings.host, settings.port)  # a taken port fails before the model loads
+        settings.server.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
+        sockets = listen(settings.server.host, settings.server.port)  # a taken port fails before the model loads
     except (LfmError, OSError) as exc:
         print(f"lfmserve: error: {exc}", file=sys.stderr)
         return 1
@@ -160,11 +163,11 @@ def serve(argv: Sequence[str]) -> int:
         # plain dict, as llama.cpp's test suite does, find llama-server's "Access-Control-Allow-Origin". It costs
         # about 5 us more per streamed event (measured: 8 against 3 us of the loop's time).
         http="h11",
-        log_level="info" if settings.verbose else "warning",
-        access_log=settings.verbose,
+        log_level="info" if settings.server.verbose else "warning",
+        access_log=settings.server.verbose,
         timeout_graceful_shutdown=5,  # after the drain only the ends of answers remain to be written
     )
-    server = _GracefulServer(config, app.state.app_state, settings.shutdown_timeout)
+    server = _GracefulServer(config, app.state.app_state, settings.server.shutdown_timeout)
     logger.info("listening on %s (model %s)", ", ".join(_url(sock) for sock in sockets), files.model)
     # uvicorn raises the signal it stopped for again once it is done, with the handlers it found: with these,
     # that second delivery finds the shutdown already done and the process exits with this function's code.

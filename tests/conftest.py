@@ -18,7 +18,7 @@ from starlette.types import ASGIApp
 
 from lfmserve.api.app import create_app
 from lfmserve.chat.serving import Serving
-from lfmserve.models.loader import ModelFiles, load_serving
+from lfmserve.loading.loader import ModelFiles, load_serving
 from lfmserve.settings import Settings
 from lfmserve.testing import (
     TinyLfm2,
@@ -124,8 +124,8 @@ def serve(
     settings: Settings, load: Callable[[], Serving] | None = None, wrap: Callable[[ASGIApp], ASGIApp] | None = None
 ) -> ServerThread:
     """The app on loopback; ``wrap`` puts middleware around it (as a reverse proxy in front of it would be)."""
-    assert settings.model is not None
-    files = ModelFiles(settings.model, settings.mmproj)
+    assert settings.source.model is not None
+    files = ModelFiles(settings.source.model, settings.source.mmproj)
     app: ASGIApp = create_app(settings, load or (lambda: load_serving(settings, files)))
     return ServerThread(wrap(app) if wrap else app).start()
 
@@ -148,12 +148,12 @@ def server_factory() -> Iterator[Callable[..., ServerThread]]:
 
 @pytest.fixture(scope="module")
 def tiny_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
-    return server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=4, threads=2))
+    return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=2048, parallel=4, threads=2))
 
 
 def vl_settings(vl_gguf: Path, mmproj_gguf: Path, **options: Any) -> Settings:
     """A server on the tiny LFM2-VL model with the tiny projector (one slot, one thread unless ``options`` say)."""
-    return Settings(
+    return Settings.of(
         model=str(vl_gguf), mmproj=str(mmproj_gguf), **{"ctx_size": 4096, "parallel": 1, "threads": 1, **options}
     )
 
@@ -299,7 +299,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 @pytest.fixture(scope="module")
 def tools_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
     """Room for tool lists: the tiny vocabulary spends a token on almost every JSON character."""
-    return server_factory(Settings(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=2))
+    return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=2))
 
 
 @pytest.fixture(scope="module")

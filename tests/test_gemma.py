@@ -18,7 +18,7 @@ def completion(server: ServerThread, **body: object) -> dict[str, object]:
 
 
 def test_greedy_text_is_real_deterministic_and_cache_independent(server_factory, gemma_gguf: Path) -> None:  # type: ignore[no-untyped-def]
-    server = server_factory(Settings(model=str(gemma_gguf), ctx_size=1024, parallel=2, threads=2))
+    server = server_factory(Settings.of(model=str(gemma_gguf), ctx_size=1024, parallel=2, threads=2))
     body = {"prompt": "The Eiffel Tower is located in the city of", "n_predict": 12, "temperature": 0}
     first = completion(server, **body)
     assert str(first["content"]).startswith(" Paris, France. It is the tallest")
@@ -32,7 +32,7 @@ def test_greedy_text_is_real_deterministic_and_cache_independent(server_factory,
 
 
 def test_stop_string_on_real_text(server_factory, gemma_gguf: Path) -> None:  # type: ignore[no-untyped-def]
-    server = server_factory(Settings(model=str(gemma_gguf), ctx_size=1024, parallel=1, threads=2))
+    server = server_factory(Settings.of(model=str(gemma_gguf), ctx_size=1024, parallel=1, threads=2))
     prompt = "The Eiffel Tower is located in the city of"
     full = str(completion(server, prompt=prompt, n_predict=12, temperature=0)["content"])
     stopped = completion(server, prompt=prompt, n_predict=12, temperature=0, stop=["France"])
@@ -42,7 +42,7 @@ def test_stop_string_on_real_text(server_factory, gemma_gguf: Path) -> None:  # 
 
 def test_constrained_output_from_a_real_model_ends(server_factory, gemma_gguf: Path) -> None:  # type: ignore[no-untyped-def]
     """Unbounded JSON numbers let a real model write ``10.5000000…`` until the limit; bounded ones end."""
-    server = server_factory(Settings(model=str(gemma_gguf), ctx_size=2048, parallel=1, threads=2))
+    server = server_factory(Settings.of(model=str(gemma_gguf), ctx_size=2048, parallel=1, threads=2))
     ask = [{"role": "user", "content": "What is the weather in Paris? Answer in JSON."}]
     schema = {
         "type": "object",

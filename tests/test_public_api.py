@@ -13,14 +13,14 @@ import lfmserve
 PUBLIC = {
     "AsyncClient": "lfmserve.client.client",
     "AuthenticationFailed": "lfmserve.errors",
-    "Chat": "lfmserve.local",
+    "Chat": "lfmserve.local.chat",
     "ChatResult": "lfmserve.results",
     "Client": "lfmserve.client.client",
     "ContextLengthExceeded": "lfmserve.errors",
     "EngineError": "lfmserve.errors",
     "InvalidRequest": "lfmserve.errors",
     "LfmError": "lfmserve.errors",
-    "Model": "lfmserve.local",
+    "Model": "lfmserve.local.model",
     "NotFound": "lfmserve.errors",
     "NotSupported": "lfmserve.errors",
     "RequestCancelled": "lfmserve.errors",
@@ -28,7 +28,7 @@ PUBLIC = {
     "TemplateError": "lfmserve.errors",
     "ToolCall": "lfmserve.results",
     "TransportError": "lfmserve.errors",
-    "TurnStats": "lfmserve.local",
+    "TurnStats": "lfmserve.local.turn",
     "Unavailable": "lfmserve.errors",
 }
 
@@ -37,7 +37,6 @@ MODEL_FREE = (
     "lfmserve",
     "lfmserve.errors",
     "lfmserve.results",
-    "lfmserve.response_format",
     "lfmserve.client",
     "lfmserve.settings",
     "lfmserve.api.body",

@@ -21,7 +21,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ..chat.serving import Serving
-from ..scaleout.trace import TraceRecorder
 from ..settings import Settings
 from .anthropic.router import router as anthropic_router
 from .cors import Cors
@@ -29,13 +28,14 @@ from .embeddings import router as embeddings_router
 from .gate import Gate
 from .handlers import install_error_handlers
 from .native.router import router as native_router
-from .openai.responses_router import router as responses_router
 from .openai.router import router as openai_router
+from .openai_responses.router import router as responses_router
 from .openapi import install_openapi
 from .rerank import router as rerank_router
 from .sleep import Sleeper
 from .slots import router as slots_router
 from .state import AppState
+from .trace import TraceRecorder
 from .transcriptions import router as transcriptions_router
 from .vertex import VertexRoutes, install_vertex
 from .webui import WebUI, load_assets
@@ -47,8 +47,10 @@ def create_app(
     settings: Settings, load: Callable[[], Serving], on_load_error: Callable[[BaseException], None] | None = None
 ) -> FastAPI:
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server)."""
-    state = AppState(settings, tuple(k.encode() for k in settings.api_keys))
-    sleeper = Sleeper(state, load, settings.sleep_idle_seconds) if settings.sleep_idle_seconds > 0 else None
+    state = AppState(settings, tuple(k.encode() for k in settings.server.api_keys))
+    sleeper = (
+        Sleeper(state, load, settings.server.sleep_idle_seconds) if settings.server.sleep_idle_seconds > 0 else None
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, AppState]]:
@@ -64,15 +66,15 @@ def create_app(
     app.state.app_state = state  # the CLI's server drains it on shutdown
     # The middleware added first runs innermost: CORS, the catch-all, the web UI, the gate, the sleeper, the trace
     # recorder (only requests the gate let through), then the routes.
-    if settings.trace_requests:
-        app.add_middleware(TraceRecorder, path=settings.trace_requests)
+    if settings.server.trace_requests:
+        app.add_middleware(TraceRecorder, path=settings.server.trace_requests)
     if sleeper is not None:
         app.add_middleware(sleeper.wrap)
     app.add_middleware(Gate, state=state)
-    if settings.ui:
+    if settings.server.ui:
         app.add_middleware(WebUI, assets=load_assets())
     install_error_handlers(app)
-    app.add_middleware(Cors, origins=settings.cors_origins)
+    app.add_middleware(Cors, origins=settings.server.cors_origins)
     routers = (
         native_router,
         openai_router,

@@ -86,7 +86,7 @@ async def native_embeddings(request: Request) -> Any:
 
 async def _embeddings(request: Request, *, openai_shape: bool) -> Any:
     served = serving(request)
-    pooling = served.pooling
+    pooling = served.embeddings.pooling
     if pooling is None:
         raise NotSupported("This server does not support embeddings. Start it with `--embeddings`")
     body, offload = await read_body(request, EmbeddingsRequest)
@@ -94,11 +94,11 @@ async def _embeddings(request: Request, *, openai_shape: bool) -> Any:
     if openai_shape and pooling == "none":
         raise InvalidRequest("Pooling type 'none' is not OAI compatible. Please use a different pooling type")
     options = body.options()
-    check_dimensions(options, served.embedding_width)
+    check_dimensions(options, served.embeddings.width)
     inputs = body.inputs()
-    media = await served.read_embedding_media(inputs)
-    engine_request = await offload.also_if(any(media))(served.embedding_request, inputs, options, media)
-    result = await until_disconnect(request, served.embed(engine_request))
+    media = await served.embeddings.read_media(inputs)
+    engine_request = await offload.also_if(any(media))(served.embeddings.request, inputs, options, media)
+    result = await until_disconnect(request, served.embeddings.embed(engine_request))
     vectors = shaped(result, options, normalize=engine_request.normalize)
     if not openai_shape:
         return [{"index": i, "embedding": np.atleast_2d(v).tolist()} for i, v in enumerate(vectors)]

@@ -29,7 +29,7 @@ class Gate:
             if error is not None:
                 await error_response(error)(scope, receive, send)
                 return
-            receive = _bounded(receive, self.state.settings.max_body_bytes)
+            receive = _bounded(receive, self.state.settings.server.max_body_bytes)
         await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> LfmError | None:
@@ -45,8 +45,8 @@ class Gate:
             if not key_ok(headers, state.api_keys):
                 return AuthenticationFailed("Invalid API Key")
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > state.settings.max_body_bytes:
-            return _too_large(state.settings.max_body_bytes)
+        if declared.isdigit() and int(declared) > state.settings.server.max_body_bytes:
+            return _too_large(state.settings.server.max_body_bytes)
         return None
 
 

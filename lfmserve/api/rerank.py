@@ -62,12 +62,12 @@ class RerankRequest(Body):
 @router.post("/v1/reranking", openapi_extra=request_body(RerankRequest))
 async def rerank(request: Request) -> Any:
     served = serving(request)
-    if served.pooling != "rank":
+    if served.embeddings.pooling != "rank":
         raise NotSupported("This server does not support reranking. Start it with `--reranking`")
     body, offload = await read_body(request, RerankRequest)
     query, documents = body.checked_query(), body.checked_documents()
     engine_request = await offload(rerank_request, served.model, query, documents)
-    result = await until_disconnect(request, served.embed(engine_request))
+    result = await until_disconnect(request, served.embeddings.embed(engine_request))
     top_n = len(documents) if body.top_n is None else body.top_n
     results = ranked(scores(result), documents, tei=body.tei, with_text=body.tei and body.return_text, top_n=top_n)
     if body.tei:

@@ -22,7 +22,7 @@ router = APIRouter()
 
 @router.get("/slots")
 async def slots(request: Request, fail_on_no_slot: bool = False) -> Any:
-    if not app_state(request).settings.slots_endpoint:
+    if not app_state(request).settings.server.slots_endpoint:
         raise NotSupported("This server does not support slots endpoint.")
     engine = serving(request).engine
     if fail_on_no_slot and all(slot.busy for slot in engine.slots):
@@ -32,7 +32,7 @@ async def slots(request: Request, fail_on_no_slot: bool = False) -> Any:
 
 @router.post("/slots/{id_slot}", openapi_extra=request_body(SlotFileRequest))
 async def slot_action(request: Request, id_slot: int, action: str = "") -> dict[str, Any]:
-    save_path = app_state(request).settings.slot_save_path
+    save_path = app_state(request).settings.server.slot_save_path
     if not save_path:
         raise NotSupported("This server does not support slots action (start it with --slot-save-path).")
     engine = serving(request).engine
@@ -63,7 +63,7 @@ async def slot_action(request: Request, id_slot: int, action: str = "") -> dict[
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
     state = app_state(request)
-    if not state.settings.metrics or state.metrics is None:
+    if not state.settings.server.metrics or state.metrics is None:
         raise NotSupported("This server does not support metrics endpoint (start it with --metrics).")
     reporter = state.metrics
     response = Response(reporter.render(), media_type=CONTENT_TYPE)

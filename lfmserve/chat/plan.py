@@ -20,7 +20,6 @@ from typing import Any
 from ..engine.constraints import Grammars, TokenMask
 from ..errors import InvalidRequest
 from .output import THINK_END, THINK_START, AssistantOutputParser
-from .render import template_kwargs
 from .request import ChatRequest, GenerationOptions, NamedTool, ToolChoice
 from .tool_calls import CALL_END, CALL_START
 from .tool_grammar import tool_call_grammar
@@ -55,6 +54,21 @@ def native_constraint(options: GenerationOptions, grammars: Grammars) -> TokenMa
     if options.grammar is not None:
         return grammars.gbnf(options.grammar, param="grammar")
     return None
+
+
+def template_kwargs(request: ChatRequest) -> dict[str, Any]:
+    """``chat_template_kwargs`` plus ``reasoning_effort`` ("none" turns thinking off unless the kwargs say)."""
+    kwargs: dict[str, Any] = dict(request.template_kwargs)
+    if "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
+        raise InvalidRequest(
+            f"invalid type for 'enable_thinking' (expected boolean, got {kwargs['enable_thinking']!r})",
+            param="chat_template_kwargs.enable_thinking",
+        )
+    if request.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", request.reasoning_effort)
+        if request.reasoning_effort == "none":
+            kwargs.setdefault("enable_thinking", False)
+    return kwargs
 
 
 def plan_chat(request: ChatRequest, grammars: Grammars, *, reasoning_format: str) -> ChatPlan:

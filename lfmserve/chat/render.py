@@ -17,15 +17,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..errors import InvalidRequest
+from .plan import ChatPlan, template_kwargs
 from .request import ChatRequest, ContentPart, Message
 from .template import ChatFormatter, ThinkTags
 from .tool_calls import format_calls
-
-if TYPE_CHECKING:
-    from .plan import ChatPlan
 
 
 def render_chat(
@@ -110,21 +108,6 @@ def _continued(
     if isinstance(content, tuple):
         content = "\n\n".join(part.text for part in content if part.type == "text")
     return text + (content or "")
-
-
-def template_kwargs(request: ChatRequest) -> dict[str, Any]:
-    """``chat_template_kwargs`` plus ``reasoning_effort`` ("none" turns thinking off unless the kwargs say)."""
-    kwargs: dict[str, Any] = dict(request.template_kwargs)
-    if "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
-        raise InvalidRequest(
-            f"invalid type for 'enable_thinking' (expected boolean, got {kwargs['enable_thinking']!r})",
-            param="chat_template_kwargs.enable_thinking",
-        )
-    if request.reasoning_effort is not None:
-        kwargs.setdefault("reasoning_effort", request.reasoning_effort)
-        if request.reasoning_effort == "none":
-            kwargs.setdefault("enable_thinking", False)
-    return kwargs
 
 
 def template_message(template: ChatFormatter, message: Message, media_marker: str = "") -> dict[str, Any]:

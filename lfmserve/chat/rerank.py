@@ -8,7 +8,7 @@ output for the pair's prompt (Qwen3-Reranker: the probability of "yes").
 Example::
 
     request = rerank_request(model, "capital of France", ["Paris is...", "Berlin is..."])
-    result = await serving.embed(request)
+    result = await serving.embeddings.embed(request)
     results = ranked(scores(result), ["Paris is...", "Berlin is..."], tei=False, with_text=False, top_n=2)
 """
 

@@ -11,27 +11,50 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine.constraints import Grammars
 from ..engine.core import Engine
-from ..engine.embeddings import EmbeddingRequest, EmbeddingResult
 from ..engine.media import prompt_from_chunks
 from ..engine.records import EngineOutput, EngineRequest, MediaSpan, ResolvedDefaults, TokenLogprob
-from ..engine.stream import AsyncStream, CollectingStream, ResultFuture
+from ..engine.stream import AsyncStream, CollectingStream
 from ..errors import InvalidRequest
 from ..llama.model import NativeModel
 from ..llama.mtmd import Media
 from ..media.sources import MediaPolicy
-from .embeddings import EmbeddingInput, embedding_request, embedding_sources
+from .embedding_serving import EmbeddingServing
 from .media import MediaReader, chat_media_sources, process_media_marker
 from .output import AssistantOutputParser
 from .plan import ChatPlan, native_constraint, plan_chat
 from .prompt_tokens import prompt_tokens
 from .render import continuation, render_chat, render_history
-from .request import ChatRequest, EmbeddingOptions, GenerationOptions, MediaPrompt, Prompt
+from .request import ChatRequest, GenerationOptions, MediaPrompt, Prompt
 from .template import ChatFormatter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingOptions:
+    """What the server's flags decide for every request (the loader makes it from the settings groups)."""
+
+    #: The id clients see (``--alias``, else the file name).
+    model_name: str
+    defaults: ResolvedDefaults
+    #: ``-n``: the most tokens a request that does not say generates (-1: until the end).
+    default_max_tokens: int = -1
+    #: ``system_fingerprint``: the llama.cpp build.
+    fingerprint: str = ""
+    #: ``--reasoning-format``: where a request that does not say puts the model's thinking.
+    reasoning_format: str = "auto"
+    media_policy: MediaPolicy = field(default_factory=MediaPolicy)
+    #: ``--embd-normalize``: how embedding vectors are normalised unless a request says.
+    embd_normalize: int = 2
+    #: ``--cache-prompt``: whether a request that does not say reuses its cached prefix.
+    cache_prompt: bool = True
+    #: ``-r``: stop strings every request has besides its own.
+    reverse_prompts: tuple[str, ...] = ()
+    #: ``--verbose``: answers carry llama-server's ``__verbose`` unless a request says otherwise.
+    verbose: bool = False
 
 
 @dataclass(slots=True)
@@ -53,45 +76,26 @@ class Serving:
     message = parser.parse(done.text)
     """
 
-    def __init__(
-        self,
-        model: NativeModel,
-        engine: Engine,
-        template: ChatFormatter,
-        *,
-        model_name: str,
-        defaults: ResolvedDefaults,
-        default_max_tokens: int,
-        fingerprint: str,
-        reasoning_format: str = "auto",
-        media_policy: MediaPolicy | None = None,
-        embd_normalize: int = 2,
-        cache_prompt: bool = True,
-        reverse_prompts: tuple[str, ...] = (),
-        verbose: bool = False,
-    ) -> None:
+    def __init__(self, model: NativeModel, engine: Engine, template: ChatFormatter, options: ServingOptions) -> None:
         self.model = model
-        #: ``--verbose``: answers carry llama-server's ``__verbose`` unless a request says otherwise.
-        self.verbose = verbose
-        #: ``--embd-normalize``: how embedding vectors are normalised unless a request says.
-        self.embd_normalize = embd_normalize
-        #: ``--cache-prompt``: whether a request that does not say reuses its cached prefix.
-        self.cache_prompt = cache_prompt
-        #: ``-r``: stop strings every request has besides its own.
-        self.reverse_prompts = reverse_prompts
         self.engine = engine
+        self.template = template
+        self.options = options
         #: The multimodal projector, if the model has one (the engine encodes with it).
         self.projector = engine.media.projector if engine.media is not None else None
-        self.media = MediaReader(self.projector, media_policy or MediaPolicy())
+        self.media = MediaReader(self.projector, options.media_policy)
         #: The text that stands for a media item in a prompt.
         self.media_marker = self.projector.marker if self.projector is not None else process_media_marker()
-        self.template = template
         self.grammars = Grammars(model)
-        self.reasoning_format = reasoning_format
-        self.model_name = model_name
-        self.defaults = defaults
-        self.default_max_tokens = default_max_tokens
-        self.fingerprint = fingerprint
+        self.embeddings = EmbeddingServing(model, engine, self.projector, self.media, options.embd_normalize)
+
+    @property
+    def model_name(self) -> str:
+        return self.options.model_name
+
+    @property
+    def defaults(self) -> ResolvedDefaults:
+        return self.options.defaults
 
     def close(self) -> None:
         """Free the llama.cpp handles: the engine's contexts (and draft model), the projector, then the model."""
@@ -128,7 +132,7 @@ class Serving:
             raise InvalidRequest(f"n is {n}, but the server has {self.engine.n_slots} slots", param="n")
         if len(media) != len(chat_media_sources(request)):
             raise InvalidRequest("the chat's media have not been read (Serving.read_media)", param="messages")
-        plans = [plan_chat(request, self.grammars, reasoning_format=self.reasoning_format) for _ in range(n)]
+        plans = [plan_chat(request, self.grammars, reasoning_format=self.options.reasoning_format) for _ in range(n)]
         prompt = render_chat(self.template, request, plans[0], media_marker=self.media_marker)
         tokens, spans = self.tokenize_with_media(prompt, media, chat=True)
         in_reasoning = continuation(request) == "reasoning"
@@ -225,9 +229,9 @@ class Serving:
             prompt_tokens=tuple(prompt_tokens),
             media=media,
             sampling=sampling,
-            max_tokens=self.default_max_tokens if options.max_tokens is None else options.max_tokens,
-            stop=tuple(dict.fromkeys(options.stop + self.reverse_prompts)),
-            cache_prompt=self.cache_prompt if options.cache_prompt is None else options.cache_prompt,
+            max_tokens=self.options.default_max_tokens if options.max_tokens is None else options.max_tokens,
+            stop=tuple(dict.fromkeys(options.stop + self.options.reverse_prompts)),
+            cache_prompt=self.options.cache_prompt if options.cache_prompt is None else options.cache_prompt,
             id_slot=options.id_slot,
             keep_special=plan.keep_special if plan else frozenset(),
             constraint=plan.constraint if plan else native_constraint(options, self.grammars),
@@ -313,40 +317,7 @@ class Serving:
         """The steps of the message itself: the end-of-generation token is not part of it."""
         return [step for step in steps if not self.model.is_eog(step.token)]
 
-    # -- embeddings --------------------------------------------------------------------------------
-    @property
-    def pooling(self) -> str | None:
-        """The embedding context's pooling (None: the server was not started with ``--embeddings``)."""
-        return self.engine.embeddings.context.pooling if self.engine.embeddings is not None else None
-
-    @property
-    def embedding_width(self) -> int:
-        """The width of a pooled embedding (0 without ``--embeddings``)."""
-        return self.engine.embeddings.context.width if self.engine.embeddings is not None else 0
-
-    async def read_embedding_media(self, inputs: Sequence[EmbeddingInput]) -> list[list[Media]]:
-        """Each embedding input's media, fetched and decoded ([] for text and token inputs)."""
-        sources = embedding_sources(inputs)
-        self.media.check_types([source for per_input in sources for source in per_input])
-        return [await self.media.read(per_input) if per_input else [] for per_input in sources]
-
-    def embedding_request(
-        self, inputs: Sequence[EmbeddingInput], options: EmbeddingOptions, media: Sequence[Sequence[Media]] = ()
-    ) -> EmbeddingRequest:
-        return embedding_request(
-            self.model, self.projector, inputs, media, options, default_normalize=self.embd_normalize
-        )
-
-    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
-        """Each input's vector (or rows), embedded between generation steps."""
-        future: ResultFuture[EmbeddingResult] = ResultFuture()
-        self.engine.submit_embeddings(request, future)
-        try:
-            return await future.result()
-        except BaseException:  # the caller gave up (the client has gone): the engine stops embedding it
-            self.engine.cancel_embeddings(future)
-            raise
-
+    # -- text ----------------------------------------------------------------------------------------
     def prompt_text(self, request: EngineRequest) -> str:
         """A request's prompt as text, its media left out (llama-server's ``server_tokens::detokenize``)."""
         if not request.media:

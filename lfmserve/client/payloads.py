@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest, LfmError
-from ..response_format import parse_content, wire_format
-from ..results import ChatResult, Timings, ToolCall, Usage
+from ..results import ChatResult, Timings, ToolCall, Usage, parse_content, wire_format
 from .media import AudioInput, ImageInput, audio_part, image_part
 
 

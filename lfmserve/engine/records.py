@@ -260,10 +260,6 @@ class SlotTask:
 Pooling = Literal["none", "mean", "cls", "last", "rank"]
 
 
-#: The KV cache types llama-server takes for ``-ctk`` / ``-ctv``.
-KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-
-
 @dataclass(frozen=True, slots=True)
 class KvCacheOptions:
     """How the KV cache is kept (``-fa``, ``-ctk``, ``-ctv``, ``--swa-full``); the defaults are llama-server's

@@ -1,9 +1,6 @@
-"""The routing key of a request, and the replicas ranked for it: affinity first, then a load bound.
+"""The replicas ranked for a request's routing key: affinity first, then a load bound.
 
-Why a key from the body: an LFM2 replica reuses its cache only from checkpointed boundaries (system prompt,
-message ends), so what must land on the same replica is a *conversation*: every turn re-sends the same tools,
-template options and opening messages, and only appends. Hashing those (not the whole prompt) gives one key
-per conversation that does not change from turn to turn. A client that knows better sends ``x-session-id``.
+The key itself comes from the request's shape (:func:`lfmserve.api.trace.route_key`): one key per conversation.
 
 Why rendezvous hashing with a load bound (Mirrokni et al., "consistent hashing with bounded loads"): each key
 has a stable order of preference over the replicas, adding a replica moves only the keys that now prefer it
@@ -14,58 +11,11 @@ unlucky spread spills to the next replica in its order instead of queueing.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-#: The header a client may send to name its conversation (Ray Serve reads the same one).
-SESSION_HEADER = "x-session-id"
-#: How much of a completion prompt the key covers: its opening, which a family of prompts shares.
-PROMPT_PREFIX_CHARS = 512
 #: A replica above this multiple of the mean load (counting the request being placed) is passed over.
 DEFAULT_BALANCE = 1.25
-
-
-def route_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
-    """``session:<id>`` from ``x-session-id``; else a hash of the conversation's fixed part; "" for nothing to go by.
-
-    Chat bodies (OpenAI chat, Anthropic messages, OpenAI Responses): tools, ``chat_template_kwargs`` and the
-    messages up to and including the first user message (the system prompt included). Completions: the first
-    :data:`PROMPT_PREFIX_CHARS` characters of the prompt.
-    """
-    for name, value in headers.items():
-        if name.lower() == SESSION_HEADER and value:
-            return f"session:{value}"
-    opening = _opening(body)
-    if opening is None:
-        return ""
-    fixed = {"tools": body.get("tools"), "template": body.get("chat_template_kwargs"), "opening": opening}
-    digest = hashlib.sha256(json.dumps(fixed, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
-    return f"{'prompt' if isinstance(opening, str) else 'chat'}:{digest[:24]}"
-
-
-def _opening(body: Mapping[str, Any]) -> list[Any] | str | None:
-    """The part of the body that every turn repeats: the leading messages through the first user message."""
-    messages = body.get("messages")
-    if messages is None and isinstance(body.get("input"), list):
-        messages = body["input"]  # OpenAI Responses
-    if isinstance(messages, list) and messages:
-        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []  # Anthropic
-        if body.get("instructions"):  # OpenAI Responses
-            system.append({"role": "system", "content": body["instructions"]})
-        head = [*system]
-        for message in messages:
-            head.append(message)
-            if isinstance(message, Mapping) and message.get("role") == "user":
-                break
-        return head
-    prompt = body.get("prompt", body.get("input"))
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, str) and prompt:
-        return prompt[:PROMPT_PREFIX_CHARS]
-    return None
 
 
 def preference(key: str, replicas: Sequence[str]) -> list[str]:

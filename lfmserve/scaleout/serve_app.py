@@ -33,7 +33,7 @@ from starlette.types import ASGIApp
 from ..api.handlers import CatchAll
 from ..errors import LfmError
 from ..llama.model import model_file_problem
-from ..models.loader import engine_config
+from ..loading.engine_config import engine_config
 from ..settings import Settings
 from .serve_asgi import HttpRequest, HttpResponse, ResponsePart
 from .serve_ingress import Forwarder
@@ -95,7 +95,9 @@ def build_app(args: Mapping[str, str] | Sequence[str]) -> Application:
 
 def application(options: ServeRayOptions) -> Application:
     """The ingress bound to the model deployment that ``options`` shape."""
-    engine_config(options.settings, options.settings.spec_draft_hf)  # a bad engine setting fails here, not N times
+    engine_config(
+        options.settings, options.settings.speculation.spec_draft_hf
+    )  # a bad engine setting fails here, not N times
     model = serve.deployment(name="model", **options.model_deployment())(ModelReplica)
     ingress = serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})(serve.ingress()(Ingress))
     return ingress.bind(model.bind(options.replica_settings))
@@ -106,7 +108,7 @@ def main(options: ServeRayOptions) -> int:
     settings = options.settings
     local = not os.environ.get("RAY_ADDRESS")
     try:
-        problem = model_file_problem(settings.model) if local and settings.model else None
+        problem = model_file_problem(settings.source.model) if local and settings.source.model else None
         if problem:  # a local cluster sees this machine's files: say so now, not after N failed replica starts
             raise LfmError(problem)
         app = application(options)
@@ -119,12 +121,12 @@ def main(options: ServeRayOptions) -> int:
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, lambda *_: stop.set())
     try:
-        serve.start(http_options={"host": settings.host, "port": settings.port})
+        serve.start(http_options={"host": settings.server.host, "port": settings.server.port})
         serve.run(app, name=APP_NAME, route_prefix="/")
         logger.info(
             "serving on http://%s:%d: %d replica(s), router %s",
-            settings.host,
-            settings.port,
+            settings.server.host,
+            settings.server.port,
             options.replicas,
             options.router,
         )

@@ -2,7 +2,7 @@
 routing key and forwards it to a model replica, streaming the answer back as the replica wrote it.
 
 Why a hop of our own: Serve's proxy hands a deployment's router only the ASGI scope, never the body, so a
-key computed from the conversation (:func:`~lfmserve.scaleout.routing.route_key`) must be computed here and
+key computed from the conversation (:func:`~lfmserve.api.trace.route_key`) must be computed here and
 passed on as the call's ``session_id``, which the request router reads. Status, headers and every SSE event
 pass through unchanged; a failure before the replica answered is a 503 in the API's error shape (retried
 first when the replica died: nothing was sent yet). ``GET /slots`` and ``GET /metrics`` ask every replica
@@ -23,8 +23,8 @@ from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from ..api.handlers import error_response
+from ..api.trace import route_key
 from ..errors import LfmError, Unavailable
-from .routing import route_key
 from .serve_asgi import HttpRequest, HttpResponse, ResponseStart, read_body, write_response
 from .serve_merge import merge_metrics, merge_slots
 

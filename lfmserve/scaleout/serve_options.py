@@ -6,14 +6,13 @@ No Ray here, so ``--help`` and bad flags answer at once, and the sizing is teste
 Example::
 
     options = ServeRayOptions.from_argv(["-m", "model.gguf", "--replicas", "2", "-t", "4"])
-    options.replica_settings.threads        # 4: also the replica's num_cpus
+    options.replica_settings.engine.threads        # 4: also the replica's num_cpus
     options.model_deployment()["max_ongoing_requests"]   # 4: --parallel's default
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,10 +90,10 @@ class ServeRayOptions:
         """One replica's settings: ``--cache-ram`` split evenly between the most replicas there can be, and,
         when ``-t`` is left at its default (every physical core), the cores split the same way."""
         n = self.most_replicas
-        threads = self.settings.threads
+        threads = self.settings.engine.threads
         if threads == physical_cores():
             threads = max(1, threads // n)
-        return dataclasses.replace(self.settings, threads=threads, cache_ram=self.settings.cache_ram // n)
+        return self.settings.replace(threads=threads, cache_ram=self.settings.engine.cache_ram // n)
 
     def model_deployment(self) -> dict[str, Any]:
         """The model deployment's options (``serve.deployment(...).options(**these)``).
@@ -106,10 +105,10 @@ class ServeRayOptions:
         settings = self.replica_settings
         router = ROUTERS[self.router]
         options: dict[str, Any] = {
-            "ray_actor_options": {"num_cpus": settings.threads},
-            "max_ongoing_requests": settings.parallel,
-            "max_queued_requests": settings.max_queue,
-            "graceful_shutdown_timeout_s": settings.shutdown_timeout,
+            "ray_actor_options": {"num_cpus": settings.engine.threads},
+            "max_ongoing_requests": settings.engine.parallel,
+            "max_queued_requests": settings.engine.max_queue,
+            "graceful_shutdown_timeout_s": settings.server.shutdown_timeout,
             "request_router_config": {
                 "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
                 **({"request_router_class": router} if router else {}),
@@ -122,6 +121,6 @@ class ServeRayOptions:
                 "min_replicas": self.min_replicas,
                 "initial_replicas": self.replicas,
                 "max_replicas": self.max_replicas,
-                "target_ongoing_requests": settings.parallel,  # one replica's slots in use: add another
+                "target_ongoing_requests": settings.engine.parallel,  # one replica's slots in use: add another
             }
         return options

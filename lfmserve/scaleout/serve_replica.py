@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ..api.app import create_app
 from ..api.state import AppState
 from ..errors import LfmError, Unavailable
-from ..models.loader import load_serving, resolve_model_files
+from ..loading.loader import load_serving, resolve_model_files
 from ..settings import Settings
 from .serve_asgi import HttpRequest, HttpResponse, InProcessApp, ResponsePart
 
@@ -88,6 +88,6 @@ class EngineReplica:
         """The engine's slots and queue now (all zero while asleep)."""
         serving = self._state.serving
         if serving is None:
-            return ReplicaLoad(0, 0, self._state.settings.parallel)
+            return ReplicaLoad(0, 0, self._state.settings.engine.parallel)
         engine = serving.engine
         return ReplicaLoad(sum(slot.busy for slot in engine.slots), engine.n_waiting, engine.n_slots)

@@ -18,8 +18,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..api.trace import TraceRecord
 from .routing import rank
-from .trace import TraceRecord
 
 CHARS_PER_TOKEN = 4
 #: A policy picks the replica for a record, given the replicas' ids and their in-flight counts.

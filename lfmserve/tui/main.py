@@ -95,7 +95,7 @@ def _remote(url: str, settings: Settings, *, system: str | None, turn: TurnOptio
     from ..client import Client
     from .conversation import RemoteConversation
 
-    client = Client(url, settings.api_keys[0] if settings.api_keys else None, model=settings.model)
+    client = Client(url, settings.server.api_keys[0] if settings.server.api_keys else None, model=settings.source.model)
     try:
         if not client.health():  # a server that is not there fails at once; one still loading is waited for
             print(f"waiting for {url} to load its model ...", file=sys.stderr)
@@ -105,7 +105,7 @@ def _remote(url: str, settings: Settings, *, system: str | None, turn: TurnOptio
         client.close()
         raise
     # The server applies its own defaults; the ones given here go with every request.
-    turn = dataclasses.replace(turn, sampling={**settings.sampling_defaults(), **turn.sampling})
+    turn = dataclasses.replace(turn, sampling={**settings.sampling.defaults(), **turn.sampling})
     return RemoteConversation(client, system=system, turn=turn), f"{capabilities.model} at {url}"
 
 
@@ -114,14 +114,14 @@ _LOCAL_N_CTX = 4096
 
 
 def _local(settings: Settings, *, system: str | None, turn: TurnOptions) -> tuple[Conversation, str]:
+    from ..loading.loader import resolve_model_files
     from ..local import Model
-    from ..models.loader import resolve_model_files
     from .conversation import LocalConversation
 
     files = resolve_model_files(settings)
     print(f"loading {files.model} ...", file=sys.stderr)
-    if not settings.ctx_size:  # the server's 0 means the model's own context, which could be 128k tokens
-        settings = dataclasses.replace(settings, ctx_size=_LOCAL_N_CTX)
+    if not settings.engine.ctx_size:  # the server's 0 means the model's own context, which could be 128k tokens
+        settings = settings.replace(ctx_size=_LOCAL_N_CTX)
     model = Model.from_settings(settings, files)
     return LocalConversation(model, system=system, turn=turn), Path(files.model).name
 
@@ -131,10 +131,10 @@ def _turn_options(settings: Settings, options: argparse.Namespace) -> TurnOption
     ``--tools-file``."""
     from .conversation import TurnOptions
 
-    sampling: dict[str, Any] = {"max_tokens": settings.n_predict} if settings.n_predict >= 0 else {}
+    sampling: dict[str, Any] = {"max_tokens": settings.sampling.n_predict} if settings.sampling.n_predict >= 0 else {}
     if options.ignore_eos:
         sampling["ignore_eos"] = True
-    thinking = {"on": True, "off": False}.get(settings.reasoning)
+    thinking = {"on": True, "off": False}.get(settings.chat.reasoning)
     return TurnOptions(tools=_read_tools(options.tools_file), thinking=thinking, sampling=sampling)
 
 

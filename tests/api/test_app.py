@@ -12,13 +12,13 @@ import httpx
 from lfmserve.api.app import create_app
 from lfmserve.chat.serving import Serving
 from lfmserve.errors import EngineError
-from lfmserve.models.loader import load_serving
+from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
 from tests.conftest import ServerThread, serve
 
 
 def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:
-    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1)
     release = threading.Event()
 
     def slow_load() -> Serving:
@@ -41,7 +41,7 @@ def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:
 
 
 def test_a_failed_load_is_reported_by_every_route_and_to_the_caller(tiny_gguf: Path) -> None:
-    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1)
     failures: list[BaseException] = []
 
     def broken_load() -> Serving:

@@ -15,7 +15,7 @@ from tests.conftest import ServerThread
 
 
 def _server(start: Callable[..., ServerThread], model: Path, *, context_shift: bool) -> ServerThread:
-    return start(Settings(model=str(model), ctx_size=512, parallel=2, threads=2, context_shift=context_shift))
+    return start(Settings.of(model=str(model), ctx_size=512, parallel=2, threads=2, context_shift=context_shift))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from lfmserve.api.cors import Cors
 from lfmserve.chat.serving import Serving
-from lfmserve.models.loader import load_serving
+from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
 from tests.conftest import ServerThread, serve
 
@@ -47,7 +47,7 @@ def test_the_allowed_origin_under_each_policy(origins: str, origin: str, allowed
 
 @pytest.fixture(scope="module")
 def keyed_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
-    return server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1, api_key=("k1",)))
+    return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1, api_key=("k1",)))
 
 
 def test_a_preflight_is_answered_without_a_key_with_llama_servers_headers(keyed_server: ServerThread) -> None:
@@ -83,7 +83,7 @@ def test_every_response_carries_the_origin_errors_too(keyed_server: ServerThread
 
 def test_localhost_reflects_local_pages_only(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
     server = server_factory(
-        Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1, cors_origins="localhost")
+        Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1, cors_origins="localhost")
     )
     local = httpx.options(server.url + "/completions", headers={"Origin": "http://[::1]:3000", **PREFLIGHT})
     assert local.headers["access-control-allow-origin"] == "http://[::1]:3000"
@@ -100,7 +100,7 @@ def test_localhost_reflects_local_pages_only(server_factory: Callable[..., Serve
 def loading_server(tiny_gguf: Path) -> Iterator[tuple[ServerThread, threading.Event]]:
     """A server whose model load waits until the event is set."""
     release = threading.Event()
-    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
 
     def load() -> Serving:
         release.wait(30)

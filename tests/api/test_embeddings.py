@@ -21,7 +21,7 @@ from tests.conftest import Running, ServerThread, needs_llama_server, start_llam
 
 @pytest.fixture(scope="module")
 def served(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
-    settings = Settings(
+    settings = Settings.of(
         model=str(tiny_llama_gguf), alias="tiny", ctx_size=1024, parallel=2, threads=1, embeddings=True, pooling="mean"
     )
     return server_factory(settings)
@@ -138,7 +138,7 @@ def test_bad_requests_get_llama_servers_messages(
 def test_an_input_longer_than_a_micro_batch_is_a_400_naming_the_sizes(
     server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path
 ) -> None:
-    settings = Settings(
+    settings = Settings.of(
         model=str(tiny_llama_gguf), ctx_size=512, parallel=1, threads=1, ubatch_size=16, embeddings=True, pooling="cls"
     )
     small = server_factory(settings)
@@ -153,7 +153,7 @@ def test_an_input_longer_than_a_micro_batch_is_a_400_naming_the_sizes(
 def test_pooling_none_is_native_only_with_a_row_per_token(
     server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path, model: NativeModel
 ) -> None:
-    settings = Settings(
+    settings = Settings.of(
         model=str(tiny_llama_gguf), ctx_size=512, parallel=1, threads=1, embeddings=True, pooling="none"
     )
     rows = server_factory(settings)
@@ -190,7 +190,7 @@ def test_vectors_equal_llama_servers_side_by_side(
 ) -> None:
     path = gemma_gguf if which == "gemma" else tiny_gguf
     ours = server_factory(
-        Settings(model=str(path), ctx_size=2048, parallel=2, threads=1, embeddings=True, pooling="mean")
+        Settings.of(model=str(path), ctx_size=2048, parallel=2, threads=1, embeddings=True, pooling="mean")
     )
     theirs = start_llama_server(
         running, "-m", str(path), "-c", "2048", "-np", "2", "-t", "1", "--embeddings", "--pooling", "mean"

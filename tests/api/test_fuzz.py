@@ -35,7 +35,7 @@ def fuzz_server(
     reached."""
     save_dir = tmp_path_factory.mktemp("fuzz-slots")
     return server_factory(
-        Settings(
+        Settings.of(
             model=str(tiny_gguf),
             ctx_size=512,
             parallel=2,

@@ -15,7 +15,7 @@ from tests.conftest import GREEDY, ServerThread, post
 
 
 def test_api_keys(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k1", "k2")))
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k1", "k2")))
     chat = {"messages": [{"role": "user", "content": "Hi"}], **GREEDY}
     for headers in ({}, {"Authorization": "Bearer nope"}, {"X-Api-Key": "k3"}):
         response = post(server, "/v1/chat/completions", chat, headers=headers)
@@ -43,7 +43,7 @@ def test_a_key_is_read_from_bearer_or_x_api_key() -> None:
 def test_a_body_over_the_limit_is_413_before_it_is_read(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path
 ) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, max_body_bytes=1000))
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, max_body_bytes=1000))
     expected = {
         "error": {
             "code": 413,

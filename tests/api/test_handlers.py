@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from lfmserve.api.app import create_app
-from lfmserve.models.loader import load_serving
+from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
 from tests.conftest import SEED_CHAT, ServerThread, post
 
@@ -244,7 +244,9 @@ def test_a_failing_template_answers_400_with_its_message(
         "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start "
         "with a user message') }}{% endif %}{{ messages[0]['content'] }}"
     )
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, chat_template_file=str(template)))
+    server = server_factory(
+        Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, chat_template_file=str(template))
+    )
     response = post(server, CHAT, {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]})
     assert response.status_code == 400
     assert response.json()["error"] == {
@@ -319,7 +321,7 @@ def test_bad_requests_do_not_disturb_requests_in_flight(tiny_server: ServerThrea
 
 def test_a_request_whose_client_has_gone_writes_nothing(tiny_gguf: Path) -> None:
     """At the ASGI level: a whole-answer chat whose client disconnects sends no response at all."""
-    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
     app = create_app(settings, lambda: load_serving(settings, str(tiny_gguf)))
 
     async def main() -> tuple[list[dict[str, Any]], int]:
@@ -378,7 +380,7 @@ def test_a_request_whose_client_has_gone_writes_nothing(tiny_gguf: Path) -> None
 def test_an_unexpected_error_is_a_500_in_the_error_shape_and_the_connection_stays_usable(
     tiny_gguf: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
     app = create_app(settings, lambda: load_serving(settings, str(tiny_gguf)))
 
     async def broken() -> None:

@@ -166,7 +166,9 @@ def test_an_engine_that_never_decoded_reports_zeros() -> None:
 
 @pytest.fixture(scope="module")
 def metrics_server(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
-    settings = Settings(model=str(tiny_llama_gguf), ctx_size=1024, parallel=1, batch_size=256, threads=2, metrics=True)
+    settings = Settings.of(
+        model=str(tiny_llama_gguf), ctx_size=1024, parallel=1, batch_size=256, threads=2, metrics=True
+    )
     return server_factory(settings)
 
 

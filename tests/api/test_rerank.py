@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from lfmserve.llama.model import NativeModel
-from lfmserve.models.loader import engine_config
+from lfmserve.loading.engine_config import engine_config
 from lfmserve.settings import Settings
 from lfmserve.testing import RERANK_TEMPLATE, tiny_reranker, write_lfm2_gguf
 from tests.conftest import Running, ServerThread, needs_llama_server, post, start_llama_server
@@ -34,7 +34,7 @@ def fallback_gguf(models_dir: Path) -> Path:
 
 
 def _settings(path: Path) -> Settings:
-    return Settings(model=str(path), alias="ranker", ctx_size=1024, parallel=1, threads=1, reranking=True)
+    return Settings.of(model=str(path), alias="ranker", ctx_size=1024, parallel=1, threads=1, reranking=True)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,9 @@ def test_bad_requests_get_llama_servers_messages(
 def test_a_document_longer_than_a_micro_batch_is_a_400_naming_the_sizes(
     server_factory: Callable[..., ServerThread], templated_gguf: Path, model: NativeModel
 ) -> None:
-    settings = Settings(model=str(templated_gguf), ctx_size=512, parallel=1, threads=1, ubatch_size=128, reranking=True)
+    settings = Settings.of(
+        model=str(templated_gguf), ctx_size=512, parallel=1, threads=1, ubatch_size=128, reranking=True
+    )
     small = server_factory(settings)
     long = "x " * 60
     reply = post(small, "/rerank", {"query": QUERY, "documents": ["a dog", long]})

@@ -3,7 +3,6 @@ by the first request that needs it (over real loopback HTTP, one server per test
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ import pytest
 
 from lfmserve.api.state import AppState
 from lfmserve.chat.serving import Serving
-from lfmserve.models.loader import load_serving
+from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
 from tests.conftest import GREEDY, ServerThread, post, serve
 
@@ -35,8 +34,8 @@ def start(servers: list[ServerThread], tiny_gguf: Path) -> Callable[..., ServerT
     """A server on the tiny model that sleeps after 1 s idle; ``options`` change its settings."""
 
     def start(load: Callable[[], Serving] | None = None, **options: Any) -> ServerThread:
-        settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, sleep_idle_seconds=1)
-        server = serve(dataclasses.replace(settings, **options), load)
+        settings = Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, sleep_idle_seconds=1)
+        server = serve(settings.replace(**options), load)
         servers.append(server)
         server.wait_ready()
         return server
@@ -167,7 +166,7 @@ def test_requests_arriving_asleep_share_one_load(start: Callable[..., ServerThre
         loads.append(time.monotonic())
         return load_serving(settings, str(tiny_gguf))
 
-    settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=2, threads=1, sleep_idle_seconds=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=2, threads=1, sleep_idle_seconds=1)
     server = start(load, parallel=2)
     wait_asleep(server)
     answers: list[str] = []
@@ -199,7 +198,7 @@ def test_a_failed_reload_answers_503_and_the_next_request_tries_again(
             raise OSError("disk gone")
         return load_serving(settings, str(tiny_gguf))
 
-    settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1)
     server = start(load)
     wait_asleep(server)
     failed = post(server, "/completion", PROMPT)
@@ -213,6 +212,6 @@ def test_a_failed_reload_answers_503_and_the_next_request_tries_again(
 
 
 def test_without_the_flag_the_model_stays_loaded(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1))
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1))
     time.sleep(1.2)
     assert not is_sleeping(server) and state_of(server).serving is not None

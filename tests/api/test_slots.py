@@ -25,7 +25,9 @@ def save_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(server_factory: Callable[..., ServerThread], tiny_gguf: Path, save_dir: Path) -> ServerThread:
     return server_factory(
-        Settings(model=str(tiny_gguf), ctx_size=4096, parallel=4, threads=2, metrics=True, slot_save_path=str(save_dir))
+        Settings.of(
+            model=str(tiny_gguf), ctx_size=4096, parallel=4, threads=2, metrics=True, slot_save_path=str(save_dir)
+        )
     )
 
 
@@ -202,7 +204,7 @@ def test_a_client_that_disconnects_frees_its_slot(server: ServerThread) -> None:
 def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_slot(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path
 ) -> None:
-    big = server_factory(Settings(model=str(tiny_gguf), ctx_size=16384, parallel=1, threads=2))
+    big = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=16384, parallel=1, threads=2))
     body = {
         "messages": [{"role": "user", "content": "Go on forever."}],
         "temperature": 0,
@@ -219,14 +221,14 @@ def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_slot(
 
 
 def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    bare = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, slots_endpoint=False))
+    bare = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, slots_endpoint=False))
     for method, path in (("GET", "/slots"), ("GET", "/metrics"), ("POST", "/slots/0?action=erase")):
         response = httpx.request(method, bare.url + path)
         assert response.status_code == 501 and response.json()["error"]["type"] == "not_supported_error"
 
 
 def test_a_full_queue_answers_503(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    small = server_factory(Settings(model=str(tiny_gguf), ctx_size=4096, parallel=1, max_queue=1))
+    small = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=4096, parallel=1, max_queue=1))
     long_body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 800, "ignore_eos": True}
     statuses: list[int] = []
 

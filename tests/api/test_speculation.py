@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from tests.conftest import ServerThread, post
 
 @pytest.fixture(scope="module")
 def speculative(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
-    settings = Settings(
+    settings = Settings.of(
         model=str(tiny_gguf),
         ctx_size=1024,
         parallel=1,
@@ -85,8 +84,8 @@ def test_a_draft_model_drafts_what_the_model_samples(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path
 ) -> None:
     """``--spec-type draft-simple -md FILE``: the model drafting for itself guesses the tokens it samples."""
-    settings = Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="draft-simple")
-    drafting = server_factory(replace(settings, spec_draft_model=str(tiny_gguf), spec_draft_n_max=4))
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="draft-simple")
+    drafting = server_factory(settings.replace(spec_draft_model=str(tiny_gguf), spec_draft_n_max=4))
     # (No repeat penalty: the draft model guesses the unpenalised greedy token; LFM's default penalises.)
     body = {**BODY, "cache_prompt": False, "repeat_penalty": 1.0}
     on = post(drafting, "/completion", body).json()

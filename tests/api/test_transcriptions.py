@@ -27,7 +27,9 @@ def wav(seconds: float) -> bytes:
 @pytest.fixture(scope="module")
 def served(server_factory: Callable[..., ServerThread], vl_gguf: Path, mmproj_gguf: Path) -> ServerThread:
     return server_factory(
-        Settings(model=str(vl_gguf), mmproj=str(mmproj_gguf), alias="tiny-audio", ctx_size=4096, parallel=2, threads=1)
+        Settings.of(
+            model=str(vl_gguf), mmproj=str(mmproj_gguf), alias="tiny-audio", ctx_size=4096, parallel=2, threads=1
+        )
     )
 
 
@@ -145,7 +147,7 @@ def test_a_model_without_an_audio_encoder_answers_501(
 ) -> None:
     vision = write_mmproj_gguf(tmp_path_factory.mktemp("vision") / "mmproj.gguf", TinyProjector(kind="vision"))
     for projector in (str(vision), None):
-        server = server_factory(Settings(model=str(vl_gguf), mmproj=projector, ctx_size=1024, parallel=1, threads=1))
+        server = server_factory(Settings.of(model=str(vl_gguf), mmproj=projector, ctx_size=1024, parallel=1, threads=1))
         reply = _post(server, {}, wav(1))
         assert reply.status_code == 501
         assert reply.json()["error"] == {

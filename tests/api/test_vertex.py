@@ -32,7 +32,7 @@ def vertex_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AIP_MODE", "PREDICTION")
         env.setenv("AIP_HEALTH_ROUTE", "ping")
-        return server_factory(Settings(model=str(tiny_gguf), ctx_size=1024, parallel=2))
+        return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=2))
 
 
 def test_instances_run_through_their_routes_in_order(vertex_server: ServerThread) -> None:

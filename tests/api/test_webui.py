@@ -23,7 +23,7 @@ LLAMA_SERVER_UI_PATHS = ("/", "/sw.js", "/manifest.webmanifest", "/_app/version.
 
 @pytest.fixture(scope="module")
 def keyed(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
-    server: ServerThread = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k",)))
+    server: ServerThread = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k",)))
     return server
 
 
@@ -57,7 +57,7 @@ def test_files_are_gzipped_when_the_browser_takes_it_and_revalidated_with_an_eta
 
 
 def test_no_ui_answers_404_at_the_page(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, ui=False))
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, ui=False))
     for path in LLAMA_SERVER_UI_PATHS:
         response = httpx.get(server.url + path)
         assert response.status_code == 404

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
-from lfmserve.chat.plan import ChatPlan
-from lfmserve.chat.render import continuation, render_chat, template_kwargs, template_message, text_with_markers
+from lfmserve.chat.plan import ChatPlan, template_kwargs
+from lfmserve.chat.render import continuation, render_chat, template_message, text_with_markers
 from lfmserve.chat.request import ChatRequest, ContentPart, Message
 from lfmserve.chat.template import ChatTemplate, TemplateCaps
 from lfmserve.errors import InvalidRequest
@@ -67,7 +67,7 @@ def test_three_turn_tool_conversation_renders_as_the_template_expects(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path, template: str
 ) -> None:
     server = server_factory(
-        Settings(
+        Settings.of(
             model=str(tiny_gguf),
             ctx_size=4096,
             parallel=1,
@@ -155,7 +155,7 @@ def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
         "thinking={{ enable_thinking | default('unset') }} effort={{ reasoning_effort | default('unset') }}"
         " keep={{ keep_past_thinking | default('unset') }}"
     )
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=1, chat_template_file=str(probe)))
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=2048, parallel=1, chat_template_file=str(probe)))
     history = [
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": "b", "reasoning_content": "r"},

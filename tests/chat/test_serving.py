@@ -14,14 +14,14 @@ import pytest
 from lfmserve.chat.request import ChatRequest, ContentPart, GenerationOptions, Message
 from lfmserve.chat.serving import Serving
 from lfmserve.errors import InvalidRequest
-from lfmserve.models.loader import load_serving
+from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
 
 
 @pytest.fixture(scope="module")
 def serving(tiny_gguf: Path) -> Iterator[Serving]:
     loaded = load_serving(
-        Settings(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, n_predict=32), str(tiny_gguf)
+        Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, n_predict=32), str(tiny_gguf)
     )
     yield loaded
     loaded.engine.close()
@@ -116,7 +116,9 @@ def test_a_refused_prompt_of_several_cancels_the_others(serving: Serving) -> Non
 
 
 def test_the_servers_reverse_prompts_and_cache_prompt_default_reach_every_request(tiny_gguf: Path) -> None:
-    settings = Settings(model=str(tiny_gguf), parallel=1, threads=1, reverse_prompt=("User:", "x"), cache_prompt=False)
+    settings = Settings.of(
+        model=str(tiny_gguf), parallel=1, threads=1, reverse_prompt=("User:", "x"), cache_prompt=False
+    )
     served = load_serving(settings, str(tiny_gguf))
     try:
         plain = served.engine_request(GenerationOptions(), [1, 2])

@@ -16,7 +16,7 @@ import uvicorn
 
 from lfmserve.api.app import create_app
 from lfmserve.errors import TransportError, Unavailable
-from lfmserve.models.loader import ModelFiles, load_serving
+from lfmserve.loading.loader import ModelFiles, load_serving
 from lfmserve.settings import Settings
 from lfmserve.testing import free_port
 from tests.client.conftest import make_client
@@ -58,7 +58,7 @@ class RecordingAsync(httpx.AsyncHTTPTransport):
 def held_server(tiny_gguf: Path) -> Iterator[tuple[str, threading.Event, Any]]:
     """A server on a known port, not started yet: ``start()`` listens; its model loads once the event is set."""
     port = free_port()
-    settings = Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1)
     release = threading.Event()
 
     def load() -> Any:

@@ -55,7 +55,7 @@ def test_a_greedy_stream_through_ray_is_the_same_as_lfmserve_direct(
 ) -> None:
     from tests.scaleout.ray_serve_run import GREEDY, stream
 
-    direct = server_factory(Settings(model=str(tiny_gguf), threads=1, parallel=2, ctx_size=2048))
+    direct = server_factory(Settings.of(model=str(tiny_gguf), threads=1, parallel=2, ctx_size=2048))
     with httpx.Client(base_url=direct.url, timeout=60) as client:
         expected = stream(client, {"messages": [{"role": "user", "content": "Tell me about cats."}], **GREEDY})
     assert seen["greedy"]["status"] == 200

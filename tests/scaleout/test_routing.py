@@ -1,52 +1,11 @@
-"""The routing key and the ranking, without Ray: stable keys per conversation, balance, ~1/N moved keys when
-a replica joins, and the load bound."""
+"""The ranking, without Ray: balance, ~1/N moved keys when a replica joins, and the load bound."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Any
 
-from lfmserve.scaleout.routing import preference, rank, route_key
-
-SYSTEM = {"role": "system", "content": "You describe camera snapshots."}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
-
-
-def turns(first: str) -> list[dict[str, Any]]:
-    """Three turns of one conversation, as a client re-sends them."""
-    history: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": first}]
-    bodies = []
-    for n in range(3):
-        bodies.append({"messages": list(history), "tools": TOOLS, "temperature": 0.1 * n, "stream": n % 2 == 0})
-        history += [{"role": "assistant", "content": f"answer {n}"}, {"role": "user", "content": f"more {n}"}]
-    return bodies
-
-
-def test_the_key_is_the_same_on_every_turn_of_a_conversation() -> None:
-    keys = {route_key({}, body) for body in turns("What is at the door?")}
-    assert len(keys) == 1 and next(iter(keys)).startswith("chat:")
-    assert route_key({}, turns("Who is in the garden?")[0]) not in keys  # another conversation
-    body = turns("What is at the door?")[0]
-    assert route_key({}, {**body, "tools": []}) not in keys  # other tools: another prompt
-    assert route_key({}, {**body, "chat_template_kwargs": {"enable_thinking": True}}) not in keys
-
-
-def test_the_session_header_wins_and_other_shapes_have_keys() -> None:
-    assert route_key({"X-Session-Id": "abc"}, turns("hi")[0]) == "session:abc"
-    anthropic = {"system": "You describe.", "messages": [{"role": "user", "content": "hi"}]}
-    assert route_key({}, anthropic) == route_key(
-        {}, {**anthropic, "messages": [*anthropic["messages"], {"role": "assistant", "content": "x"}]}
-    )
-    assert route_key({}, anthropic) != route_key({}, {**anthropic, "system": "Other."})
-    long = "x" * 600
-    assert route_key({}, {"prompt": long + "a"}) == route_key({}, {"prompt": long + "b"})  # the same opening
-    assert route_key({}, {"prompt": "a" + long}).startswith("prompt:")
-    assert route_key({}, {"input": [{"role": "user", "content": "hi"}], "instructions": "Be brief."}).startswith(
-        "chat:"
-    )
-    assert route_key({}, {"tokens": [1, 2]}) == ""
-
+from lfmserve.scaleout.routing import preference, rank
 
 REPLICAS = [f"replica-{i}" for i in range(4)]
 KEYS = [f"chat:{random.Random(7).getrandbits(64):x}-{i}" for i in range(8000)]

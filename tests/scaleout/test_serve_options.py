@@ -16,7 +16,7 @@ def test_the_flags_split_between_serve_ray_and_lfmserve() -> None:
     options = ServeRayOptions.from_argv(
         ["-m", "m.gguf", "--replicas", "2", "-t", "3", "-np", "6", "--router", "round-robin"]
     )
-    assert (options.replicas, options.router, options.settings.model, options.settings.parallel) == (
+    assert (options.replicas, options.router, options.settings.source.model, options.settings.engine.parallel) == (
         2,
         "round-robin",
         "m.gguf",
@@ -34,11 +34,11 @@ def test_cache_ram_and_default_threads_are_split_between_the_most_replicas() -> 
         ["--replicas", "2", "--min-replicas", "1", "--max-replicas", "4", "-cram", "4096"]
     )
     settings = options.replica_settings
-    assert settings.cache_ram == 1024
-    assert settings.threads == max(1, physical_cores() // 4)
+    assert settings.engine.cache_ram == 1024
+    assert settings.engine.threads == max(1, physical_cores() // 4)
     scaling = options.model_deployment()["autoscaling_config"]
     assert scaling == {"min_replicas": 1, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 4}
-    assert ServeRayOptions.from_argv(["-t", "5", "--replicas", "8"]).replica_settings.threads == 5  # as given
+    assert ServeRayOptions.from_argv(["-t", "5", "--replicas", "8"]).replica_settings.engine.threads == 5  # as given
 
 
 def test_power_of_two_is_serves_default_router() -> None:

@@ -27,7 +27,7 @@ def chat(**fields: object) -> HttpRequest:
 
 def test_a_started_replica_has_its_model_loaded_and_names_itself(tiny_gguf: Path) -> None:
     async def run() -> None:
-        replica = EngineReplica(Settings(model=str(tiny_gguf), threads=1, parallel=2, ctx_size=1024), name="r1")
+        replica = EngineReplica(Settings.of(model=str(tiny_gguf), threads=1, parallel=2, ctx_size=1024), name="r1")
         await replica.start()
         try:
             replica.check_health()
@@ -45,7 +45,7 @@ def test_a_started_replica_has_its_model_loaded_and_names_itself(tiny_gguf: Path
 
 def test_a_stream_comes_as_its_start_then_each_event_and_leaving_early_frees_the_slot(tiny_gguf: Path) -> None:
     async def run() -> None:
-        replica = EngineReplica(Settings(model=str(tiny_gguf), threads=1, parallel=1, ctx_size=1024), name="r1")
+        replica = EngineReplica(Settings.of(model=str(tiny_gguf), threads=1, parallel=1, ctx_size=1024), name="r1")
         await replica.start()
         try:
             parts = replica.stream(chat(stream=True, max_tokens=100000, ignore_eos=True))
@@ -71,7 +71,7 @@ def test_a_model_that_fails_to_load_fails_the_start(tmp_path: Path) -> None:
     bad.write_bytes(b"not a gguf")
 
     async def run() -> None:
-        replica = EngineReplica(Settings(model=str(bad), threads=1), name="r1")
+        replica = EngineReplica(Settings.of(model=str(bad), threads=1), name="r1")
         with pytest.raises(LfmError, match="Model failed to load"):
             await replica.start()
         with pytest.raises(Unavailable, match="failed to load"):
@@ -80,4 +80,4 @@ def test_a_model_that_fails_to_load_fails_the_start(tmp_path: Path) -> None:
 
     asyncio.run(run())
     with pytest.raises(LfmError, match="not found"):
-        EngineReplica(Settings(model=str(tmp_path / "missing.gguf")), name="r1")
+        EngineReplica(Settings.of(model=str(tmp_path / "missing.gguf")), name="r1")

@@ -11,7 +11,7 @@ import pytest
 
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
-from lfmserve.models.defaults import gguf_sampling
+from lfmserve.loading.defaults import gguf_sampling
 from lfmserve.testing import BOS_ID, EOS_ID, LFM2_SPECIAL_TOKENS, TinyLfm2, write_lfm2_gguf
 
 

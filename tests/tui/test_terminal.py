@@ -32,7 +32,7 @@ STATS = re.compile(r"(\d+) tokens, [\d.]+ tok/s, (\d+) cached")
 @pytest.fixture(scope="module")
 def server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
     # A 2048-token slot: an --ignore-eos reply runs about a second before the context ends it.
-    return server_factory(Settings(model=str(tiny_gguf), ctx_size=2048, parallel=1, threads=1))
+    return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=2048, parallel=1, threads=1))
 
 
 @pytest.fixture

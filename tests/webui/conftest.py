@@ -60,7 +60,7 @@ def _sanitizer_parsing_a_handler(message: ConsoleMessage) -> bool:
 def server(tiny_gguf: Path) -> Iterator[ServerThread]:
     """The tiny model, also shown at ``/lfm/`` as a reverse proxy would; 4096 tokens a slot, which the stop test's
     long generation takes a few seconds to fill."""
-    settings = Settings(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=1)
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=1)
     server = serve(settings, wrap=UnderPrefix)
     server.wait_ready()
     yield server

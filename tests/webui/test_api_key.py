@@ -17,7 +17,7 @@ KEY = "sesame"
 
 @pytest.fixture(scope="module")
 def keyed_server(server_factory: Any, tiny_gguf: Path) -> ServerThread:
-    server: ServerThread = server_factory(Settings(model=str(tiny_gguf), api_key=(KEY,), threads=1))
+    server: ServerThread = server_factory(Settings.of(model=str(tiny_gguf), api_key=(KEY,), threads=1))
     return server
 
 

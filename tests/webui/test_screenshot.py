@@ -35,7 +35,9 @@ def one_line(route: Route) -> None:
 
 
 def test_write_the_screenshot(page: Page, server_factory: Any, gemma_gguf: Path) -> None:
-    settings = Settings(model=str(gemma_gguf), chat_template=QUESTION_AND_ANSWER, ctx_size=2048, parallel=1, threads=2)
+    settings = Settings.of(
+        model=str(gemma_gguf), chat_template=QUESTION_AND_ANSWER, ctx_size=2048, parallel=1, threads=2
+    )
     server = server_factory(settings)
     page.route("**/v1/chat/completions", one_line)
     open_chat(page, server.url + "/")

@@ -20,8 +20,8 @@ def props(serving: Serving, *, is_sleeping: bool) -> dict[str, Any]:
             "n_ctx": serving.engine.n_ctx_slot,
             "params": {
                 **serving.defaults.params.to_json(),
-                "n_predict": serving.default_max_tokens,
-                "max_tokens": serving.default_max_tokens,
+                "n_predict": serving.options.default_max_tokens,
+                "max_tokens": serving.options.default_max_tokens,
                 "speculative.types": serving.engine.config.speculation.type_names,
             },
         },
@@ -36,7 +36,7 @@ def props(serving: Serving, *, is_sleeping: bool) -> dict[str, Any]:
         "chat_template_caps": serving.template.caps.to_json(),
         "bos_token": info.bos_token,
         "eos_token": info.eos_token,
-        "build_info": serving.fingerprint,
+        "build_info": serving.options.fingerprint,
         "is_sleeping": is_sleeping,
         "model": info.to_json(),
     }

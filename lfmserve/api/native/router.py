@@ -12,7 +12,6 @@ from ...chat.serving import Serving
 from ...engine.records import EngineRequest
 from ...errors import NotSupported
 from ..offload import Offload, read_body
-from ..openai.protocol import ApplyTemplateRequest
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
 from ..state import app_state, serving
@@ -36,7 +35,7 @@ async def props(request: Request) -> dict[str, Any]:
 @router.post("/props")
 async def change_props(request: Request) -> dict[str, bool]:
     """llama-server's route for changing server properties with ``--props``; it changes none yet, nor does this."""
-    if not app_state(request).settings.props:
+    if not app_state(request).settings.server.props:
         raise NotSupported("This server does not support changing global properties. Start it with `--props`")
     return {"success": True}
 
@@ -82,9 +81,3 @@ async def tokenize(request: Request) -> dict[str, Any]:
 async def detokenize(request: Request) -> dict[str, Any]:
     body, offload = await read_body(request, DetokenizeRequest)
     return {"content": await offload(serving(request).detokenize, body.tokens)}
-
-
-@router.post("/apply-template", openapi_extra=request_body(ApplyTemplateRequest))
-async def apply_template(request: Request) -> dict[str, Any]:
-    body, offload = await read_body(request, ApplyTemplateRequest)
-    return {"prompt": await offload(serving(request).render_chat, body.to_chat_request())}

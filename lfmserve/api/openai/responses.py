@@ -62,7 +62,7 @@ def _envelope(serving: Serving, cid: str, obj: str, created: int) -> dict[str, A
         "created": created,
         "id": cid,
         "model": serving.model_name,
-        "system_fingerprint": serving.fingerprint,
+        "system_fingerprint": serving.options.fingerprint,
         "object": obj,
     }
 
@@ -88,7 +88,7 @@ def chat_completion(
         "usage": usage(first.last),
         "timings": first.last.timings.to_json(),
     }
-    if serving.verbose if body.verbose is None else body.verbose:
+    if serving.options.verbose if body.verbose is None else body.verbose:
         out["__verbose"] = completion_result(serving, body, prepared[0][0], first, first.last)
     return out
 

@@ -1,4 +1,7 @@
-"""OpenAI's routes: each handler parses its body, adapts it for the chat layer, and answers JSON or SSE."""
+"""OpenAI's routes: each handler parses its body, adapts it for the chat layer, and answers JSON or SSE.
+
+llama-server's ``/apply-template`` is here too: it reads an OpenAI chat body and answers the prompt it renders to.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from ..openapi import request_body
 from ..sse import sse, until_disconnect
 from ..state import app_state, serving
 from . import responses
-from .protocol import ChatCompletionRequest
+from .protocol import ApplyTemplateRequest, ChatCompletionRequest
 
 router = APIRouter()
 
@@ -25,7 +28,7 @@ router = APIRouter()
 @router.get("/models")
 async def models(request: Request) -> dict[str, Any]:
     settings = app_state(request).settings
-    return responses.model_list(serving(request), settings.aliases, settings.tag_list)
+    return responses.model_list(serving(request), settings.source.aliases, settings.source.tag_list)
 
 
 @router.post("/v1/chat/completions", openapi_extra=request_body(ChatCompletionRequest))
@@ -66,3 +69,9 @@ async def completions(request: Request) -> Response:
         return sse(responses.text_completion_chunks(served, body, outputs), done_marker=True)
     results = await until_disconnect(request, served.run_all(engine_requests))
     return JSONResponse(responses.text_completion(served, body, results))
+
+
+@router.post("/apply-template", openapi_extra=request_body(ApplyTemplateRequest))
+async def apply_template(request: Request) -> dict[str, Any]:
+    body, offload = await read_body(request, ApplyTemplateRequest)
+    return {"prompt": await offload(serving(request).render_chat, body.to_chat_request())}

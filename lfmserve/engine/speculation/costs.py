@@ -1,17 +1,18 @@
 """What a decode of n tokens costs on this machine, measured once when the engine starts.
 
-How long a draft is worth verifying depends on it (:mod:`.worth`), and no formula has it right: llama.cpp's
-CPU matrix kernels take the batch four columns at a time, so on Gemma-3-270M 8 tokens decode faster than 5,
-6 or 7, and 2 cost nearly as much as 4. So the engine decodes throwaway batches on an empty sequence (all
-positions asking for logits, as a verified draft does) before it serves, within a time budget: every count
-up to 8, then every fourth up to 24 and every eighth past it (a count between two measured ones is costed
-as the next one up: it takes the same groups of columns). The first decodes after a model is loaded are
-slow (Gemma-3-270M here: 3 tokens in 85 ms, then 60 once a few decodes had run; 17 in 185, then 128), so
-two untimed decodes come first, and each count is timed twice, the faster time kept (the other is noise
-from elsewhere on the machine). The unit, a single decode, is timed beside every count and its fastest
-kept: a unit timed in a slow moment made every batch look cheap (a served run then verified drafts its
-acceptance of 0.6 could not pay for, and free writing ran at 0.84x). A model that decodes a token in under
-2 ms (the test models) is not measured: the linear model of :mod:`.worth` stands in.
+How long a draft is worth verifying depends on this cost (:mod:`.worth`), and no formula gets it right:
+llama.cpp's CPU matrix kernels take the batch four columns at a time, so 8 tokens can decode faster than 5,
+6 or 7. So before it serves, the engine decodes throwaway batches on an empty sequence, every position
+asking for logits as a verified draft does. It times every count up to 8, then every fourth up to 24 and
+every eighth past it, within a time budget; a count between two measured ones costs what the next one up
+costs.
+
+Three precautions keep the measurement honest. The first decodes after loading are slow, so two untimed
+decodes come first. Each count is timed twice and the faster time is kept, since the slower one is noise from
+elsewhere on the machine. The unit, a single decode, is timed beside every count and its fastest time kept:
+a unit timed in a slow moment makes every batch look cheap, and the engine then verifies drafts it cannot
+pay for. A model that decodes a token in under 2 ms (the test models) is not measured: the linear model of
+:mod:`.worth` stands in. docs/benchmarks.md has the measured figures.
 """
 
 from __future__ import annotations

@@ -50,10 +50,10 @@ def text_only(draft: Sequence[int]) -> list[int]:
     return [int(t) for t in draft]
 
 
-#: Re-alignment after a draft was cut short: the latest 3 tokens are looked for this close to where the copy
-#: would have gone on (a few tokens back, up to 24 ahead: a fix skips or inserts a few tokens). Replaying
-#: the benchmark's replies through the drafter, 2- and 1-token matches re-aligned wrongly more often than
-#: they saved (Gemma-3-270M fixing typos: 1.43x with 3 tokens, 1.32x with 3 then 2, 1.17x with 3, 2, 1).
+#: Re-alignment after a draft was cut short: the latest 3 tokens are looked for close to where the copy would
+#: have gone on (a few tokens back, up to 24 ahead), since a fix skips or inserts a few tokens. Shorter matches
+#: re-aligned wrongly more often than they helped when the benchmark's replies were replayed through the
+#: drafter (docs/benchmarks.md, speculation).
 REALIGN_LENGTHS = (3,)
 REALIGN_BEHIND = 3
 REALIGN_AHEAD = 24

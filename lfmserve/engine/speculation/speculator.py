@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...errors import EngineError
 from .config import SPEC_TYPES, SpeculationConfig
@@ -21,12 +21,55 @@ from .draft_model import DraftModel, DraftRequest
 from .ngram import Drafter, NgramMap, NgramSimple
 from .ngram_cache import NgramCache
 from .ngram_mod import NgramMod, NgramModTable
-from .worth import LINEAR_COSTS, BatchCosts, best_draft_length, expected_kept
-
-if TYPE_CHECKING:
-    from ..generation import Generation
+from .worth import LINEAR_COSTS, Acceptance, BatchCosts, best_draft_length, expected_kept
 
 logger = logging.getLogger(__name__)
+
+
+class _Constraint(Protocol):
+    def allowed_prefix(self, tokens: Sequence[int]) -> int: ...
+
+
+class _DraftedRequest(Protocol):
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def draft_max(self) -> int | None: ...
+    @property
+    def media(self) -> Sequence[object]: ...
+    @property
+    def constraint(self) -> _Constraint | None: ...
+
+
+class _Slot(Protocol):
+    @property
+    def id(self) -> int: ...
+
+
+class Generation(Protocol):
+    """What the speculator reads and sets of a generation (:class:`lfmserve.engine.generation.Generation`): the
+    seam keeps this package below the generation that uses it."""
+
+    pending_token: int | None
+    replay: tuple[int, ...]
+    n_decoded: int
+    draft: tuple[int, ...]
+    draft_source: Drafter | None
+    drafters: list[Drafter] | None
+    acceptance: Acceptance
+    draft_acceptance: Acceptance
+
+    @property
+    def request(self) -> _DraftedRequest: ...
+    @property
+    def slot(self) -> _Slot: ...
+    @property
+    def history(self) -> list[int]: ...
+    @property
+    def banned_tokens(self) -> frozenset[int]: ...
+    def matched_unverified(self, acceptance: Acceptance) -> int: ...
+    def leave_unverified(self, draft: tuple[int, ...], acceptance: Acceptance) -> None: ...
+    def drop_unverified(self) -> None: ...
 
 
 class Speculator:

@@ -1,13 +1,11 @@
 """How long a draft is worth verifying: each slot's measured acceptance against what verification costs.
 
-On 2 cores verification is not free, and its cost is not even smooth in the batch's size: Gemma-3-270M
-decodes 1 token in 18 ms, 4 in 45, 5 in 64, 8 in 67, 12 in 102, 13 in 115, 16 in 118, 48 in 274 (each
-drafted position computes the whole vocabulary's logits, and llama.cpp's matrix kernels work on the batch
-four columns at a time). A CPU verifies a few tokens for little only while it is memory-bound; past that
-each costs compute, and a batch already full of other slots' tokens is compute-bound before any draft
-joins it, so there drafts pay only when nearly all of them are kept: speculation backs off by itself.
-The costs are measured once, when the engine starts (:mod:`.costs`); without a measurement a linear
-model stands in.
+On a CPU, verification is not free. Each drafted position computes the whole vocabulary's logits, and the
+cost of a batch is a step function of its size, because llama.cpp's matrix kernels take four columns at a
+time (docs/benchmarks.md has the measured table). A CPU verifies a few tokens cheaply only while it is
+memory-bound. A batch that other slots' tokens already fill is compute-bound before any draft joins it, so
+there a draft pays only when nearly all of it is kept, and speculation backs off by itself. The engine
+measures the costs once, when it starts (:mod:`.costs`); without a measurement, a linear model stands in.
 """
 
 from __future__ import annotations
@@ -31,12 +29,13 @@ def step_cost(n_tokens: int) -> float:
 
 
 class BatchCosts:
-    """A decode's time by its token count, in decodes of one token, from the counts measured: a count between
-    two of them costs what the next one up costs (it takes the same groups of the kernels' columns), and past
-    the last one the cost grows as it grew between the last two. Of the multiples of four (whole groups of
-    columns) none costs more than a larger one: a time measured above a larger multiple's is that one's (the
-    machine was busy elsewhere meanwhile; at startup here 16 tokens once took longer than 20). Other counts
-    may: 7 tokens do cost more than 8.
+    """A decode's time by its token count, in decodes of one token, read from the measured counts.
+
+    A count between two measured ones costs what the next one up costs, because it takes the same groups of
+    the kernels' columns. Past the last measured count, the cost grows as it grew between the last two. A
+    multiple of four (whole groups of columns) never costs more than a larger multiple: a slower time means the
+    machine was busy elsewhere while it was measured, so the larger multiple's time replaces it. Other counts
+    may cost more than a larger one: 7 tokens cost more than 8.
     """
 
     def __init__(self, measured: Mapping[int, float] | None = None) -> None:

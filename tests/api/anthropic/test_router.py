@@ -272,7 +272,7 @@ def test_bad_bodies_are_400s_in_llama_servers_error_shape(
 
 
 def test_the_x_api_key_header_is_the_api_key(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=2, api_key=("k1",)))
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=2, api_key=("k1",)))
     with anthropic.Anthropic(base_url=server.url, api_key="k1", max_retries=0) as right:
         message = right.messages.create(model="tiny", max_tokens=2, messages=ASK)
     assert message.usage.output_tokens == 2

@@ -12,7 +12,7 @@ from tests.conftest import ServerThread, post
 
 
 def test_changing_props_needs_the_flag(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    closed = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1))
+    closed = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1))
     refused = post(closed, "/props", {"n_predict": 4})
     assert (refused.status_code, refused.json()) == (
         501,
@@ -24,7 +24,7 @@ def test_changing_props_needs_the_flag(server_factory: Callable[..., ServerThrea
             }
         },
     )
-    opened = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1, props=True))
+    opened = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1, props=True))
     before = httpx.get(opened.url + "/props").json()
     accepted = post(opened, "/props", {"default_generation_settings": {"params": {"temperature": 2.0}}})
     assert (accepted.status_code, accepted.json()) == (200, {"success": True})

@@ -74,7 +74,7 @@ def named_models(models_dir: Path) -> dict[str, Path]:
 def test_props_show_lfm_family_defaults_and_gguf_keys_override_them(
     server_factory: Callable[..., ServerThread], named_models: dict[str, Path]
 ) -> None:
-    instruct = server_factory(Settings(model=str(named_models["instruct"]), ctx_size=512, parallel=1))
+    instruct = server_factory(Settings.of(model=str(named_models["instruct"]), ctx_size=512, parallel=1))
     params = httpx.get(instruct.url + "/props").json()["default_generation_settings"]["params"]
     assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"], params["repeat_penalty"]) == (
         0.1,
@@ -83,7 +83,7 @@ def test_props_show_lfm_family_defaults_and_gguf_keys_override_them(
         0.0,
         1.05,
     )
-    keys = server_factory(Settings(model=str(named_models["keys"]), ctx_size=512, parallel=1, min_p=0.2))
+    keys = server_factory(Settings.of(model=str(named_models["keys"]), ctx_size=512, parallel=1, min_p=0.2))
     props = httpx.get(keys.url + "/props").json()
     params = props["default_generation_settings"]["params"]
     assert (params["temperature"], params["top_k"], params["repeat_penalty"], params["min_p"]) == (0.7, 11, 1.05, 0.2)
@@ -123,7 +123,7 @@ def test_tokenize_detokenize_apply_template(tiny_server: ServerThread) -> None:
 
 def test_fixture_template_via_chat_template_file(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
     server = server_factory(
-        Settings(
+        Settings.of(
             model=str(tiny_gguf),
             ctx_size=512,
             parallel=1,
@@ -140,7 +140,7 @@ def test_fixture_template_via_chat_template_file(server_factory: Callable[..., S
 
 
 def test_no_jinja_uses_llama_cpp_builtin_formats(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings(model=str(tiny_gguf), ctx_size=512, parallel=1, jinja=False))
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, jinja=False))
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     prompt = post(server, "/apply-template", {"messages": messages}).json()["prompt"]
     # llama.cpp recognises the LFM template as ChatML; its built-in ChatML adds no BOS text

@@ -17,7 +17,7 @@ from tests.conftest import GREEDY, SEED_CHAT, ServerThread, post, sse_events
 def llama_server(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
     """One slot, 16-token batches: a prompt prefills in several chunks (attention-only: a repeat reuses all
     but its last token, as in llama-server)."""
-    settings = Settings(model=str(tiny_llama_gguf), ctx_size=512, parallel=1, batch_size=16, ubatch_size=16)
+    settings = Settings.of(model=str(tiny_llama_gguf), ctx_size=512, parallel=1, batch_size=16, ubatch_size=16)
     return server_factory(settings)
 
 

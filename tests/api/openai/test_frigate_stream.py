@@ -79,7 +79,7 @@ async def consume(url: str, messages: list[dict[str, Any]], **options: Any) -> d
 
 @pytest.fixture(scope="module")
 def server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
-    return server_factory(Settings(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=2))
+    return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=2))
 
 
 def test_provider_reads_capabilities_from_props(server: ServerThread) -> None:

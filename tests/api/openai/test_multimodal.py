@@ -57,7 +57,7 @@ def audio_part(data: bytes) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def vl_server(server_factory: Callable[..., ServerThread], vl_gguf: Path, mmproj_gguf: Path) -> ServerThread:
     return server_factory(
-        Settings(model=str(vl_gguf), mmproj=str(mmproj_gguf), alias="tiny-vl", ctx_size=8192, parallel=2, threads=2)
+        Settings.of(model=str(vl_gguf), mmproj=str(mmproj_gguf), alias="tiny-vl", ctx_size=8192, parallel=2, threads=2)
     )
 
 

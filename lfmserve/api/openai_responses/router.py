@@ -15,8 +15,8 @@ from ..offload import read_body
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
 from ..state import serving
-from . import responses_api
-from .responses_protocol import ResponsesRequest
+from . import responses
+from .protocol import ResponsesRequest
 
 router = APIRouter()
 
@@ -34,10 +34,10 @@ async def create_response(request: Request) -> Response:
     body, engine_request, parser = await _prepared(request)
     served = serving(request)
     if body.stream:
-        events = responses_api.response_events(served, body, parser, served.start(engine_request))
+        events = responses.response_events(served, body, parser, served.start(engine_request))
         return sse(events, done_marker=False, named_events=True, error_as_data=True)
     done = await until_disconnect(request, served.run(engine_request))
-    return JSONResponse(responses_api.whole_response(served, parser, done))
+    return JSONResponse(responses.whole_response(served, parser, done))
 
 
 @router.post("/v1/responses/input_tokens", openapi_extra=request_body(ResponsesRequest))

@@ -23,19 +23,19 @@ import io
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
 from PIL import Image
 
-from .chat.media import MediaReader
-from .chat.output import AssistantMessage, OutputDelta, finish_reason
-from .chat.request import ContentPart, GenerationOptions, MediaType, Message, NamedTool, Role, ToolChoice
-from .engine.records import SAMPLING_NAMES, EngineOutput
-from .errors import InvalidRequest
-from .llama.mtmd import Media
-from .response_format import parse_content
-from .results import ChatResult, ContentDelta, ReasoningDelta, Timings, ToolCall, ToolCallDelta, Usage
+from ..chat.media import MediaReader
+from ..chat.output import AssistantMessage, OutputDelta, finish_reason
+from ..chat.request import ContentPart, GenerationOptions, MediaType, Message, NamedTool, Role, ToolChoice
+from ..engine.records import SAMPLING_NAMES, EngineOutput
+from ..errors import InvalidRequest
+from ..llama.mtmd import Media
+from ..results import ChatResult, ContentDelta, ReasoningDelta, Timings, ToolCall, ToolCallDelta, Usage, parse_content
 
 #: A picture: encoded bytes in any format the server reads, a path to such a file, or a PIL image.
 ImageInput = Union[bytes, str, "os.PathLike[str]", Image.Image]
@@ -236,3 +236,15 @@ def _usage(out: EngineOutput) -> Usage:
 def _timings(out: EngineOutput) -> Timings:
     """The engine's timings under the same names (the record the HTTP client reads from ``timings``)."""
     return Timings(**{f.name: getattr(out.timings, f.name) for f in dataclasses.fields(Timings)})
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStats:
+    """What one turn cost: the prompt, what the cache already had, what was prefilled and generated."""
+
+    n_prompt_tokens: int
+    n_cached_tokens: int
+    n_prefilled: int
+    n_generated: int
+    n_closing_tokens: int
+    finish_reason: str | None

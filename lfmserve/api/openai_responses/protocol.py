@@ -27,7 +27,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag
 from ...chat.request import ChatRequest, ContentPart, Message, NamedTool, ReasoningEffort, ReasoningFormat, ToolChoice
 from ...errors import InvalidRequest
 from ..body import Body, SamplingFields, TokenCount
-from .protocol import ResponseFormat
+from ..openai.protocol import ResponseFormat
 
 logger = logging.getLogger(__name__)
 

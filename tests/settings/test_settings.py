@@ -1,7 +1,11 @@
+import dataclasses
+import os
+
 import pytest
 
-from lfmserve.models.defaults import DEFAULTABLE
+from lfmserve.loading.defaults import DEFAULTABLE
 from lfmserve.settings import Settings, sampling_fields
+from lfmserve.settings.groups import GROUPS
 
 
 def test_llama_server_flags_and_short_forms() -> None:
@@ -50,7 +54,16 @@ def test_llama_server_flags_and_short_forms() -> None:
             "c",
         ]
     )
-    assert (s.model, s.ctx_size, s.n_predict, s.threads, s.batch_size, s.ubatch_size, s.parallel, s.n_gpu_layers) == (
+    assert (
+        s.source.model,
+        s.engine.ctx_size,
+        s.sampling.n_predict,
+        s.engine.threads,
+        s.engine.batch_size,
+        s.engine.ubatch_size,
+        s.engine.parallel,
+        s.engine.n_gpu_layers,
+    ) == (
         "m.gguf",
         4096,
         64,
@@ -60,8 +73,8 @@ def test_llama_server_flags_and_short_forms() -> None:
         2,
         99,
     )
-    assert (s.host, s.port, s.alias, s.jinja) == ("0.0.0.0", 9000, "lfm", False)
-    assert s.sampling_defaults() == {
+    assert (s.server.host, s.server.port, s.source.alias, s.chat.jinja) == ("0.0.0.0", 9000, "lfm", False)
+    assert s.sampling.defaults() == {
         "temperature": 0.1,
         "top_k": 50,
         "top_p": 0.9,
@@ -70,25 +83,30 @@ def test_llama_server_flags_and_short_forms() -> None:
         "repeat_last_n": 32,
         "seed": 42,
     }
-    assert s.api_keys == ("a", "b", "c")
+    assert s.server.api_keys == ("a", "b", "c")
 
 
 def test_hf_flags() -> None:
     s = Settings.from_argv(["-hf", "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q8_0", "--hf-file", "x.gguf", "--jinja"])
-    assert (s.hf_repo, s.hf_file, s.jinja, s.model) == ("LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q8_0", "x.gguf", True, None)
+    assert (s.source.hf_repo, s.source.hf_file, s.chat.jinja, s.source.model) == (
+        "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q8_0",
+        "x.gguf",
+        True,
+        None,
+    )
 
 
 def test_api_key_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     keys = tmp_path / "keys"
     keys.write_text("k1\n\n k2 \n")
-    assert Settings.from_argv(["--api-key-file", str(keys), "--api-key", "k0"]).api_keys == ("k0", "k1", "k2")
+    assert Settings.from_argv(["--api-key-file", str(keys), "--api-key", "k0"]).server.api_keys == ("k0", "k1", "k2")
 
 
 def test_environment_defaults_are_overridden_by_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LFMSERVE_PORT", "9100")
     monkeypatch.setenv("LFMSERVE_CTX_SIZE", "1024")
     s = Settings.from_argv(["--port", "9200"])
-    assert (s.port, s.ctx_size) == (9200, 1024)
+    assert (s.server.port, s.engine.ctx_size) == (9200, 1024)
 
 
 def test_unknown_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,8 +123,13 @@ def test_environment_values_convert_to_the_fields_types(monkeypatch: pytest.Monk
     monkeypatch.setenv("LFMSERVE_TEMPERATURE", "0.25")
     monkeypatch.setenv("LFMSERVE_API_KEY", "k1,k2")
     s = Settings.from_argv([])
-    assert (s.metrics, s.jinja, s.temperature, s.api_keys) == (True, False, 0.25, ("k1", "k2"))
-    assert s.sampling_defaults() == {"temperature": 0.25}
+    assert (s.server.metrics, s.chat.jinja, s.sampling.temperature, s.server.api_keys) == (
+        True,
+        False,
+        0.25,
+        ("k1", "k2"),
+    )
+    assert s.sampling.defaults() == {"temperature": 0.25}
 
 
 @pytest.mark.parametrize(
@@ -137,19 +160,90 @@ def test_the_sampling_defaults_are_named_as_the_request_fields() -> None:
     assert set(sampling_fields()) <= set(DEFAULTABLE)
 
 
-def test_help_lists_the_flags_in_llama_servers_groups(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_has_a_section_per_group_then_the_refused_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         Settings.from_argv(["--help"])
     out = capsys.readouterr().out
     titles = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
-    assert titles == ["options", "common params", "sampling params", "speculative params", "server params"] + [
-        "refused flags"
+    assert titles == [
+        "options",
+        "model source",
+        "chat template and reasoning",
+        "images and audio",
+        "embeddings and reranking",
+        "context, batching and prompt cache",
+        "speculative decoding",
+        "server",
+        "sampling defaults",
+        "refused flags",
     ]
     section = {title: out.split(title + ":")[1].split("\n\n")[0] for title in titles}
-    assert "--ctx-size" in section["common params"] and "-fa" in section["common params"]
-    assert "--temp" in section["sampling params"] and "--reverse-prompt" in section["sampling params"]
-    assert "--spec-type" in section["speculative params"] and "--spec-type" not in section["server params"]
-    assert "--cors-origins" in section["server params"] and "--draft-max" in section["refused flags"]
+    assert (
+        "--ctx-size" in section["context, batching and prompt cache"]
+        and "-fa" in section["context, batching and prompt cache"]
+    )
+    assert "--temp" in section["sampling defaults"] and "--reverse-prompt" in section["sampling defaults"]
+    assert "--spec-type" in section["speculative decoding"] and "--spec-type" not in section["server"]
+    assert "--cors-origins" in section["server"] and "--draft-max" in section["refused flags"]
+    assert "--hf-repo" in section["model source"] and "--mmproj" in section["model source"]
+
+
+def test_of_and_replace_put_each_field_in_its_group() -> None:
+    settings = Settings.of(model="m.gguf", ctx_size=4096, port=9000, temperature=0.1, spec_type="ngram-simple")
+    assert (settings.source.model, settings.engine.ctx_size, settings.server.port) == ("m.gguf", 4096, 9000)
+    assert (settings.sampling.temperature, settings.speculation.spec_type) == (0.1, "ngram-simple")
+    assert settings.chat == Settings().chat  # untouched groups keep their defaults
+    moved = settings.replace(ctx_size=512, jinja=False)
+    assert (moved.engine.ctx_size, moved.chat.jinja, moved.source.model, settings.engine.ctx_size) == (
+        512,
+        False,
+        "m.gguf",
+        4096,
+    )
+    with pytest.raises(TypeError, match="^unknown settings: ctx, modle$"):
+        Settings.of(modle="m.gguf", ctx=1)
+
+
+def test_field_names_are_unique_across_the_groups() -> None:
+    names = [f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)]
+    assert len(names) == len(set(names)) == 93
+    assert set(GROUPS) == {f.name for f in dataclasses.fields(Settings)}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["-m", "m.gguf", "-c", "4096", "-np", "2", "-t", "3", "--port", "9000", "--host", "0.0.0.0"],
+        ["-hf", "LiquidAI/LFM2-VL-450M-GGUF:Q8_0", "--no-mmproj", "-a", "vl,lfm", "--tags", "vision"],
+        ["--no-jinja", "--reasoning-format", "none", "--chat-template", "-weird-{{ x }}", "--reasoning", "off"],
+        ["--embeddings", "--pooling", "mean", "--rerank", "--embd-normalize", "-1", "--media-cache", "0"],
+        ["-nocb", "-no-kvu", "--no-repack", "--no-ui", "--no-cache-prompt", "-fa", "on", "-ctk", "q8_0"],
+        ["--repack", "--kv-unified", "--context-shift", "--swa-full", "--offline", "--metrics", "--props", "-v"],
+        ["--api-key", "a,b", "--api-key", "c", "-r", "User:", "-r", "###", "--temp", "0.25", "-s", "-1"],
+        ["--spec-type", "ngram-simple,draft-simple", "-md", "d.gguf", "--spec-draft-p-min", "0.5", "-to", "60"],
+        ["--no-media-fetch", "--media-fetch-private", "--no-media-encode-beside", "--no-mmproj-offload"],
+    ],
+)
+def test_to_argv_gives_the_flags_that_reproduce_the_settings(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in [name for name in os.environ if name.startswith("LFMSERVE_")]:
+        monkeypatch.delenv(variable)
+    settings = Settings.from_argv(argv)
+    assert Settings.from_argv(settings.to_argv()) == settings
+
+
+def test_to_argv_writes_only_what_differs_from_the_defaults_by_the_longest_spelling() -> None:
+    settings = Settings.of(model="m.gguf", ctx_size=4096, jinja=False, repack=False, api_key=("a", "b"), offline=True)
+    assert settings.to_argv() == [
+        "--model=m.gguf",
+        "--offline",
+        "--no-jinja",
+        "--ctx-size=4096",
+        "--no-repack",
+        "--api-key=a",
+        "--api-key=b",
+    ]
+    assert Settings().to_argv() == []
 
 
 @pytest.mark.parametrize(
@@ -173,35 +267,54 @@ def test_the_llama_server_suites_spellings() -> None:
         " -ctk q8_0 -ctv q4_0 --swa-full --context-shift --alias tinyllama-2,fim,code --tags chat,small"
         " -r User: --reverse-prompt ### --reasoning off --reasoning-format nothink --sleep-idle-seconds 3".split()
     )
-    assert (s.backend_sampling, s.cache_ram, s.cont_batching, s.kv_unified, s.ui) == (True, 0, False, False, False)
-    assert (s.cache_prompt, s.cache_idle_slots, s.flash_attn, s.cache_type_k, s.cache_type_v) == (
+    assert (
+        s.sampling.backend_sampling,
+        s.engine.cache_ram,
+        s.engine.cont_batching,
+        s.engine.kv_unified,
+        s.server.ui,
+    ) == (True, 0, False, False, False)
+    assert (
+        s.engine.cache_prompt,
+        s.engine.cache_idle_slots,
+        s.engine.flash_attn,
+        s.engine.cache_type_k,
+        s.engine.cache_type_v,
+    ) == (
         False,
         False,
         "on",
         "q8_0",
         "q4_0",
     )
-    assert (s.swa_full, s.context_shift, s.reasoning, s.reasoning_format, s.sleep_idle_seconds) == (
+    assert (
+        s.engine.swa_full,
+        s.engine.context_shift,
+        s.chat.reasoning,
+        s.chat.reasoning_format,
+        s.server.sleep_idle_seconds,
+    ) == (
         True,
         True,
         "off",
         "nothink",
         3,
     )
-    assert (s.aliases, s.tag_list, s.reverse_prompt) == (
+    assert (s.source.aliases, s.source.tag_list, s.sampling.reverse_prompt) == (
         ("code", "fim", "tinyllama-2"),
         ("chat", "small"),
         ("User:", "###"),
     )
     defaults = Settings()
-    assert (defaults.cors_origins, defaults.ui, defaults.kv_unified, defaults.cache_prompt) == ("*", True, True, True)
+    assert (defaults.server.cors_origins, defaults.server.ui, defaults.engine.kv_unified) == ("*", True, True)
+    assert defaults.engine.cache_prompt is True
 
 
 @pytest.mark.parametrize(
     ("argv", "repack"), [([], None), (["--repack"], True), (["--no-repack"], False), (["-nr"], False)]
 )
 def test_repacking_is_llama_servers_switch_and_undecided_by_default(argv: list[str], repack: bool | None) -> None:
-    assert Settings.from_argv(argv).repack is repack
+    assert Settings.from_argv(argv).engine.repack is repack
 
 
 def test_a_cache_type_llama_server_does_not_take_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

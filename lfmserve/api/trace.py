@@ -1,9 +1,16 @@
-"""A trace of request shapes, for replaying routing policies offline (:mod:`.simulate`, bench/replay_trace.py).
+"""Request shapes: the routing key of a request, and a trace of shapes for replaying routing policies offline.
 
 What is recorded is the shape, never the content: the route key, and for every message boundary a hash of
 the messages up to it with their length in characters (the places an LFM2 cache can be reused from), plus
-``max_tokens``. :class:`TraceRecorder` is an opt-in ASGI middleware writing one JSON line per generation
-request; :func:`request_shape` is the pure part, shared with tests and the synthetic traces.
+``max_tokens``. :class:`TraceRecorder` is an opt-in ASGI middleware (``--trace-requests``) that writes one JSON
+line per generation request; :func:`request_shape` is the pure part, shared with tests and the synthetic traces
+(:mod:`lfmserve.scaleout.simulate`, bench/replay_trace.py).
+
+Why a key from the body: an LFM2 replica reuses its cache only from checkpointed boundaries (system prompt,
+message ends), so what must land on the same replica is a *conversation*: every turn re-sends the same tools,
+template options and opening messages, and only appends. Hashing those (not the whole prompt) gives one key
+per conversation that does not change from turn to turn. A client that knows better sends ``x-session-id``.
+The scale-out layer ranks replicas by this key (:mod:`lfmserve.scaleout.routing`).
 """
 
 from __future__ import annotations
@@ -19,8 +26,6 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .routing import route_key
-
 #: The generation routes a trace covers (the others do not use the prompt cache).
 TRACED_PATHS = frozenset(
     {
@@ -33,6 +38,53 @@ TRACED_PATHS = frozenset(
         "/v1/responses",
     }
 )
+
+
+#: The header a client may send to name its conversation (Ray Serve reads the same one).
+SESSION_HEADER = "x-session-id"
+#: How much of a completion prompt the key covers: its opening, which a family of prompts shares.
+PROMPT_PREFIX_CHARS = 512
+
+
+def route_key(headers: Mapping[str, str], body: Mapping[str, Any]) -> str:
+    """``session:<id>`` from ``x-session-id``; else a hash of the conversation's fixed part; "" for nothing to go by.
+
+    Chat bodies (OpenAI chat, Anthropic messages, OpenAI Responses): tools, ``chat_template_kwargs`` and the
+    messages up to and including the first user message (the system prompt included). Completions: the first
+    :data:`PROMPT_PREFIX_CHARS` characters of the prompt.
+    """
+    for name, value in headers.items():
+        if name.lower() == SESSION_HEADER and value:
+            return f"session:{value}"
+    opening = _opening(body)
+    if opening is None:
+        return ""
+    fixed = {"tools": body.get("tools"), "template": body.get("chat_template_kwargs"), "opening": opening}
+    digest = hashlib.sha256(json.dumps(fixed, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()
+    return f"{'prompt' if isinstance(opening, str) else 'chat'}:{digest[:24]}"
+
+
+def _opening(body: Mapping[str, Any]) -> list[Any] | str | None:
+    """The part of the body that every turn repeats: the leading messages through the first user message."""
+    messages = body.get("messages")
+    if messages is None and isinstance(body.get("input"), list):
+        messages = body["input"]  # OpenAI Responses
+    if isinstance(messages, list) and messages:
+        system = [{"role": "system", "content": body["system"]}] if body.get("system") else []  # Anthropic
+        if body.get("instructions"):  # OpenAI Responses
+            system.append({"role": "system", "content": body["instructions"]})
+        head = [*system]
+        for message in messages:
+            head.append(message)
+            if isinstance(message, Mapping) and message.get("role") == "user":
+                break
+        return head
+    prompt = body.get("prompt", body.get("input"))
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return prompt[:PROMPT_PREFIX_CHARS]
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ from typing import Any
 from ...chat.output import AssistantOutputParser, OutputDelta, ToolCall
 from ...chat.serving import Collected, Serving
 from ...engine.records import EngineOutput
-from .responses import completion_id
-from .responses_protocol import ResponsesRequest
+from ..openai.responses import completion_id
+from .protocol import ResponsesRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 import pytest
 
-from lfmserve.models.defaults import match_family, model_identity, resolve_defaults
+from lfmserve.loading.defaults import match_family, model_identity, resolve_defaults
 
 
 @pytest.mark.parametrize(

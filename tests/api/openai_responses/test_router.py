@@ -16,8 +16,8 @@ import pytest
 
 from lfmserve.api.body import parse_body
 from lfmserve.api.openai.protocol import ChatCompletionRequest
-from lfmserve.api.openai.responses_api import OutputItems, ResponseIds, response_events
-from lfmserve.api.openai.responses_protocol import ResponsesRequest
+from lfmserve.api.openai_responses.protocol import ResponsesRequest
+from lfmserve.api.openai_responses.responses import OutputItems, ResponseIds, response_events
 from lfmserve.api.sse import sse
 from lfmserve.chat.output import AssistantOutputParser
 from lfmserve.chat.request import ChatRequest, Message

@@ -133,7 +133,7 @@ def test_embeddings_equal_the_servers(model: lfmserve.Model, vl_server: ServerTh
     vectors = model.embed(texts=texts, images=[PICTURE])
     answer = served(vl_server, "/v1/embeddings", {"input": [*texts, {"content": [data_part(PICTURE)]}]})
     expected = np.array([item["embedding"] for item in answer["data"]], dtype=np.float32)
-    assert vectors.dtype == np.float32 and vectors.shape == expected.shape == (3, model.serving.embedding_width)
+    assert vectors.dtype == np.float32 and vectors.shape == expected.shape == (3, model.serving.embeddings.width)
     np.testing.assert_allclose(vectors, expected, rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-6)
     np.testing.assert_allclose(model.embed(images=[PICTURE])[0], vectors[2], rtol=0, atol=1e-6)

@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from lfmserve.errors import NotFound
-from lfmserve.models.hub import pick_gguf, pick_mmproj, quant_bits, resolve_hf_model, split_spec
+from lfmserve.loading.hub import pick_gguf, pick_mmproj, quant_bits, resolve_hf_model, split_spec
 from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
 from tests.conftest import Running, ServerThread, wait_healthy
 from tests.test_cli import LFMSERVE

@@ -1,0 +1,95 @@
+"""The engine's records made from the settings groups: :class:`EngineConfig` and its :class:`SpeculationConfig`.
+
+The engine knows nothing of flags: it takes byte counts, slot counts and sizes. This module is the one place
+that turns ``--cache-ram`` MiB into bytes, ``--rerank`` into rank pooling and ``--spec-*`` into drafter sizes,
+and checks the speculative sizes as llama-server checks them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, cast
+
+from ..engine.records import EngineConfig, KvCacheOptions, Pooling
+from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig
+from ..errors import EngineError
+from ..settings import Settings, SpeculationSettings
+
+
+def engine_config(settings: Settings, draft_model: str | None = None) -> EngineConfig:
+    """The engine's settings; ``draft_model`` is the draft's resolved file (default: ``-md``)."""
+    engine, embedding = settings.engine, settings.embedding
+    return EngineConfig(
+        slot_similarity=engine.slot_prompt_similarity,
+        max_queue=engine.max_queue,
+        max_checkpoints=engine.ctx_checkpoints,
+        cache_ram_bytes=engine.cache_ram * 2**20,
+        cache_reuse=engine.cache_reuse,
+        cache_idle_slots=engine.cache_idle_slots,
+        context_shift=engine.context_shift,
+        kv=KvCacheOptions(
+            flash_attn=cast(Literal["auto", "on", "off"], engine.flash_attn),
+            type_k=engine.cache_type_k,
+            type_v=engine.cache_type_v,
+            swa_full=engine.swa_full,
+        ),
+        n_ctx=engine.ctx_size,
+        n_slots=engine.parallel,
+        n_batch=engine.batch_size,
+        n_ubatch=engine.ubatch_size,
+        n_threads=engine.threads,
+        n_threads_batch=engine.threads_batch,
+        media_cache_bytes=settings.media.media_cache * 2**20,
+        embeddings=embedding.embeddings or embedding.reranking,
+        pooling=cast(Pooling | None, "rank" if embedding.reranking else embedding.pooling),
+        speculation=speculation_config(settings.speculation, draft_model),
+    )
+
+
+def speculation_config(spec: SpeculationSettings, draft_model: str | None = None) -> SpeculationConfig:
+    """``--spec-type`` and its sizes, checked as llama-server checks them; a type lfmserve does not draft
+    with is a startup error naming it. ``draft_model``: the draft's resolved file (default: ``-md``)."""
+    types = tuple(dict.fromkeys(t for t in (spec.spec_type or "").split(",") if t and t != "none"))
+    unknown = [t for t in types if t not in SPEC_TYPES]
+    if unknown:
+        raise EngineError(f"--spec-type {unknown[0]} is not supported (supported: {', '.join(SPEC_TYPES)})")
+    _check_sizes(spec)
+    return SpeculationConfig(
+        types=types,
+        n_max=spec.spec_draft_n_max,
+        n_min=spec.spec_draft_n_min,
+        p_min=spec.spec_draft_p_min,
+        ngram_simple=NgramSizes(size_n=spec.spec_ngram_simple_size_n, size_m=spec.spec_ngram_simple_size_m),
+        ngram_map_k=NgramSizes(size_n=spec.spec_ngram_map_k_size_n, size_m=spec.spec_ngram_map_k_size_m),
+        ngram_map_k4v=NgramSizes(
+            size_n=spec.spec_ngram_map_k4v_size_n,
+            size_m=spec.spec_ngram_map_k4v_size_m,
+            min_hits=spec.spec_ngram_map_k4v_min_hits,
+        ),
+        ngram_mod=NgramModSizes(
+            n_match=spec.spec_ngram_mod_n_match, n_min=spec.spec_ngram_mod_n_min, n_max=spec.spec_ngram_mod_n_max
+        ),
+        draft_model=draft_model or spec.spec_draft_model,
+    )
+
+
+def _check_sizes(spec: SpeculationSettings) -> None:
+    """llama-server's range checks of the drafters' sizes, with its messages."""
+    if spec.spec_draft_n_max < 0:
+        raise EngineError("--spec-draft-n-max: invalid value")
+    if not 0.0 <= spec.spec_draft_p_min <= 1.0:
+        raise EngineError("--spec-draft-p-min must be between 0 and 1")
+    lookups = (
+        spec.spec_ngram_simple_size_n,
+        spec.spec_ngram_map_k_size_n,
+        spec.spec_ngram_map_k4v_size_n,
+        spec.spec_ngram_mod_n_match,
+    )
+    if any(not 1 <= n <= 1024 for n in lookups):
+        raise EngineError("ngram size N must be between 1 and 1024 inclusive")
+    drafts = (spec.spec_ngram_simple_size_m, spec.spec_ngram_map_k_size_m, spec.spec_ngram_map_k4v_size_m)
+    if any(not 1 <= m <= 1024 for m in drafts):
+        raise EngineError("ngram size M must be between 1 and 1024 inclusive")
+    if min(spec.spec_ngram_simple_min_hits, spec.spec_ngram_map_k_min_hits, spec.spec_ngram_map_k4v_min_hits) < 1:
+        raise EngineError("ngram min hits must be at least 1")
+    if not 0 <= spec.spec_ngram_mod_n_min <= 1024 or not 0 <= spec.spec_ngram_mod_n_max <= 1024:
+        raise EngineError("ngram n-min and n-max must be between 0 and 1024 inclusive")

@@ -1,0 +1,196 @@
+"""Turns :class:`Settings` and a GGUF path into a ready :class:`Serving`: model, engine, template, defaults.
+
+Shared by the server (which runs it in a background thread while ``/health`` answers 503) and by
+tests. The startup log names the model, its context and where each sampling default came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from ..chat.media import process_media_marker
+from ..chat.serving import Serving, ServingOptions
+from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate, Reasoning
+from ..engine.core import Engine
+from ..engine.records import ResolvedDefaults
+from ..errors import LfmError
+from ..llama.backend import build_info
+from ..llama.model import NativeModel, builtin_template_names, model_file_problem
+from ..llama.mtmd import Projector
+from ..media.sources import MediaPolicy
+from ..settings import (
+    DEFAULT_HF_REPO,
+    ChatSettings,
+    SamplingSettings,
+    Settings,
+    SourceSettings,
+    SpeculationSettings,
+)
+from .defaults import gguf_sampling, model_identity, resolve_defaults
+from .engine_config import engine_config
+from .hub import resolve_hf_model
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """The GGUF files a server loads: the model, and the multimodal projector if there is one."""
+
+    model: str
+    projector: str | None = None
+    #: ``draft-simple``'s model (``-md FILE``, or downloaded for ``-hfd``).
+    draft: str | None = None
+
+
+def resolve_model_files(settings: Settings) -> ModelFiles:
+    """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model), with
+    ``--mmproj FILE``, or with ``-hf`` the repo's projector unless ``--no-mmproj``."""
+    source, media_path = settings.source, settings.media.media_path
+    if source.mmproj:
+        _check_file(source.mmproj, "projector")
+    if media_path and not os.path.isdir(media_path):
+        raise LfmError(f"--media-path {media_path} is not a folder")
+    draft = resolve_draft_model(settings.speculation, offline=source.offline)
+    if source.model:
+        _check_file(source.model, "model")
+        return ModelFiles(source.model, source.mmproj, draft)
+    auto = source.mmproj_auto and not source.mmproj
+    path, projector = resolve_hf_model(
+        source.hf_repo or DEFAULT_HF_REPO, source.hf_file, projector=auto, offline=source.offline
+    )
+    return ModelFiles(path, source.mmproj or projector, draft)
+
+
+def resolve_draft_model(spec: SpeculationSettings, *, offline: bool) -> str | None:
+    """``-hfd REPO`` (with ``-md`` naming the file there, as llama-server), else ``-md FILE`` (it must exist)."""
+    if spec.spec_draft_hf:
+        return resolve_hf_model(spec.spec_draft_hf, spec.spec_draft_model, offline=offline)[0]
+    if spec.spec_draft_model:
+        _check_file(spec.spec_draft_model, "draft model")
+    return spec.spec_draft_model
+
+
+def _check_file(path: str, what: str) -> None:
+    problem = model_file_problem(path, what)
+    if problem is not None:
+        raise LfmError(problem)
+
+
+def model_name(source: SourceSettings, path: str) -> str:
+    """The id clients see: the first of ``--alias``'s names in sorted order, else the file name (llama-server's
+    rule)."""
+    return source.aliases[0] if source.aliases else Path(path).name
+
+
+def sampling_defaults(sampling: SamplingSettings, model: NativeModel) -> ResolvedDefaults:
+    info = model.info
+    identity = model_identity(
+        info.name, info.basename, info.size_label, model.meta("general.finetune"), Path(info.path).stem
+    )
+    return resolve_defaults(cli=sampling.defaults(), gguf_sampling=gguf_sampling(model.meta), identity=identity)
+
+
+def chat_template(chat: ChatSettings, model: NativeModel) -> ChatFormatter:
+    """``--chat-template-file`` > ``--chat-template`` > the GGUF's template > ChatML (llama-server's fallback).
+
+    ``--chat-template`` is Jinja source, or one of llama.cpp's built-in names: ``chatml`` is the Jinja ChatML
+    (as in llama-server), the others llama.cpp's built-in format, with or without ``--jinja``, where
+    llama-server would print the name as a template's text. With ``--no-jinja`` the template is matched to
+    one of those built-in formats. ``--reasoning`` (``--reasoning-format nothink``: off) sets the template's
+    ``enable_thinking``.
+    """
+    if chat.chat_template_file:
+        source = Path(chat.chat_template_file).read_text(encoding="utf-8")
+    else:
+        source = chat.chat_template or model.info.chat_template or "chatml"
+    builtin = source in builtin_template_names() and source != "chatml"
+    if not chat.jinja or builtin:
+        return BuiltinTemplate(source, lambda s, m, add: model.apply_builtin_template(s, m, add_assistant=add))
+    reasoning = "off" if chat.reasoning_format == "nothink" else cast(Reasoning, chat.reasoning)
+    return ChatTemplate(
+        CHATML_TEMPLATE if source == "chatml" else source,
+        bos_token=model.info.bos_token,
+        eos_token=model.info.eos_token,
+        reasoning=reasoning,
+    )
+
+
+def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -> ServingOptions:
+    """What the flags decide for every request the serving layer prepares."""
+    media = settings.media
+    return ServingOptions(
+        model_name=name,
+        defaults=defaults,
+        default_max_tokens=settings.sampling.n_predict,
+        fingerprint=build_info(),
+        reasoning_format=settings.chat.reasoning_format,
+        media_policy=MediaPolicy(
+            fetch=media.media_fetch, fetch_private=media.media_fetch_private, media_path=media.media_path
+        ),
+        embd_normalize=settings.embedding.embd_normalize,
+        cache_prompt=settings.engine.cache_prompt,
+        reverse_prompts=settings.sampling.reverse_prompt,
+        verbose=settings.server.verbose,
+    )
+
+
+def load_projector(settings: Settings, path: str, model: NativeModel) -> Projector:
+    """The multimodal projector, its media marker llama-server's (``LLAMA_MEDIA_MARKER``, else random)."""
+    n_threads = settings.engine.threads_batch or settings.engine.threads
+    projector = Projector(
+        path,
+        model,
+        n_threads=n_threads,
+        side_threads=n_threads // 2 if settings.media.media_encode_beside else 0,
+        use_gpu=settings.media.mmproj_offload and settings.engine.n_gpu_layers != 0,
+        image_min_tokens=settings.media.image_min_tokens,
+        image_max_tokens=settings.media.image_max_tokens,
+        media_marker=process_media_marker(),
+    )
+    kinds = [kind for kind, supported in (("vision", projector.vision), ("audio", projector.audio)) if supported]
+    logger.info("loaded projector %s: %s (%s)", path, " and ".join(kinds), ", ".join(sorted(projector.projector_types)))
+    return projector
+
+
+def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
+    """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
+    files = path if isinstance(path, ModelFiles) else ModelFiles(path)
+    model = NativeModel(files.model, n_gpu_layers=settings.engine.n_gpu_layers, repack=settings.engine.repack)
+    template = chat_template(settings.chat, model)
+    projector = load_projector(settings, files.projector, model) if files.projector else None
+    engine = Engine(model, engine_config(settings, files.draft), projector=projector)
+    defaults = sampling_defaults(settings.sampling, model)
+    info = model.info
+    logger.info(
+        "loaded %s: %s, %s params, %.1f MiB, n_ctx_train %d; context %d over %d slots (%d per slot), %d threads",
+        path,
+        info.architecture,
+        f"{info.n_params:,}",
+        info.size_bytes / 2**20,
+        info.n_ctx_train,
+        engine.n_ctx,
+        engine.n_slots,
+        engine.n_ctx_slot,
+        settings.engine.threads,
+    )
+    if defaults.family:
+        logger.info("LFM family: %s", defaults.family)
+    for name, value in defaults.params.to_json().items():
+        if name in defaults.sources:
+            logger.info("sampling default %s = %s (%s)", name, value, defaults.sources[name])
+    if settings.engine.cache_reuse > 0 and not engine.shifts_kv:
+        logger.info(
+            "--cache-reuse %d ignored: this model's memory cannot shift exactly (hybrid or sliding-window); "
+            "prefixes are reused through checkpoints and slot copies instead",
+            settings.engine.cache_reuse,
+        )
+    serving = Serving(
+        model, engine, template, serving_options(settings, model_name(settings.source, files.model), defaults)
+    )
+    serving.grammars.prepare()
+    return serving

@@ -1,0 +1,99 @@
+"""Settings: every knob of the server and library, in groups, and its command line.
+
+Flag names, short forms and meanings follow llama-server (``-m``, ``-hf``, ``-c``, ``-np``, ``-ngl``,
+``--jinja``...). A :class:`Settings` holds one record per group (:mod:`.groups`): ``source`` (which model),
+``chat`` (template and reasoning), ``media``, ``embedding``, ``engine`` (context, batching, prompt cache),
+``speculation``, ``server`` and ``sampling`` (defaults). Each field's flags and help live in its metadata, so the
+parser, ``--help`` (a section per group), ``docs/cli.md`` and :meth:`Settings.to_argv` are built from the
+classes and nothing is written twice. Environment variables ``LFMSERVE_<FIELD>`` (for example
+``LFMSERVE_PORT=9000``) give defaults that flags override; :mod:`.argv` reads them and nothing else does.
+
+Example::
+
+    settings = Settings.from_argv(["-m", "model.gguf", "-c", "4096", "--port", "8080"])
+    settings.engine.ctx_size                      # 4096
+    Settings.of(model="model.gguf", ctx_size=4096) == settings.replace(port=8080)   # True
+    settings.to_argv()                            # ["--model=model.gguf", "--ctx-size=4096"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .argv import parse_groups, to_argv
+from .fields import DEFAULT_HF_REPO, physical_cores
+from .groups import (
+    GROUPS,
+    ChatSettings,
+    EmbeddingSettings,
+    EngineSettings,
+    MediaSettings,
+    SamplingSettings,
+    ServerSettings,
+    SourceSettings,
+    SpeculationSettings,
+    sampling_fields,
+)
+
+__all__ = [
+    "DEFAULT_HF_REPO",
+    "ChatSettings",
+    "EmbeddingSettings",
+    "EngineSettings",
+    "MediaSettings",
+    "SamplingSettings",
+    "ServerSettings",
+    "Settings",
+    "SourceSettings",
+    "SpeculationSettings",
+    "physical_cores",
+    "sampling_fields",
+]
+
+#: Each field's name -> the group that holds it (names are unique across the groups).
+_GROUP_OF = {f.name: group for group, kind in GROUPS.items() for f in dataclasses.fields(kind)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything the CLI can set, one record per group. Tests build one with :meth:`of`:
+    ``Settings.of(model="tiny.gguf", ctx_size=512)``."""
+
+    source: SourceSettings = field(default_factory=SourceSettings)
+    chat: ChatSettings = field(default_factory=ChatSettings)
+    media: MediaSettings = field(default_factory=MediaSettings)
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    speculation: SpeculationSettings = field(default_factory=SpeculationSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+
+    @classmethod
+    def of(cls, **values: Any) -> Settings:
+        """Settings from fields named as the flags' fields (``ctx_size=4096``), each put in its group."""
+        return cls().replace(**values)
+
+    def replace(self, **values: Any) -> Settings:
+        """A copy with the named fields changed, whatever their group; an unknown name is a TypeError."""
+        unknown = sorted(set(values) - set(_GROUP_OF))
+        if unknown:
+            raise TypeError(f"unknown settings: {', '.join(unknown)}")
+        changed: dict[str, Any] = {}
+        for group in {_GROUP_OF[name] for name in values}:
+            mine = {name: value for name, value in values.items() if _GROUP_OF[name] == group}
+            changed[group] = dataclasses.replace(getattr(self, group), **mine)
+        return dataclasses.replace(self, **changed)
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str] | None = None) -> Settings:
+        """Parse llama-server style arguments; an unknown flag exits with status 2 and one line."""
+        return cls(**parse_groups(sys.argv[1:] if argv is None else argv))
+
+    def to_argv(self) -> list[str]:
+        """The flags that reproduce these settings: ``Settings.from_argv(s.to_argv()) == s`` (with no
+        ``LFMSERVE_*`` variables set)."""
+        return to_argv({group: getattr(self, group) for group in GROUPS})

@@ -1,0 +1,166 @@
+"""The command line of :class:`~lfmserve.settings.Settings`, both ways: llama-server style arguments (and
+``LFMSERVE_<FIELD>`` environment variables) into groups, and groups back into the flags that reproduce them.
+
+The parser is built from the groups' field metadata, one ``--help`` section per group, then the flags of
+llama-server's that lfmserve refuses, each with its reason. Environment variables are read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NoReturn
+
+from .fields import OnOffAction, is_off_flag
+from .groups import GROUPS
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+_BOOLEAN_ACTIONS = ("store_true", argparse.BooleanOptionalAction, OnOffAction)
+#: Fields whose flag may be given many times; argparse collects a list, the settings keep a tuple.
+_REPEATABLE = ("api_key", "reverse_prompt")
+REFUSED_TITLE = "refused flags"
+
+#: llama-server flags lfmserve does not take, and why: each fails at startup with its message (llama-server's
+#: own message for the ones it removed).
+REFUSED_FLAGS: dict[tuple[str, ...], str] = {
+    ("--draft", "--draft-n", "--draft-max"): "the argument has been removed. use --spec-draft-n-max or "
+    "--spec-ngram-mod-n-max",
+    ("--draft-min", "--draft-n-min"): "the argument has been removed. use --spec-draft-n-min or --spec-ngram-mod-n-min",
+    ("--spec-ngram-size-n",): "the argument has been removed. use the respective --spec-ngram-*-size-n",
+    ("--spec-ngram-size-m",): "the argument has been removed. use the respective --spec-ngram-*-size-m",
+    ("--spec-ngram-min-hits",): "the argument has been removed. use the respective --spec-ngram-*-min-hits",
+    ("--lora", "--lora-scaled", "--lora-init-without-apply"): "LoRA adapters are not supported by lfmserve",
+    ("--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload"): (
+        "the router (several models in one server) is not supported by lfmserve: run one lfmserve per model"
+    ),
+    ("-mu", "--model-url", "-mmu", "--mmproj-url"): "downloads by URL are not supported by lfmserve: use -hf or -m",
+    ("--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json", "--ui-mcp-proxy", "--agent"): (
+        "built-in tools and MCP servers are not supported by lfmserve"
+    ),
+    ("--spec-synth-len", "--spec-synth-rates"): "synthetic speculation is not supported by lfmserve",
+}
+
+
+def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
+    """Every settings field with the name of its group, in ``--help`` order."""
+    for group, kind in GROUPS.items():
+        for f in dataclasses.fields(kind):
+            yield group, f
+
+
+def parser() -> argparse.ArgumentParser:
+    """lfmserve's argument parser (environment variables as defaults): one section per group, then the refused
+    flags."""
+    built = _OneLineErrorParser(
+        prog="lfmserve",
+        usage="lfmserve [options]",
+        allow_abbrev=False,
+        description="Serve LFM (and other GGUF) models with llama-server's HTTP API.",
+    )
+    env_defaults = _environment_defaults(built)
+    sections = {group: built.add_argument_group(kind.TITLE) for group, kind in GROUPS.items()}
+    for group, f in all_fields():
+        meta = f.metadata
+        kwargs = dict(meta["argparse"])
+        kwargs.setdefault("default", env_defaults.get(f.name, argparse.SUPPRESS))
+        sections[group].add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
+    refused = built.add_argument_group(REFUSED_TITLE)
+    for flags, message in REFUSED_FLAGS.items():
+        refused.add_argument(*flags, action=_RefusedFlag, nargs="?", default=argparse.SUPPRESS, help=message)
+    return built
+
+
+def parse_groups(argv: Sequence[str]) -> dict[str, Any]:
+    """Each group built from ``argv`` (llama-server style) and the environment; a bad flag exits 2 with one line."""
+    values = vars(parser().parse_args(_dashed(argv)))
+    for name in _REPEATABLE:
+        if name in values:
+            values[name] = tuple(values[name])
+    return {
+        group: kind(**{f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values})
+        for group, kind in GROUPS.items()
+    }
+
+
+def to_argv(groups: Mapping[str, Any]) -> list[str]:
+    """The flags that reproduce ``groups`` from the defaults: every field that differs from its default, by its
+    longest spelling (``--ctx-size=4096``, ``--no-jinja``, ``--api-key=k`` once per key; ``=`` keeps a value
+    that starts with a dash a value)."""
+    argv: list[str] = []
+    for group, f in all_fields():
+        value = getattr(groups[group], f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if value != default:
+            argv += _flags_of(f, value)
+    return argv
+
+
+def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
+    flags: tuple[str, ...] = f.metadata["flags"]
+    action = f.metadata["argparse"].get("action")
+    if action in (argparse.BooleanOptionalAction, OnOffAction):
+        on = [name for name in flags if not is_off_flag(name)]
+        off = [name for name in flags if is_off_flag(name)]
+        if action is argparse.BooleanOptionalAction:
+            off = [name.replace("--", "--no-", 1) for name in on]
+        return [max(on if value else off, key=len)]
+    if action == "store_true":
+        return [max(flags, key=len)] if value else []
+    if action == "append":
+        return [f"{max(flags, key=len)}={one}" for one in value]
+    return [f"{max(flags, key=len)}={value}"]
+
+
+class _RefusedFlag(argparse.Action):
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        parser.error(f"{option}: {self.help}")
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _dashed(argv: Sequence[str]) -> list[str]:
+    """llama-server reads ``--long_flag`` as ``--long-flag``: the same here (values are left alone)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--") and "_" in arg:
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        out.append(arg)
+    return out
+
+
+def _environment_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """``LFMSERVE_<FIELD>`` values, converted to the field's type; a value that does not convert is an error."""
+    out: dict[str, Any] = {}
+    for _, f in all_fields():
+        variable = f"LFMSERVE_{f.name.upper()}"
+        raw = os.environ.get(variable)
+        if raw is not None:
+            out[f.name] = _environment_value(parser, f, variable, raw)
+    return out
+
+
+def _environment_value(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], variable: str, raw: str) -> Any:
+    kind = f.metadata["argparse"].get("type")
+    action = f.metadata["argparse"].get("action")
+    if action in _BOOLEAN_ACTIONS:
+        value = raw.strip().lower()
+        if value not in _TRUE + _FALSE:
+            parser.error(f"environment variable {variable} has value {raw!r}: not a valid bool")
+        return value in _TRUE
+    if action == "append":
+        return [raw]
+    if kind is None:
+        return raw
+    try:
+        return kind(raw)
+    except ValueError:
+        parser.error(f"environment variable {variable} has value {raw!r}: not a valid {kind.__name__}")

@@ -1,0 +1,594 @@
+"""The groups of :class:`~lfmserve.settings.Settings`: one frozen record per concern, each field with its flags.
+
+A group is what one part of the server needs: the loader reads :class:`SourceSettings` to find the files, the
+engine is built from :class:`EngineSettings`, the HTTP layer reads :class:`ServerSettings`, and so on. Each
+group's ``TITLE`` is its ``--help`` section. Field names are unique across the groups: a field's name is also its
+environment variable (``LFMSERVE_<NAME>``) and its keyword in :meth:`Settings.of
+<lfmserve.settings.Settings.of>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .fields import DEFAULT_HF_REPO, KV_CACHE_TYPES, OnOffAction, flag, physical_cores, switch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceSettings:
+    """Which model is served, where it comes from, and the names clients see it by."""
+
+    TITLE: ClassVar[str] = "model source"
+
+    model: str | None = field(default=None, metadata=flag("-m", "--model", help="path to a GGUF model file"))
+    hf_repo: str | None = field(
+        default=None,
+        metadata=flag(
+            "-hf",
+            "-hfr",
+            "--hf-repo",
+            help="Hugging Face repo[:quant] to download the GGUF from "
+            f"(default quant Q4_K_M; used when -m is absent, default {DEFAULT_HF_REPO})",
+        ),
+    )
+    hf_file: str | None = field(
+        default=None, metadata=flag("-hff", "--hf-file", help="file in the -hf repo (overrides the quant)")
+    )
+    offline: bool = switch(
+        "--offline", help="use only the Hugging Face cache: no network (-hf, -hfd)", default=False, action="store_true"
+    )
+    mmproj: str | None = field(
+        default=None, metadata=flag("-mm", "--mmproj", help="multimodal projector GGUF (images, audio)")
+    )
+    mmproj_auto: bool = switch(
+        "--mmproj-auto",
+        "--no-mmproj",
+        "--no-mmproj-auto",
+        help="with -hf, also fetch the repo's projector when it has one (default; --no-mmproj: text only)",
+        default=True,
+        action=OnOffAction,
+    )
+    alias: str | None = field(
+        default=None,
+        metadata=flag(
+            "-a",
+            "--alias",
+            help="model names for the API, comma-separated; the id is the first in sorted order (default: file name)",
+        ),
+    )
+    tags: str | None = field(
+        default=None, metadata=flag("--tags", help="model tags, comma-separated (shown by /v1/models)")
+    )
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """``--alias``'s names, sorted and without repeats (llama-server keeps them in a ``std::set``)."""
+        return _comma_set(self.alias)
+
+    @property
+    def tag_list(self) -> tuple[str, ...]:
+        return _comma_set(self.tags)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatSettings:
+    """How a chat becomes a prompt: the template, and where the model's thinking goes."""
+
+    TITLE: ClassVar[str] = "chat template and reasoning"
+
+    jinja: bool = switch(
+        "--jinja",
+        help="render the GGUF's Jinja chat template (default; --no-jinja uses llama.cpp's built-in formats)",
+        default=True,
+    )
+    chat_template_file: str | None = field(
+        default=None, metadata=flag("--chat-template-file", help="Jinja chat template file overriding the GGUF's")
+    )
+    chat_template: str | None = field(
+        default=None,
+        metadata=flag(
+            "--chat-template",
+            help="chat template: one of llama.cpp's built-in names (chatml, llama3, gemma...) or Jinja source",
+        ),
+    )
+    reasoning_format: str = field(
+        default="auto",
+        metadata=flag(
+            "--reasoning-format",
+            help="where <think> text goes: auto/deepseek = reasoning_content, none = left in content, "
+            "nothink = reasoning off",
+            choices=("auto", "deepseek", "deepseek-legacy", "none", "nothink"),
+        ),
+    )
+    reasoning: str = field(
+        default="auto",
+        metadata=flag(
+            "-rea",
+            "--reasoning",
+            help="reasoning in the chat: on, off (the template is told enable_thinking=false) or auto",
+            choices=("on", "off", "auto"),
+        ),
+    )
+    reasoning_budget: int = field(
+        default=-1,
+        metadata=flag(
+            "--reasoning-budget", help="thinking tokens allowed (-1 = unrestricted, 0 = end thinking at once)", type=int
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MediaSettings:
+    """How media parts are fetched, decoded and encoded, and how much encoder output is kept."""
+
+    TITLE: ClassVar[str] = "images and audio"
+
+    mmproj_offload: bool = switch(
+        "--mmproj-offload",
+        help="run the projector on a GPU when there is one (--no-mmproj-offload: on the CPU)",
+        default=True,
+    )
+    image_min_tokens: int = field(
+        default=-1,
+        metadata=flag("--image-min-tokens", help="fewest tokens an image takes (-1 = the projector's)", type=int),
+    )
+    image_max_tokens: int = field(
+        default=-1,
+        metadata=flag("--image-max-tokens", help="most tokens an image takes (-1 = the projector's)", type=int),
+    )
+    media_path: str | None = field(
+        default=None, metadata=flag("--media-path", help="folder that file:// media URLs are read from")
+    )
+    media_fetch: bool = switch(
+        "--media-fetch",
+        help="fetch http(s):// media URLs (default; --no-media-fetch refuses them)",
+        default=True,
+    )
+    media_fetch_private: bool = switch(
+        "--media-fetch-private",
+        help="allow media URLs whose host is a loopback, private or link-local address",
+        default=False,
+        action="store_true",
+    )
+    media_encode_beside: bool = switch(
+        "--media-encode-beside",
+        help="encode media on half the cores while other streams keep generating (default; holds the "
+        "projector twice; --no-media-encode-beside: streams wait for each encode, as in llama-server)",
+        default=True,
+    )
+    media_cache: int = field(
+        default=256,
+        metadata=flag("--media-cache", help="MiB of projector output kept for media seen before (0 = off)", type=int),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbeddingSettings:
+    """Whether the embedding routes are served, and how a text's token vectors become one."""
+
+    TITLE: ClassVar[str] = "embeddings and reranking"
+
+    embeddings: bool = switch(
+        "--embedding",
+        "--embeddings",
+        help="also serve /v1/embeddings and /embedding (a second context; chat and completions keep working)",
+        default=False,
+        action="store_true",
+    )
+    reranking: bool = switch(
+        "--rerank",
+        "--reranking",
+        help="also serve /rerank and /v1/rerank (embeddings with rank pooling; the model needs a classifier head)",
+        default=False,
+        action="store_true",
+    )
+    pooling: str | None = field(
+        default=None,
+        metadata=flag(
+            "--pooling",
+            help="how a text's token embeddings become one vector (default: the model's)",
+            choices=("none", "mean", "cls", "last", "rank"),
+        ),
+    )
+    embd_normalize: int = field(
+        default=2,
+        metadata=flag(
+            "--embd-normalize",
+            help="embedding normalisation: 2 Euclidean (default), -1 none, 0 max-abs to int16, 1 taxicab, p > 2 p-norm",
+            type=int,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSettings:
+    """What the engine holds and how it batches: context, slots, threads, KV cache, prompt cache."""
+
+    TITLE: ClassVar[str] = "context, batching and prompt cache"
+
+    ctx_size: int = field(
+        default=0, metadata=flag("-c", "--ctx-size", help="context size in tokens (0 = the model's)", type=int)
+    )
+    parallel: int = field(
+        default=4,
+        metadata=flag("-np", "--parallel", help="number of slots; each gets --ctx-size / N tokens", type=int),
+    )
+    threads: int = field(
+        default_factory=physical_cores,
+        metadata=flag("-t", "--threads", help="threads for generation (default: physical cores)", type=int),
+    )
+    threads_batch: int | None = field(
+        default=None,
+        metadata=flag("-tb", "--threads-batch", help="threads for prompt processing (default: --threads)", type=int),
+    )
+    batch_size: int = field(default=2048, metadata=flag("-b", "--batch-size", help="logical batch size", type=int))
+    ubatch_size: int = field(default=512, metadata=flag("-ub", "--ubatch-size", help="physical batch size", type=int))
+    n_gpu_layers: int = field(
+        default=-1,
+        metadata=flag(
+            "-ngl", "--gpu-layers", "--n-gpu-layers", help="layers to offload to a GPU, passed to llama.cpp", type=int
+        ),
+    )
+    repack: bool | None = switch(
+        "--repack",
+        "-nr",
+        "--no-repack",
+        help="weights repacked into llama.cpp's faster CPU layouts (default: on, but off where llama.cpp was built "
+        "for AMX, whose matrix multiply crashes: llama.cpp issue 20824)",
+        default=None,
+        action=OnOffAction,
+    )
+    flash_attn: str = field(
+        default="auto",
+        metadata=flag("-fa", "--flash-attn", help="flash attention: on, off or auto", choices=("on", "off", "auto")),
+    )
+    cache_type_k: str = field(
+        default="f16",
+        metadata=flag("-ctk", "--cache-type-k", help="KV cache type for K", choices=KV_CACHE_TYPES),
+    )
+    cache_type_v: str = field(
+        default="f16",
+        metadata=flag(
+            "-ctv",
+            "--cache-type-v",
+            help="KV cache type for V (quantized needs flash attention)",
+            choices=KV_CACHE_TYPES,
+        ),
+    )
+    swa_full: bool = switch(
+        "--swa-full",
+        help="full-size sliding-window cache (more memory, no re-processing)",
+        default=False,
+        action="store_true",
+    )
+    kv_unified: bool = switch(
+        "-kvu",
+        "--kv-unified",
+        "-no-kvu",
+        "--no-kv-unified",
+        help="one KV pool shared by all slots (default; lfmserve divides it between slots itself)",
+        default=True,
+        action=OnOffAction,
+    )
+    cont_batching: bool = switch(
+        "-cb",
+        "--cont-batching",
+        "-nocb",
+        "--no-cont-batching",
+        help="continuous batching: always on in lfmserve (-nocb is accepted and has no effect)",
+        default=True,
+        action=OnOffAction,
+    )
+    context_shift: bool = switch(
+        "--context-shift",
+        help="when a generation fills its slot's context, drop the older half and go on (attention-only models)",
+        default=False,
+    )
+    slot_prompt_similarity: float = field(
+        default=0.10,
+        metadata=flag(
+            "-sps",
+            "--slot-prompt-similarity",
+            help="reuse an idle slot whose cache shares more than this fraction of the prompt",
+            type=float,
+        ),
+    )
+    max_queue: int = field(
+        default=1024,
+        metadata=flag("--max-queue", help="requests that may wait for a slot; more answer 503", type=int),
+    )
+    ctx_checkpoints: int = field(
+        default=32,
+        metadata=flag(
+            "--ctx-checkpoints",
+            "--swa-checkpoints",
+            help="checkpoints of the recurrent / sliding-window state kept per slot",
+            type=int,
+        ),
+    )
+    cache_ram: int = field(
+        default=8192,
+        metadata=flag("-cram", "--cache-ram", help="MiB of host RAM for evicted prompt caches (0 = off)", type=int),
+    )
+    cache_reuse: int = field(
+        default=0,
+        metadata=flag(
+            "--cache-reuse",
+            help="min chunk size to reuse from the cache by KV shifting (attention-only models; 0 = off)",
+            type=int,
+        ),
+    )
+    cache_prompt: bool = switch(
+        "--cache-prompt",
+        help="reuse the cached prefix of a prompt: the default of a request's cache_prompt",
+        default=True,
+    )
+    cache_idle_slots: bool = switch(
+        "--cache-idle-slots",
+        help="keep an idle slot's prompt in the RAM cache (--cache-ram) when another request takes the slot",
+        default=True,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeculationSettings:
+    """Speculative decoding: which drafters guess ahead and how far (llama-server's names and defaults)."""
+
+    TITLE: ClassVar[str] = "speculative decoding"
+
+    spec_type: str | None = field(
+        default=None,
+        metadata=flag(
+            "--spec-type",
+            help="speculative decoding, comma-separated: ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, "
+            "ngram-cache (drafts from the request's own tokens), draft-simple (a draft model; default: none)",
+        ),
+    )
+    spec_draft_model: str | None = field(
+        default=None,
+        metadata=flag("--spec-draft-model", "-md", "--model-draft", help="draft model GGUF (draft-simple)"),
+    )
+    spec_draft_hf: str | None = field(
+        default=None,
+        metadata=flag(
+            "--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft", help="draft model from Hugging Face, repo[:quant]"
+        ),
+    )
+    spec_draft_n_max: int = field(
+        default=3,
+        metadata=flag("--spec-draft-n-max", help="tokens the draft model guesses per step (draft-simple)", type=int),
+    )
+    spec_draft_n_min: int = field(
+        default=0, metadata=flag("--spec-draft-n-min", help="shorter drafts are not verified", type=int)
+    )
+    spec_draft_p_min: float = field(
+        default=0.0,
+        metadata=flag(
+            "--spec-draft-p-min",
+            "--draft-p-min",
+            help="the draft model stops guessing below this probability (draft-simple)",
+            type=float,
+        ),
+    )
+    spec_ngram_simple_size_n: int = field(
+        default=12, metadata=flag("--spec-ngram-simple-size-n", help="tokens looked up (ngram-simple)", type=int)
+    )
+    spec_ngram_simple_size_m: int = field(
+        default=48, metadata=flag("--spec-ngram-simple-size-m", help="most tokens drafted (ngram-simple)", type=int)
+    )
+    spec_ngram_simple_min_hits: int = field(
+        default=1,
+        metadata=flag("--spec-ngram-simple-min-hits", help="accepted as llama-server's (unused there too)", type=int),
+    )
+    spec_ngram_map_k_size_n: int = field(
+        default=12, metadata=flag("--spec-ngram-map-k-size-n", help="tokens looked up (ngram-map-k)", type=int)
+    )
+    spec_ngram_map_k_size_m: int = field(
+        default=48, metadata=flag("--spec-ngram-map-k-size-m", help="most tokens drafted (ngram-map-k)", type=int)
+    )
+    spec_ngram_map_k_min_hits: int = field(
+        default=1, metadata=flag("--spec-ngram-map-k-min-hits", help="accepted as llama-server's", type=int)
+    )
+    spec_ngram_map_k4v_size_n: int = field(
+        default=12, metadata=flag("--spec-ngram-map-k4v-size-n", help="tokens looked up (ngram-map-k4v)", type=int)
+    )
+    spec_ngram_map_k4v_size_m: int = field(
+        default=48, metadata=flag("--spec-ngram-map-k4v-size-m", help="most tokens drafted (ngram-map-k4v)", type=int)
+    )
+    spec_ngram_map_k4v_min_hits: int = field(
+        default=1,
+        metadata=flag("--spec-ngram-map-k4v-min-hits", help="sightings of a key before it drafts", type=int),
+    )
+    spec_ngram_mod_n_match: int = field(
+        default=24, metadata=flag("--spec-ngram-mod-n-match", help="tokens hashed (ngram-mod)", type=int)
+    )
+    spec_ngram_mod_n_min: int = field(
+        default=48, metadata=flag("--spec-ngram-mod-n-min", help="shortest draft (ngram-mod)", type=int)
+    )
+    spec_ngram_mod_n_max: int = field(
+        default=64, metadata=flag("--spec-ngram-mod-n-max", help="longest draft (ngram-mod)", type=int)
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSettings:
+    """The HTTP server: where it listens, who may call it, and which routes it opens."""
+
+    TITLE: ClassVar[str] = "server"
+
+    host: str = field(default="127.0.0.1", metadata=flag("--host", help="addresses to listen on, comma-separated"))
+    port: int = field(default=8080, metadata=flag("--port", help="port to listen on", type=int))
+    api_key: tuple[str, ...] = field(
+        default=(),
+        metadata=flag("--api-key", help="API key clients must send (repeatable, or comma-separated)", action="append"),
+    )
+    api_key_file: str | None = field(
+        default=None, metadata=flag("--api-key-file", help="file with one API key per line")
+    )
+    cors_origins: str = field(
+        default="*",
+        metadata=flag(
+            "--cors-origins",
+            help="origins allowed by CORS, comma-separated; 'localhost' allows only local pages (default: *)",
+        ),
+    )
+    max_body_bytes: int = field(
+        default=64 * 2**20,
+        metadata=flag(
+            "--max-body-bytes",
+            help="largest request body accepted, in bytes (default 64 MiB: a few large images); more answers 413",
+            type=int,
+        ),
+    )
+    shutdown_timeout: float = field(
+        default=10.0,
+        metadata=flag(
+            "--shutdown-timeout",
+            help="seconds running requests may take to finish on SIGTERM / Ctrl-C; the rest then end with a 503",
+            type=float,
+        ),
+    )
+    sleep_idle_seconds: int = field(
+        default=-1,
+        metadata=flag(
+            "--sleep-idle-seconds",
+            help="unload the model after this many idle seconds, reload it on the next request (-1 = never)",
+            type=int,
+        ),
+    )
+    ui: bool = switch(
+        "--ui",
+        "--webui",
+        "--no-ui",
+        "--no-webui",
+        help="serve the web UI at / (default; --no-ui answers 404 there)",
+        default=True,
+        action=OnOffAction,
+    )
+    props: bool = switch(
+        "--props", help="allow changing server properties with POST /props", default=False, action="store_true"
+    )
+    slots_endpoint: bool = switch("--slots", help="expose GET /slots (default; --no-slots answers 501)", default=True)
+    slot_save_path: str | None = field(
+        default=None, metadata=flag("--slot-save-path", help="folder for POST /slots/{id}?action=save|restore")
+    )
+    metrics: bool = switch("--metrics", help="expose GET /metrics (Prometheus)", default=False, action="store_true")
+    trace_requests: str | None = field(
+        default=None,
+        metadata=flag(
+            "--trace-requests",
+            help="append each generation request's shape (route key, hashes and lengths of its message prefixes, "
+            "max_tokens; never its text) to this JSONL file, for bench/replay_trace.py",
+        ),
+    )
+    threads_http: int = field(
+        default=-1,
+        metadata=flag(
+            "--threads-http", help="accepted for llama-server's scripts (requests are served by asyncio)", type=int
+        ),
+    )
+    timeout: int = field(
+        default=3600,
+        metadata=flag(
+            "-to",
+            "--timeout",
+            help="accepted for llama-server's scripts, where it is the socket read/write timeout; uvicorn has none "
+            "(a connection idle between requests closes after 5 s, as in llama-server)",
+            type=int,
+        ),
+    )
+    verbose: bool = switch(
+        "-v", "--verbose", help="log per-step detail and llama.cpp's own log", default=False, action="store_true"
+    )
+
+    @property
+    def api_keys(self) -> tuple[str, ...]:
+        """Keys from --api-key (comma-separated allowed) and --api-key-file, blank lines dropped."""
+        keys = [k.strip() for value in self.api_key for k in value.split(",")]
+        if self.api_key_file:
+            with open(self.api_key_file, encoding="utf-8") as handle:
+                keys += [line.strip() for line in handle]
+        return tuple(k for k in keys if k)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingSettings:
+    """Defaults for what a request does not set; None leaves the choice to the GGUF, the LFM family table or
+    llama-server."""
+
+    TITLE: ClassVar[str] = "sampling defaults"
+
+    temperature: float | None = field(
+        default=None,
+        metadata=flag("--temp", "--temperature", help="default temperature", sampling=True, type=float),
+    )
+    top_k: int | None = field(
+        default=None, metadata=flag("--top-k", help="default top-k (0 = off)", sampling=True, type=int)
+    )
+    top_p: float | None = field(
+        default=None, metadata=flag("--top-p", help="default top-p (1.0 = off)", sampling=True, type=float)
+    )
+    min_p: float | None = field(
+        default=None, metadata=flag("--min-p", help="default min-p (0.0 = off)", sampling=True, type=float)
+    )
+    repeat_penalty: float | None = field(
+        default=None,
+        metadata=flag("--repeat-penalty", help="default repeat penalty (1.0 = off)", sampling=True, type=float),
+    )
+    repeat_last_n: int | None = field(
+        default=None,
+        metadata=flag("--repeat-last-n", help="default penalty window (-1 = context)", sampling=True, type=int),
+    )
+    seed: int | None = field(
+        default=None, metadata=flag("-s", "--seed", help="default seed (-1 = random)", sampling=True, type=int)
+    )
+    n_predict: int = field(
+        default=-1,
+        metadata=flag(
+            "-n", "--n-predict", "--predict", help="default max tokens to generate (-1 = until the end)", type=int
+        ),
+    )
+    reverse_prompt: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "-r",
+            "--reverse-prompt",
+            help="a stop string every request has besides its own (repeatable)",
+            action="append",
+        ),
+    )
+    backend_sampling: bool = switch(
+        "-bs",
+        "--backend-sampling",
+        help="accepted for llama-server's scripts (sampling runs on the CPU either way)",
+        default=False,
+        action="store_true",
+    )
+
+    def defaults(self) -> dict[str, float | int]:
+        """The sampling defaults set here (on the command line), by request field name."""
+        return {name: getattr(self, name) for name in sampling_fields() if getattr(self, name) is not None}
+
+
+#: The groups, as :class:`~lfmserve.settings.Settings` names them, in ``--help`` order.
+GROUPS: dict[str, type[Any]] = {
+    "source": SourceSettings,
+    "chat": ChatSettings,
+    "media": MediaSettings,
+    "embedding": EmbeddingSettings,
+    "engine": EngineSettings,
+    "speculation": SpeculationSettings,
+    "server": ServerSettings,
+    "sampling": SamplingSettings,
+}
+
+
+def sampling_fields() -> tuple[str, ...]:
+    """The fields that are sampling defaults (named as the request fields they default)."""
+    return tuple(f.name for f in dataclasses.fields(SamplingSettings) if f.metadata["sampling"])
+
+
+def _comma_set(value: str | None) -> tuple[str, ...]:
+    return tuple(sorted({part.strip() for part in (value or "").split(",") if part.strip()}))
