@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -198,7 +199,7 @@ class ChatTemplate:
             return "\n".join(part.get("text", "") for part in content if part.get("type") == "text")
         return content
 
-    def _try(
+    def _probe(
         self,
         messages: list[dict[str, Any]],
         tools: list[Any] | None = None,
@@ -206,14 +207,14 @@ class ChatTemplate:
         add_generation_prompt: bool = False,
         extra: Mapping[str, Any] | None = None,
     ) -> str:
-        try:
+        """What the template renders for a capability probe; "" when it refuses the probe's shape."""
+        with contextlib.suppress(TemplateError):
             return self.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra)
-        except TemplateError:
-            return ""
+        return ""
 
     def _reads_enable_thinking(self) -> bool:
         user = [{"role": "user", "content": "hi"}]
-        on, off = (self._try(user, add_generation_prompt=True, extra={"enable_thinking": v}) for v in (True, False))
+        on, off = (self._probe(user, add_generation_prompt=True, extra={"enable_thinking": v}) for v in (True, False))
         return on != off
 
     def _probe_think_tags(self) -> ThinkTags:
@@ -221,7 +222,7 @@ class ChatTemplate:
         ``</think>`` when it does not show a past reasoning (DeepSeek-R1's drops it), as llama-server finds."""
         reasoning, content = _MARK + "R", _MARK + "C"
         answer = {"role": "assistant", "content": content, "reasoning_content": reasoning}
-        prompt = self._try([{"role": "user", "content": "hi"}, answer])
+        prompt = self._probe([{"role": "user", "content": "hi"}, answer])
         found = re.search(rf"{re.escape(THINK_START)}(\s*){reasoning}(\s*){re.escape(THINK_END)}(\s*){content}", prompt)
         if found is None:
             return ThinkTags(THINK_START, THINK_END)
@@ -229,20 +230,22 @@ class ChatTemplate:
 
     def _probe_caps(self) -> TemplateCaps:
         user = {"role": "user", "content": "hi"}
-        typed = self._try([{"role": "user", "content": [{"type": "text", "text": _MARK}]}])
-        string = self._try([{"role": "user", "content": _MARK}])
-        system = self._try([{"role": "system", "content": _MARK}, user])
+        typed = self._probe([{"role": "user", "content": [{"type": "text", "text": _MARK}]}])
+        string = self._probe([{"role": "user", "content": _MARK}])
+        system = self._probe([{"role": "system", "content": _MARK}, user])
         tool = {
             "type": "function",
             "function": {"name": _MARK, "description": "d", "parameters": {"type": "object", "properties": {}}},
         }
-        tools = self._try([user], [tool])
+        tools = self._probe([user], [tool])
 
         def call(name: str) -> dict[str, Any]:
             return {"id": "call_1", "type": "function", "function": {"name": name, "arguments": {"a": 1}}}
 
-        calls = self._try([user, {"role": "assistant", "content": "", "tool_calls": [call(_MARK), call(_MARK + "2")]}])
-        reasoning = self._try(
+        calls = self._probe(
+            [user, {"role": "assistant", "content": "", "tool_calls": [call(_MARK), call(_MARK + "2")]}]
+        )
+        reasoning = self._probe(
             [user, {"role": "assistant", "content": "ok", "reasoning_content": _MARK, "thinking": _MARK}, user]
         )
         return TemplateCaps(
