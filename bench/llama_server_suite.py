@@ -7,7 +7,7 @@ downloads replaced by local stand-ins written with :mod:`lfmserve.testing`.
 
 The suite's stories260K is a trained model; the stand-in is a random one, so tests that assert the
 text or the token counts stories260K produces cannot pass on either server with the stand-in. Those
-are excluded by name in :data:`EXCLUDED`, each with its reason (the README lists them). Running the
+are excluded by name in :data:`EXCLUDED`, each with its reason (docs/testing.md lists them). Running the
 same selection with ``--server llama-server`` (a binary built from the same llama.cpp) shows what the
 suite asks of the stand-in, not of lfmserve.
 

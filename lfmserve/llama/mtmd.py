@@ -192,7 +192,7 @@ class Projector:
             raise
 
     def _check_model(self, model: NativeModel) -> None:
-        """Refuse pairings that would fail later, at a request, or abort the process (MMPROJ.md §5)."""
+        """Refuse pairings that would fail later, at a request, or abort the process (see docs/testing.md)."""
         if mtmd.mtmd_decode_use_mrope(self._ctx):
             raise EngineError(
                 f"{self.path} needs M-RoPE positions for its media, which lfmserve does not decode yet "

@@ -2,7 +2,7 @@
 
 llama.cpp's mtmd loads them like real projectors, so the tests exercise the real media path: image
 tiling and token counts, audio mel frames, encoding, and embeddings decoded by the text model. The keys
-and tensor shapes are the ones clip.cpp reads (see ../shared/docs/MMPROJ.md); keys read as 32-bit
+and tensor shapes are the ones clip.cpp reads (see docs/testing.md); keys read as 32-bit
 integers are written as UINT32, because clip.cpp asserts the type. The projector's output width must
 equal the text model's ``n_embd``; the text model needs LFM2-VL's image tokens
 (``TinyLfm2(vision_tokens=True)``), or mtmd aborts on tiled images.

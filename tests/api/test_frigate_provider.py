@@ -112,7 +112,7 @@ def test_embed_and_transcribe_against_one_process(running: list[Running], vl_ggu
     usage = httpx.post(server.url + "/v1/audio/transcriptions", data=form, files=files, timeout=120).json()["usage"]
     prompt = [{"role": "system", "content": "Perform ASR."}, {"role": "user", "content": " (language: en)"}]
     text_only = httpx.post(server.url + "/v1/chat/completions/input_tokens", json={"messages": prompt}).json()
-    assert usage["input_tokens"] == text_only["input_tokens"] + 38  # 3 s of audio (MMPROJ.md §4.2)
+    assert usage["input_tokens"] == text_only["input_tokens"] + 38  # 3 s of audio (docs/testing.md, projector facts)
     assert usage["output_tokens"] == 12  # -n 12
     chat = httpx.post(
         server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}

@@ -16,7 +16,7 @@ from lfmserve.settings import Settings
 from lfmserve.testing import TinyProjector, image_bytes, wav_bytes, write_mmproj_gguf
 from tests.conftest import ServerThread
 
-#: A second of 16 kHz audio is 13 tokens (../shared/docs/MMPROJ.md §4.2).
+#: A second of 16 kHz audio is 13 tokens (docs/testing.md, "Tiny projector facts the tests rely on").
 AUDIO_TOKENS = {1: 13, 3: 38}
 
 

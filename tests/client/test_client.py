@@ -2,7 +2,7 @@
 
 Expected values come from the same request made with plain httpx (the wire answer the client must read),
 never from the client itself. Run against lfmserve by default; ``pytest -m slow tests/client`` also runs
-them against llama-server built from the same llama.cpp (its differences are listed in the README).
+them against llama-server built from the same llama.cpp (its differences are listed in docs/python.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The README's rewrite of the seed's Frigate provider, run as written against a real lfmserve.
+"""docs/python.md's rewrite of Frigate's llama.cpp provider, run as written against a real lfmserve.
 
-The code block is read from README.md and executed with stand-ins for Frigate's ``GenAIClient`` base class and
+The code block is read from docs/python.md and executed with stand-ins for Frigate's ``GenAIClient`` base class and
 ``interleave_images``, so the example cannot drift from the client it shows.
 """
 
@@ -23,12 +23,12 @@ from tests.conftest import WEATHER
 TINY_WIDTH = 64
 #: llama-server's stream error when a required call's output does not parse.
 UNPARSED_CALL = "The model produced output that does not match the expected peg-native format"
-README = Path(__file__).resolve().parents[2] / "README.md"
+PYTHON_MD = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
 
 def provider_code() -> str:
-    text = README.read_text()
-    after = text.split("The seed's Frigate provider, on the client", 1)[1]
+    text = PYTHON_MD.read_text()
+    after = text.split("Frigate's llama.cpp provider, rewritten on the client", 1)[1]
     match = re.search(r"```python\n(.*?)```", after, re.S)
     assert match is not None
     return match.group(1)
@@ -54,7 +54,7 @@ def load_provider(url: str) -> Any:
     assert len(code.splitlines()) < 100
     assert code.count("dimensions=768") == 1
     code = code.replace("dimensions=768", f"dimensions={TINY_WIDTH}")  # Frigate's index width; the tiny model's is 64
-    exec(compile(code, str(README), "exec"), namespace)
+    exec(compile(code, str(PYTHON_MD), "exec"), namespace)
     return namespace["LlamaCppClient"](url)
 
 

@@ -33,7 +33,7 @@ def _tone(seconds: float) -> Media:
     return Media.audio((0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32))
 
 
-# Media tokens as llama-server counts them for LFM2-VL's projector (../shared/docs/MMPROJ.md, measured there).
+# Media tokens as llama-server counts them for LFM2-VL's projector (docs/testing.md, "Tiny projector facts").
 @pytest.mark.parametrize(
     ("size", "media_chunks"),
     [

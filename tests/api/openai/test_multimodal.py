@@ -2,9 +2,10 @@
 Frigate's llama.cpp provider uses llama-server (snapshots with a JSON schema, image-token probes, transcription
 through chat).
 
-The media token counts are llama-server's for this llama.cpp build (../shared/docs/MMPROJ.md §4): a 640x480
-image is 234 tokens plus ``<|image_start|>`` and ``<|image_end|>``; a tiled 1024x768 one is 6 tiles of 256,
-a 234-token thumbnail and 9 wrapper tokens; a second of audio at 16 kHz is 13 tokens and no wrappers.
+The media token counts are llama-server's for this llama.cpp build (docs/testing.md, "Tiny projector facts the
+tests rely on"): a 640x480 image is 234 tokens plus ``<|image_start|>`` and ``<|image_end|>``; a tiled 1024x768
+one is 6 tiles of 256, a 234-token thumbnail and 9 wrapper tokens; a second of audio at 16 kHz is 13 tokens and
+no wrappers.
 """
 
 from __future__ import annotations
