@@ -6,7 +6,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -306,3 +306,18 @@ def tools_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -
 def client(tools_server: ServerThread) -> openai.OpenAI:
     """The official OpenAI client of ``tools_server``."""
     return openai.OpenAI(base_url=tools_server.url + "/v1", api_key="not-needed")
+
+
+def route_paths(routes: Iterable[object], prefix: str = "") -> Iterator[str]:
+    """The paths of ``routes``, looking inside mounts and included routers (FastAPI wraps an included router in a
+    route of its own that has no ``path``)."""
+    for route in routes:
+        path = getattr(route, "path", None)
+        router = getattr(route, "original_router", None)
+        if router is not None:
+            context = getattr(route, "include_context", None)
+            yield from route_paths(getattr(router, "routes", []), prefix + str(getattr(context, "prefix", "") or ""))
+        elif isinstance(path, str) and hasattr(route, "routes"):
+            yield from route_paths(getattr(route, "routes", []), prefix + path)
+        elif isinstance(path, str):
+            yield prefix + path

@@ -4,7 +4,7 @@ and every relative link in README.md and docs/ points at a file that exists."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 import lfmserve
 from lfmserve.api.app import create_app
 from lfmserve.settings import Settings
+from tests.conftest import route_paths
 
 PACKAGE = Path(lfmserve.__file__).resolve().parent
 ROOT = PACKAGE.parent
@@ -24,21 +25,6 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 def _subpackages() -> list[str]:
     """Every directory under lfmserve/ that holds an ``__init__.py``, as a path relative to the package."""
     return sorted(path.parent.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*/__init__.py"))
-
-
-def _route_paths(routes: Iterable[object], prefix: str = "") -> Iterator[str]:
-    """The paths of ``routes``, looking inside mounts and included routers (FastAPI wraps an included router in a
-    route of its own that has no ``path``)."""
-    for route in routes:
-        path = getattr(route, "path", None)
-        router = getattr(route, "original_router", None)
-        if router is not None:
-            context = getattr(route, "include_context", None)
-            yield from _route_paths(getattr(router, "routes", []), prefix + str(getattr(context, "prefix", "") or ""))
-        elif isinstance(path, str) and hasattr(route, "routes"):
-            yield from _route_paths(getattr(route, "routes", []), prefix + path)
-        elif isinstance(path, str):
-            yield prefix + path
 
 
 def _relative_links(document: Path) -> Iterator[str]:
@@ -60,13 +46,13 @@ def test_every_subpackage_is_in_the_package_map() -> None:
 
 def test_the_scan_finds_the_subpackages_and_routes_it_should() -> None:
     assert {"api", "api/openai", "engine/speculation", "llama"} <= set(_subpackages())
-    paths = set(_route_paths(create_app(Settings(), lambda: pytest.fail("not loaded")).routes))
+    paths = set(route_paths(create_app(Settings(), lambda: pytest.fail("not loaded")).routes))
     assert {"/v1/chat/completions", "/completion", "/v1/messages", "/metrics"} <= paths
 
 
 def test_every_route_is_in_the_http_reference() -> None:
     http_api = (DOCS / "http-api.md").read_text(encoding="utf-8")
-    paths = sorted(set(_route_paths(create_app(Settings(), lambda: pytest.fail("not loaded")).routes)))
+    paths = sorted(set(route_paths(create_app(Settings(), lambda: pytest.fail("not loaded")).routes)))
     missing = [path for path in paths if not re.search(rf"(?<![\w/]){re.escape(path)}(?![\w/{{}}-])", http_api)]
     assert missing == [], "docs/http-api.md lacks these routes"
 

@@ -15,7 +15,7 @@ import pytest
 from lfmserve.api.app import create_app
 from lfmserve.api.webui import CONTENT_SECURITY_POLICY, STATIC_DIR, load_assets
 from lfmserve.settings import Settings
-from tests.conftest import ServerThread
+from tests.conftest import ServerThread, route_paths
 
 #: The paths llama.cpp's test_security.py asks for without a key.
 LLAMA_SERVER_UI_PATHS = ("/", "/sw.js", "/manifest.webmanifest", "/_app/version.json")
@@ -66,9 +66,8 @@ def test_no_ui_answers_404_at_the_page(server_factory: Callable[..., ServerThrea
 
 def test_no_file_shadows_an_api_route_and_all_of_them_gzip_under_300_kb() -> None:
     assets = load_assets()
-    routes = {
-        getattr(route, "path", None) for route in create_app(Settings(), lambda: pytest.fail("not loaded")).routes
-    }
+    routes = set(route_paths(create_app(Settings(), lambda: pytest.fail("not loaded")).routes))
+    assert {"/v1/chat/completions", "/health", "/slots"} <= routes
     assert set(assets) & routes == set()
     assert {"/", "/index.html", "/sw.js", "/manifest.webmanifest", "/_app/version.json"} <= set(assets)
     assert sum(len(asset.gzipped) for asset in assets.values()) < 300_000
