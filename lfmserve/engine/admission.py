@@ -31,6 +31,12 @@ SHARED_PREFIX_WAIT = 64
 
 
 class Admission:
+    """Turns a waiting request into a running generation, once a slot and a reuse plan are found for it.
+
+    It is split from the engine's loop so that the loop only decides when to start requests, and this
+    class decides where each one starts and from which cached prefix.
+    """
+
     def __init__(
         self,
         model: NativeModel,

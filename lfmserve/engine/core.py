@@ -4,7 +4,9 @@ One thread owns the llama context. Requests arrive through a queue; each step th
 requests a slot, each starting from the longest cached prefix it can reuse (:mod:`~lfmserve.engine.admission`,
 :mod:`~lfmserve.engine.memory`), then decodes one batch over every running generation
 (:mod:`~lfmserve.engine.step`), whose new text goes to the request's sink (:mod:`~lfmserve.engine.generation`).
-Callers never wait on the engine and the engine never waits on them.
+Callers never wait on the engine and the engine never waits on them; the ``/slots`` commands, which do wait,
+go through :mod:`~lfmserve.engine.slot_control`. Requests are checked before they are queued
+(:mod:`~lfmserve.engine.validation`), and commands reach the thread through its :mod:`~lfmserve.engine.inbox`.
 
 Example::
 
@@ -19,15 +21,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
-import numpy as np
-
-from ..errors import ContextLengthExceeded, EngineError, InvalidRequest, NotSupported, RequestCancelled, Unavailable
+from ..errors import EngineError, NotSupported, RequestCancelled, Unavailable
 from ..llama.context import NativeContext
 from ..llama.embedding import EmbeddingContext
 from ..llama.model import NativeModel
@@ -35,19 +32,21 @@ from ..llama.mtmd import Projector
 from .admission import Admission
 from .embeddings import EmbeddingQueue, EmbeddingRequest, ResultSink, check_embedding_request
 from .generation import Generation, Submission
-from .media import MediaEncoder, spans_match_prompt
+from .inbox import Inbox
+from .media import MediaEncoder
 from .memory import SlotMemory
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineRequest, EngineStats, SlotTask
 from .scheduler import Slot
+from .slot_control import SlotControl
 from .speculation.costs import measure_batch_costs
 from .speculation.draft_model import DraftModel
 from .speculation.speculator import Speculator
 from .step import BatchStep
 from .stream import OutputSink
+from .validation import RequestBounds
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class Engine:
@@ -73,17 +72,16 @@ class Engine:
             logger.warning("--context-shift is not supported with a multimodal projector: it is off")
             self._memory.shifts_context = False  # a media chunk's positions cannot be cut in half
         self.n_ctx_slot = self._memory.n_ctx_slot
+        self._inbox = Inbox()
         #: Media chunks' embeddings (None without a projector: such requests are refused).
         self.media = (
-            MediaEncoder(projector, max_bytes=config.media_cache_bytes, stats=self.stats, wake=self._wake)
+            MediaEncoder(projector, max_bytes=config.media_cache_bytes, stats=self.stats, wake=self._inbox.wake)
             if projector
             else None
         )
         #: ``--embeddings``: inputs embedded on a second context, between generation steps.
         self.embeddings = (
-            EmbeddingQueue(
-                self._embedding_context(model, config), self.media, lambda: bool(self._running), stats=self.stats
-            )
+            EmbeddingQueue(_embedding_context(model, config), self.media, lambda: bool(self._running), stats=self.stats)
             if config.embeddings
             else None
         )
@@ -93,17 +91,15 @@ class Engine:
             self.stats,
             n_ubatch=config.n_ubatch,
             encoder=self.media,
-            speculator=self._speculator(model, config) if config.speculation.enabled else None,
+            speculator=_speculator(model, self._ctx, config, self.n_ctx_slot) if config.speculation.enabled else None,
         )
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
+        self._bounds = RequestBounds(
+            n_ctx_slot=self.n_ctx_slot, n_vocab=model.n_vocab, n_slots=config.n_slots, media=self.media is not None
+        )
+        self._slot_control = SlotControl(self._ctx, self._memory, self._inbox)
         self._waiting: list[Submission] = []
         self._running: dict[int, Generation] = {}
-        #: The generation each slot runs, or ran last (``/slots`` shows its settings, as llama-server does).
-        self._slot_generations: dict[int, Generation] = {}
-        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        #: Taken to queue a command: once ``close`` has queued the stop, nothing more is queued after it.
-        self._lock = threading.Lock()
-        self._accepting = True
         self._ids = itertools.count(1)
         self._closing = False  # the engine thread's own flag, set when it reaches the stop
         self._thread = threading.Thread(target=self._run, name="lfmserve-engine", daemon=True)
@@ -112,16 +108,16 @@ class Engine:
     # -- the three verbs (any thread) ----------------------------------------------------------
     def submit(self, request: EngineRequest, sink: OutputSink) -> int:
         """Queue a request; its outputs arrive on ``sink``. Invalid requests raise here, at once."""
-        self._validate(request)
+        self._bounds.check(request)
+        if len(self._waiting) >= self.config.max_queue:
+            raise Unavailable(f"the server is busy: {len(self._waiting)} requests are waiting for a slot")
         submission = Submission(next(self._ids), request, sink)
-        self._send(lambda: self._accept(submission))
+        self._inbox.send(lambda: self._accept(submission))
         return submission.id
 
     def cancel(self, request_id: int) -> None:
         """Stop a request at the next step and free its slot; no-op when it already finished."""
-        with self._lock:
-            if self._accepting:
-                self._inbox.put(lambda: self._cancel(request_id))
+        self._inbox.post(lambda: self._cancel(request_id))
 
     def submit_embeddings(self, request: EmbeddingRequest, sink: ResultSink) -> None:
         """Queue inputs to embed; the result (or the error) arrives on ``sink``. Invalid ones raise here."""
@@ -131,65 +127,24 @@ class Engine:
             request, n_ubatch=self.embeddings.context.n_ubatch, n_vocab=self.model.n_vocab, media=self.media is not None
         )
         queue = self.embeddings
-        self._send(lambda: queue.add(request, sink))
+        self._inbox.send(lambda: queue.add(request, sink))
 
     def cancel_embeddings(self, sink: ResultSink) -> None:
         """Stop embedding the request answered on ``sink`` at the next group (its client has gone)."""
-        with self._lock:
-            if self._accepting and self.embeddings is not None:
-                queue = self.embeddings
-                self._inbox.put(lambda: queue.cancel(sink))
+        if self.embeddings is not None:
+            queue = self.embeddings
+            self._inbox.post(lambda: queue.cancel(sink))
 
     def close(self) -> None:
         """Finish the thread (requests still running or waiting get :class:`Unavailable`), then free the context."""
-        with self._lock:
-            if not self._accepting:
-                return
-            self._accepting = False
-            self._inbox.put(self._stop)
+        if not self._inbox.close(self._stop):
+            return
         self._thread.join()
         self._ctx.close()
         if self._step.speculator is not None:
             self._step.speculator.close()
         if self.embeddings is not None:
             self.embeddings.context.close()
-
-    def _speculator(self, model: NativeModel, config: EngineConfig) -> Speculator:
-        """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ours."""
-        spec = config.speculation
-        draft_model = None
-        if spec.draft_model is not None and "draft-simple" in spec.types:
-            logger.info("draft model %s (draft-simple, up to %d tokens a step)", spec.draft_model, spec.n_max)
-            draft_model = DraftModel(
-                model,
-                NativeModel(spec.draft_model, repack=model.repack),
-                n_ctx=self.n_ctx,
-                n_batch=config.n_batch,
-                n_slots=config.n_slots,
-                n_threads=config.n_threads,
-                n_max=spec.n_max,
-                p_min=spec.p_min,
-            )
-        # Measured on slot 0's sequence while it is still empty: nothing is served before the engine exists.
-        costs = measure_batch_costs(self._ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
-        return Speculator(spec, n_ctx_slot=self.n_ctx_slot, draft_model=draft_model, costs=costs)
-
-    @staticmethod
-    def _embedding_context(model: NativeModel, config: EngineConfig) -> EmbeddingContext:
-        return EmbeddingContext(
-            model,
-            pooling=config.pooling,
-            n_ubatch=config.n_ubatch,
-            n_seq_max=config.embedding_sequences,
-            n_threads=config.n_threads_batch or config.n_threads,
-        )
-
-    def _send(self, command: Callable[[], None]) -> None:
-        """Queue a command for the engine thread; every command queued runs before the thread stops."""
-        with self._lock:
-            if not self._accepting:
-                raise Unavailable("the server is shutting down")
-            self._inbox.put(command)
 
     # -- introspection (/slots, /metrics, the in-process API) ------------------------------------
     @property
@@ -218,91 +173,30 @@ class Engine:
     def ram_cache(self) -> RamPromptCache:
         return self._memory.ram
 
+    # -- one slot (SlotControl does the work; the commands wait until the engine has run them) ------
     def slot_request(self, slot_id: int) -> EngineRequest | None:
         """The request a slot is running, if any."""
-        gen = self._slot_generations.get(slot_id)
-        return gen.request if gen is not None and not gen.done else None
+        return self._slot_control.request(slot_id)
 
     def slot_task(self, slot_id: int) -> SlotTask | None:
         """What ``/slots`` shows of the request slot ``slot_id`` runs, or ran last; None before its first."""
-        gen = self._slot_generations.get(slot_id)
-        if gen is None:
-            return None
-        if gen.done:
-            return SlotTask(gen.id, gen.request)
-        n_processed = len(gen.slot.tokens) - gen.n_cached if gen.prefilling else gen.timings.prompt_n
-        return SlotTask(gen.id, gen.request, True, n_processed, gen.n_cached, gen.n_decoded, gen.has_new_line)
+        return self._slot_control.task(slot_id)
 
     def slot_tokens(self, slot_id: int) -> list[int]:
         """A copy of the tokens slot ``slot_id`` holds in memory (its prompt cache)."""
-        return list(self._memory.slots[slot_id].tokens)
+        return self._slot_control.tokens(slot_id)
 
-    # -- slot commands (any thread; they wait until the engine has run them between steps) -------
     def clear_slot(self, slot_id: int) -> int:
         """Forget an idle slot's cache; returns how many tokens it held."""
-        return self._call(lambda: self._memory.erase(slot_id))
+        return self._slot_control.erase(slot_id)
 
     def save_slot(self, slot_id: int, path: str) -> tuple[int, int]:
         """Write an idle slot's sequence to ``path``: (tokens saved, bytes written)."""
-        return self._call(lambda: self._memory.save_file(slot_id, path))
+        return self._slot_control.save(slot_id, path)
 
     def restore_slot(self, slot_id: int, path: str) -> tuple[int, int]:
         """Load a saved sequence into an idle slot: (tokens restored, bytes read)."""
-        return self._call(lambda: self._memory.restore_file(slot_id, path))
-
-    def _call(self, command: Callable[[], T]) -> T:
-        """Run ``command`` on the engine thread between steps and return its result here."""
-        done = threading.Event()
-        box: list[T | BaseException] = []
-
-        def run() -> None:
-            try:
-                box.append(command())
-            except BaseException as exc:  # delivered to the caller
-                box.append(exc)
-            done.set()
-
-        self._send(run)
-        done.wait()
-        result = box[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
-    # -- validation (caller's thread) ----------------------------------------------------------
-    def _validate(self, request: EngineRequest) -> None:
-        n = len(request.prompt_tokens)
-        if n == 0:
-            raise InvalidRequest("The prompt is empty", param="prompt")
-        if n >= self.n_ctx_slot:
-            raise ContextLengthExceeded(n, self.n_ctx_slot)
-        if request.media:
-            if self.media is None:
-                raise InvalidRequest("this model has no multimodal projector", param="prompt")
-            if not spans_match_prompt(request.prompt_tokens, request.media):
-                raise InvalidRequest("the media spans do not match the prompt's media positions", param="prompt")
-        bad = self._first_invalid_token(request)
-        if bad is not None:
-            raise InvalidRequest(
-                f"Invalid token id {bad} in the prompt (vocabulary has {self.model.n_vocab})", param="prompt"
-            )
-        if request.id_slot >= self.n_slots:
-            raise InvalidRequest(
-                f"id_slot {request.id_slot} does not exist (there are {self.n_slots} slots)", param="id_slot"
-            )
-        if len(self._waiting) >= self.config.max_queue:
-            raise Unavailable(f"the server is busy: {len(self._waiting)} requests are waiting for a slot")
-
-    def _first_invalid_token(self, request: EngineRequest) -> int | None:
-        """The first prompt id outside the vocabulary, media positions aside (whose ids are the engine's)."""
-        try:
-            tokens = np.asarray(request.prompt_tokens, dtype=np.int64)
-        except OverflowError:  # beyond 64 bits
-            return next(t for t in request.prompt_tokens if not -(2**63) <= t < 2**63)
-        valid = (tokens >= 0) & (tokens < self.model.n_vocab)
-        for span in request.media:
-            valid[span.start : span.end] = True
-        return None if valid.all() else int(tokens[np.flatnonzero(~valid)[0]])
+        return self._slot_control.restore(slot_id, path)
 
     # -- engine thread -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -311,7 +205,7 @@ class Engine:
         while not self._closing:
             idle = not self._waiting and not self._running
             can_embed = self.embeddings is not None and self.embeddings.pending and not embedding_waits
-            self._drain_inbox(block=(stalled or idle) and not can_embed)
+            self._inbox.run(block=(stalled or idle) and not can_embed)
             if self._closing:
                 break
             stalled = embedding_waits = False
@@ -339,23 +233,10 @@ class Engine:
         if self.media is not None:
             self.media.close()
 
-    def _wake(self) -> None:
-        """Wake the engine thread from a stall (called by the encoder's worker)."""
-        self._inbox.put(_nothing)
-
     def _live(self) -> list[Generation]:
         """The generations still running, oldest request first (one may finish as it starts, or be cancelled
         between steps); the oldest gets the prefill budget of a step first."""
         return sorted((gen for gen in self._running.values() if not gen.done), key=lambda gen: gen.id)
-
-    def _drain_inbox(self, *, block: bool) -> None:
-        try:
-            command = self._inbox.get(block=block)
-            while True:
-                command()
-                command = self._inbox.get_nowait()
-        except queue.Empty:
-            pass
 
     def _stop(self) -> None:
         self._closing = True
@@ -389,7 +270,7 @@ class Engine:
                     continue
                 slot, plan = placed
                 self._admission.start(submission, slot, plan, self._running)
-                self._slot_generations[slot.id] = self._running[submission.id]
+                self._slot_control.started(self._running[submission.id])
             except Exception as exc:
                 logger.exception("request %d could not start", submission.id)
                 self._fail_start(submission, slot, exc if isinstance(exc, EngineError) else EngineError(str(exc)))
@@ -415,5 +296,36 @@ class Engine:
         submission.sink.put(error)
 
 
-def _nothing() -> None:
-    """The command that only wakes the engine thread."""
+def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int) -> Speculator:
+    """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ``ctx``.
+
+    It is built before the engine thread starts, because it measures the batch costs on slot 0's sequence
+    while that is still empty.
+    """
+    spec = config.speculation
+    draft_model = None
+    if spec.draft_model is not None and "draft-simple" in spec.types:
+        logger.info("draft model %s (draft-simple, up to %d tokens a step)", spec.draft_model, spec.n_max)
+        draft_model = DraftModel(
+            model,
+            NativeModel(spec.draft_model, repack=model.repack),
+            n_ctx=ctx.n_ctx,
+            n_batch=config.n_batch,
+            n_slots=config.n_slots,
+            n_threads=config.n_threads,
+            n_max=spec.n_max,
+            p_min=spec.p_min,
+        )
+    costs = measure_batch_costs(ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
+    return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs)
+
+
+def _embedding_context(model: NativeModel, config: EngineConfig) -> EmbeddingContext:
+    """The second context ``--embeddings`` decodes on, so that embedding never touches the slots' memory."""
+    return EmbeddingContext(
+        model,
+        pooling=config.pooling,
+        n_ubatch=config.n_ubatch,
+        n_seq_max=config.embedding_sequences,
+        n_threads=config.n_threads_batch or config.n_threads,
+    )

@@ -1,5 +1,5 @@
-"""What each slot's memory holds, and every way it changes: reuse plans, checkpoints, RAM parking, KV and
-context shifting, files.
+"""What each slot's memory holds, and every way a request changes it: reuse plans, checkpoints, RAM parking,
+KV and context shifting (the ``/slots`` commands and slot files are :mod:`~lfmserve.engine.slot_control`'s).
 
 The slots are sequences of one shared llama context. A request starts from the longest prefix it can
 reuse exactly (``scheduler.plan_reuse``): its own slot's memory, another slot's (the KV cells are
@@ -11,18 +11,15 @@ to RAM. Engine-thread only (``/slots`` reads the slots' fields as they stand).
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from ..errors import EngineError, InvalidRequest, Unavailable
+from ..errors import EngineError
 from ..llama.context import NativeContext
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineStats
 from .scheduler import CachedSequence, Checkpoint, ReusePlan, Slot, common_prefix_length, plan_reuse, shifted_chunks
-from .slot_file import PACKED_OVERHEAD, pack_tokens, unpack_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +28,12 @@ MIN_RAM_TOKENS = 32
 
 
 class SlotMemory:
+    """The slots of the shared llama context, brought to each request's reuse plan.
+
+    Reuse plans, checkpoints, RAM parking and shifts all go through this one object, so that a slot's
+    tokens and checkpoints always describe what its sequence in the context holds.
+    """
+
     def __init__(self, ctx: NativeContext, config: EngineConfig, stats: EngineStats, *, exact_truncation: bool) -> None:
         self._ctx = ctx
         self._config = config
@@ -203,73 +206,3 @@ class SlotMemory:
         self._ctx.seq_clear(slot.id)
         slot.tokens.clear()
         slot.checkpoints = []
-
-    def idle_slot(self, slot_id: int) -> Slot:
-        """The slot numbered ``slot_id``, which must exist and not be running a request."""
-        if not 0 <= slot_id < len(self.slots):
-            raise InvalidRequest(f"slot {slot_id} does not exist (there are {len(self.slots)})", param="id_slot")
-        slot = self.slots[slot_id]
-        if slot.busy:
-            raise Unavailable(f"slot {slot_id} is processing a request")
-        return slot
-
-    def erase(self, slot_id: int) -> int:
-        """Forget an idle slot's cache; returns how many tokens it held."""
-        slot = self.idle_slot(slot_id)
-        n = len(slot.tokens)
-        self.reset(slot)
-        return n
-
-    def save_file(self, slot_id: int, path: str) -> tuple[int, int]:
-        """Write an idle slot's sequence to ``path``: (tokens saved, bytes written).
-
-        llama.cpp writes to a new file beside it, which then replaces ``path``: a symbolic link planted at
-        ``path`` is replaced, never followed, so nothing is written outside the folder.
-        """
-        slot = self.idle_slot(slot_id)
-        name = os.path.basename(path)
-        fd, partial = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{name}.", suffix=".part")
-        os.close(fd)
-        try:
-            written = self._ctx.save_seq_file(slot.id, partial, pack_tokens(slot.tokens))
-            os.replace(partial, path)
-        except IsADirectoryError:
-            raise InvalidRequest(f"cannot save slot {slot_id} to {name}: it is a directory", param="filename") from None
-        finally:
-            if os.path.exists(partial):
-                os.unlink(partial)
-        return len(slot.tokens), written
-
-    def restore_file(self, slot_id: int, path: str) -> tuple[int, int]:
-        """Load a saved sequence into an idle slot: (tokens restored, bytes read).
-
-        A file that does not restore leaves the slot empty (and usable), as llama-server does.
-        """
-        slot = self.idle_slot(slot_id)
-        name = os.path.basename(path)
-        if os.path.islink(path) or not os.path.isfile(path):
-            raise InvalidRequest(f"{name} is not a regular file in the slot folder", param="filename")
-        self.reset(slot)
-        try:
-            tokens, n_read = self._load_file(slot, path)
-        except InvalidRequest:
-            self.reset(slot)
-            raise
-        slot.tokens = tokens
-        return len(tokens), n_read
-
-    def _load_file(self, slot: Slot, path: str) -> tuple[list[int], int]:
-        """The slot file's state, loaded into the slot's sequence, and its tokens, checked as llama-server does."""
-        try:
-            words, n_read = self._ctx.load_seq_file(slot.id, path, slot.n_ctx + PACKED_OVERHEAD)
-        except EngineError:
-            raise InvalidRequest(
-                f"{os.path.basename(path)} is not a saved slot of this model, or it is larger than slot {slot.id}",
-                param="filename",
-            ) from None
-        tokens = unpack_tokens(words)
-        if len(tokens) > slot.n_ctx:
-            raise InvalidRequest("Unable to restore slot: Restored prompt does not fit in the slot context")
-        if any(t >= self._ctx.model.n_vocab for t in tokens):  # negative ids are media positions (``slot_file``)
-            raise InvalidRequest("Unable to restore slot: Invalid tokens in slot save file", param="filename")
-        return tokens, n_read

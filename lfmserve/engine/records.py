@@ -273,6 +273,12 @@ class KvCacheOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
+    """How the engine is built: the context and its slots, the caches, and the optional second context and drafts.
+
+    The loader builds it from the server's settings (tests build it directly). It is frozen because the
+    engine and its parts only read it: one config describes an engine for its whole life.
+    """
+
     n_ctx: int = 0
     n_slots: int = 1
     n_batch: int = 2048

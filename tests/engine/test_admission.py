@@ -30,7 +30,7 @@ def test_a_shared_system_prompt_being_computed_is_waited_for_then_copied(model: 
         streams = [SyncStream(), SyncStream()]
         greedy = SamplingParams(temperature=0)
         hold = threading.Event()
-        engine._inbox.put(hold.wait)  # both requests reach the engine at once, however the threads are scheduled
+        engine._inbox.send(hold.wait)  # both requests reach the engine at once, however the threads are scheduled
         for prompt, stream in zip((first, second), streams, strict=True):
             engine.submit(EngineRequest(prompt_tokens=prompt, sampling=greedy, max_tokens=2), stream)
         hold.set()
