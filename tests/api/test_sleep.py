@@ -44,7 +44,7 @@ def start(servers: list[ServerThread], tiny_gguf: Path) -> Callable[..., ServerT
 
 
 def state_of(server: ServerThread) -> AppState:
-    state: AppState = server.server.config.app.state.app_state  # type: ignore[attr-defined]
+    state: AppState = server.server.config.app.state.app_state  # type: ignore[union-attr]
     return state
 
 
@@ -211,7 +211,13 @@ def test_a_failed_reload_answers_503_and_the_next_request_tries_again(
     assert not is_sleeping(server)
 
 
-def test_without_the_flag_the_model_stays_loaded(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, threads=1))
-    time.sleep(1.2)
-    assert not is_sleeping(server) and state_of(server).serving is not None
+def test_without_the_flag_the_model_stays_loaded(start: Callable[..., ServerThread]) -> None:
+    """Two servers alike but for the flag, the one without it started first: it has been idle at least as long
+    as the other when that one has gone to sleep, and it has not."""
+    plain = start(sleep_idle_seconds=-1)
+    sleeper = start()
+    assert post(plain, "/completion", PROMPT).status_code == 200
+    assert post(sleeper, "/completion", PROMPT).status_code == 200  # the sleeper's idle time starts after the other's
+    wait_asleep(sleeper)
+    assert state_of(sleeper).serving is None
+    assert not is_sleeping(plain) and state_of(plain).serving is not None and not state_of(plain).sleeping

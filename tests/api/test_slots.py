@@ -227,20 +227,39 @@ def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThrea
         assert response.status_code == 501 and response.json()["error"]["type"] == "not_supported_error"
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` once ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
 def test_a_full_queue_answers_503(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    small = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=4096, parallel=1, max_queue=1))
-    long_body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 800, "ignore_eos": True}
+    small = server_factory(
+        Settings.of(model=str(tiny_gguf), ctx_size=16384, parallel=1, max_queue=1, metrics=True, threads=1)
+    )
+    # The first streams until the test closes it: it holds the only slot for as long as the test needs.
+    endless = {
+        "messages": [{"role": "user", "content": "long"}],
+        "max_tokens": 100000,
+        "ignore_eos": True,
+        "stream": True,
+    }
     statuses: list[int] = []
 
     def call(body: dict[str, object]) -> None:
         statuses.append(httpx.post(small.url + "/v1/chat/completions", json=body, timeout=120).status_code)
 
-    threads = [threading.Thread(target=call, args=(body,)) for body in (long_body, CHAT)]
-    for t in threads:
-        t.start()
-        time.sleep(0.2)  # the first runs, the second waits in the queue
-    refused = httpx.post(small.url + "/v1/chat/completions", json=CHAT, timeout=60)
-    for t in threads:
-        t.join(timeout=120)
-    assert refused.status_code == 503 and refused.json()["error"]["type"] == "unavailable_error"
-    assert statuses == [200, 200]
+    with httpx.stream("POST", small.url + "/v1/chat/completions", json=endless, timeout=120) as first:
+        assert first.status_code == 200
+        wait_until(lambda: httpx.get(small.url + "/slots").json()[0]["is_processing"], "the first request runs")
+        second = threading.Thread(target=call, args=(CHAT,))
+        second.start()
+        wait_until(lambda: metric(small, "llamacpp:requests_deferred") == 1, "the second request waits in the queue")
+        refused = httpx.post(small.url + "/v1/chat/completions", json=CHAT, timeout=60)
+        assert refused.status_code == 503 and refused.json()["error"]["type"] == "unavailable_error"
+        assert httpx.get(small.url + "/slots").json()[0]["is_processing"] and statuses == []
+    second.join(timeout=120)  # the first one's client has left: its slot goes to the queued one
+    assert statuses == [200]
+    assert metric(small, "llamacpp:requests_deferred") == 0

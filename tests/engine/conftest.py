@@ -27,6 +27,14 @@ def model(tiny_gguf: Path) -> Iterator[NativeModel]:
 
 
 @pytest.fixture(scope="module")
+def llama_model(tiny_llama_gguf: Path) -> Iterator[NativeModel]:
+    """The tiny attention-only model: its prompts prefill without checkpoints, and its cells can be removed."""
+    m = NativeModel(tiny_llama_gguf)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
 def engine(model: NativeModel) -> Iterator[Engine]:
     e = Engine(model, EngineConfig(n_ctx=1024, n_slots=4, n_batch=256, n_ubatch=256, n_threads=2))
     yield e
@@ -41,6 +49,12 @@ def prompt(model: NativeModel, text: str) -> tuple[int, ...]:
             parse_special=True,
         )
     )
+
+
+def random_tokens(model: NativeModel, n: int, seed: int) -> tuple[int, ...]:
+    """``n`` random ids of ``model``'s vocabulary from 10 up, the same ones for the same ``seed``."""
+    rng = np.random.default_rng(seed)
+    return tuple(int(t) for t in rng.integers(10, model.n_vocab, n))
 
 
 def run(engine: Engine, request: EngineRequest) -> list[EngineOutput]:

@@ -4,7 +4,6 @@ hybrid models), the same vectors however they are packed, and generation unchang
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from lfmserve.llama.embedding import EmbeddingContext
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.mtmd import Media, Projector
 from lfmserve.testing import tinted_pixels
-from tests.engine.conftest import GREEDY, hold_encodes_beside, prompt, run, tokens_of
+from tests.engine.conftest import GREEDY, hold_encodes_beside, prompt, random_tokens, run, tokens_of
 
 
 class _Waiting:
@@ -45,18 +44,6 @@ class _Waiting:
         assert self.done.wait(60)
         assert isinstance(self.item, EmbeddingResult), self.item
         return self.item
-
-
-@pytest.fixture(scope="module")
-def llama_model(tiny_llama_gguf: Path) -> Iterator[NativeModel]:
-    m = NativeModel(tiny_llama_gguf)
-    yield m
-    m.close()
-
-
-def _tokens(model: NativeModel, n: int, seed: int) -> tuple[int, ...]:
-    rng = np.random.default_rng(seed)
-    return tuple(int(t) for t in rng.integers(10, model.n_vocab, n))
 
 
 # -- arithmetic ------------------------------------------------------------------------------------
@@ -141,7 +128,7 @@ def test_requests_are_checked_with_llama_servers_messages() -> None:
 def test_an_attention_model_packs_many_inputs_into_one_decode_with_the_same_vectors(llama_model: NativeModel) -> None:
     context = EmbeddingContext(llama_model, pooling="mean", n_ubatch=256, n_seq_max=64, n_threads=1)
     try:
-        inputs = tuple(_tokens(llama_model, 3 + i % 9, seed=i) for i in range(40))  # 276 tokens in all
+        inputs = tuple(random_tokens(llama_model, 3 + i % 9, seed=i) for i in range(40))  # 276 tokens in all
         queue = EmbeddingQueue(context)
         sink = _Waiting()
         queue.add(EmbeddingRequest(inputs), sink)
@@ -167,7 +154,7 @@ def test_a_hybrid_model_embeds_one_input_per_decode(model: NativeModel) -> None:
         assert context.n_seq_max == 1 and context.pooling == "mean"
         queue = EmbeddingQueue(context)
         sink = _Waiting()
-        inputs = tuple(_tokens(model, n, seed=n) for n in (5, 9, 2, 17))
+        inputs = tuple(random_tokens(model, n, seed=n) for n in (5, 9, 2, 17))
         queue.add(EmbeddingRequest(inputs, normalize=-1), sink)
         while queue.pending:
             queue.run_one()
@@ -181,11 +168,13 @@ def test_a_hybrid_model_embeds_one_input_per_decode(model: NativeModel) -> None:
 def test_pooling_none_gives_a_row_per_token(llama_model: NativeModel) -> None:
     context = EmbeddingContext(llama_model, pooling="none", n_ubatch=64, n_seq_max=8, n_threads=1)
     try:
-        rows = context.embed([_tokens(llama_model, 5, 1), _tokens(llama_model, 3, 2)])
+        rows = context.embed([random_tokens(llama_model, 5, 1), random_tokens(llama_model, 3, 2)])
         assert [r.shape for r in rows] == [(5, 64), (3, 64)]
         mean = EmbeddingContext(llama_model, pooling="mean", n_ubatch=64, n_seq_max=8, n_threads=1)
         try:  # mean pooling is the mean of these rows
-            np.testing.assert_allclose(mean.embed([_tokens(llama_model, 5, 1)])[0], rows[0].mean(axis=0), atol=1e-5)
+            np.testing.assert_allclose(
+                mean.embed([random_tokens(llama_model, 5, 1)])[0], rows[0].mean(axis=0), atol=1e-5
+            )
         finally:
             mean.close()
     finally:
@@ -205,7 +194,7 @@ def test_the_engine_embeds_between_generation_steps_without_changing_the_generat
         request = EngineRequest(prompt_tokens=prompt(llama_model, "Tell a story"), sampling=GREEDY, max_tokens=24)
         alone = tokens_of(run(plain, request))
         sink = _Waiting()
-        inputs = tuple(_tokens(llama_model, 30, seed=i) for i in range(12))  # 6 decodes of 2 inputs
+        inputs = tuple(random_tokens(llama_model, 30, seed=i) for i in range(12))  # 6 decodes of 2 inputs
         stream_result: list[list[int]] = []
         runner = threading.Thread(target=lambda: stream_result.append(tokens_of(run(engine, request))))
         runner.start()
@@ -217,7 +206,7 @@ def test_the_engine_embeds_between_generation_steps_without_changing_the_generat
         context = engine.embeddings.context
         assert float(vectors[3] @ normalized(context.embed([inputs[3]])[0], 2)) > 0.9999
         with pytest.raises(InvalidRequest, match="too large to process"):
-            engine.submit_embeddings(EmbeddingRequest((_tokens(llama_model, 65, 0),)), _Waiting())
+            engine.submit_embeddings(EmbeddingRequest((random_tokens(llama_model, 65, 0),)), _Waiting())
         with pytest.raises(NotSupported, match="Start it with `--embeddings`"):
             plain.submit_embeddings(EmbeddingRequest(inputs), _Waiting())
     finally:
@@ -271,8 +260,8 @@ def test_a_cancelled_request_is_dropped_and_the_next_one_answered(llama_model: N
     try:
         queue = EmbeddingQueue(context)
         gone, next_one = _Waiting(), _Waiting()
-        queue.add(EmbeddingRequest(tuple(_tokens(llama_model, 4, seed=i) for i in range(10))), gone)
-        queue.add(EmbeddingRequest((_tokens(llama_model, 4, seed=99),)), next_one)
+        queue.add(EmbeddingRequest(tuple(random_tokens(llama_model, 4, seed=i) for i in range(10))), gone)
+        queue.add(EmbeddingRequest((random_tokens(llama_model, 4, seed=99),)), next_one)
         queue.run_one()  # one of the ten groups
         queue.cancel(gone)
         while queue.pending:
@@ -289,10 +278,12 @@ def test_the_engine_cancels_an_embedding_request(llama_model: NativeModel) -> No
     try:
         assert engine.embeddings is not None
         gone = _Waiting()
-        engine.submit_embeddings(EmbeddingRequest(tuple(_tokens(llama_model, 15, seed=i) for i in range(2000))), gone)
+        engine.submit_embeddings(
+            EmbeddingRequest(tuple(random_tokens(llama_model, 15, seed=i) for i in range(2000))), gone
+        )
         engine.cancel_embeddings(gone)
         after = _Waiting()
-        engine.submit_embeddings(EmbeddingRequest((_tokens(llama_model, 4, seed=1),)), after)
+        engine.submit_embeddings(EmbeddingRequest((random_tokens(llama_model, 4, seed=1),)), after)
         after.result()
         assert not gone.done.is_set() and engine.embeddings.n_decodes < 2000
     finally:

@@ -6,11 +6,8 @@ On the tiny attention-only model: its prompts prefill without checkpoints, so ev
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from lfmserve.engine.core import Engine
@@ -19,19 +16,7 @@ from lfmserve.engine.records import EngineConfig, EngineRequest
 from lfmserve.engine.stream import SyncStream
 from lfmserve.errors import RequestCancelled
 from lfmserve.llama.model import NativeModel
-from tests.engine.conftest import GREEDY, run
-
-
-@pytest.fixture(scope="module")
-def llama_model(tiny_llama_gguf: Path) -> Iterator[NativeModel]:
-    m = NativeModel(tiny_llama_gguf)
-    yield m
-    m.close()
-
-
-def _tokens(model: NativeModel, n: int, seed: int) -> tuple[int, ...]:
-    rng = np.random.default_rng(seed)
-    return tuple(int(t) for t in rng.integers(10, model.n_vocab, n))
+from tests.engine.conftest import GREEDY, random_tokens, run
 
 
 def _request(prompt: tuple[int, ...], max_tokens: int, **options: object) -> EngineRequest:
@@ -42,7 +27,7 @@ def _request(prompt: tuple[int, ...], max_tokens: int, **options: object) -> Eng
 def test_prompt_and_generation_counters_after_known_requests(llama_model: NativeModel) -> None:
     engine = Engine(llama_model, EngineConfig(n_ctx=512, n_slots=1, n_batch=256, n_ubatch=256, n_threads=2))
     try:
-        prompt = _tokens(llama_model, 40, seed=1)
+        prompt = random_tokens(llama_model, 40, seed=1)
         first = run(engine, _request(prompt, 8))[-1]
         s = engine.stats
         # one decode for the prompt, then one per generated token but the first (it came with the prompt's)
@@ -60,7 +45,7 @@ def test_prompt_and_generation_counters_after_known_requests(llama_model: Native
 def test_generation_rates_leave_out_the_first_token(llama_model: NativeModel) -> None:
     engine = Engine(llama_model, EngineConfig(n_ctx=512, n_slots=1, n_batch=256, n_ubatch=256, n_threads=2))
     try:
-        prompt = _tokens(llama_model, 12, seed=2)
+        prompt = random_tokens(llama_model, 12, seed=2)
         one = run(engine, _request(prompt, 1, cache_prompt=False))[-1].timings.to_json()
         assert (one["predicted_n"], one["predicted_ms"], one["predicted_per_second"]) == (1, 0.0, 0.0)
         assert one["predicted_per_token_ms"] == 0.0 and one["prompt_ms"] > 0 and one["prompt_per_token_ms"] > 0
@@ -76,7 +61,7 @@ def test_a_slot_shows_its_running_request_then_its_last_with_counters_reset(llam
     engine = Engine(llama_model, EngineConfig(n_ctx=1024, n_slots=2, n_batch=256, n_ubatch=256, n_threads=2))
     try:
         assert engine.slot_task(1) is None
-        request = _request(_tokens(llama_model, 20, seed=3), 480, id_slot=1)
+        request = _request(random_tokens(llama_model, 20, seed=3), 480, id_slot=1)
         stream = SyncStream()
         request_id = engine.submit(request, stream)
         next(iter(stream))  # the first token: the request runs for hundreds of steps more
@@ -106,7 +91,7 @@ def test_embedding_inputs_count_as_prompt_tokens_and_decodes(llama_model: Native
                 results.append(item)
                 done.set()
 
-        inputs = tuple(_tokens(llama_model, 30, seed=i) for i in range(4))  # two decodes of two inputs
+        inputs = tuple(random_tokens(llama_model, 30, seed=i) for i in range(4))  # two decodes of two inputs
         engine.submit_embeddings(EmbeddingRequest(inputs), Sink())
         assert done.wait(60) and isinstance(results[0], EmbeddingResult)
         s = engine.stats
@@ -118,7 +103,7 @@ def test_embedding_inputs_count_as_prompt_tokens_and_decodes(llama_model: Native
 def test_a_prompts_timings_grow_with_each_prefilled_batch(llama_model: NativeModel) -> None:
     engine = Engine(llama_model, EngineConfig(n_ctx=512, n_slots=1, n_batch=32, n_ubatch=32, n_threads=2))
     try:
-        outputs = run(engine, _request(_tokens(llama_model, 80, seed=4), 2, return_progress=True))
+        outputs = run(engine, _request(random_tokens(llama_model, 80, seed=4), 2, return_progress=True))
         reports = [(out.progress, out.timings) for out in outputs if out.progress is not None]
         # before any decode, then after each of the three batches (32, 32 and 16 tokens)
         assert [(p.processed, t.prompt_n) for p, t in reports] == [(0, 0), (32, 32), (64, 64), (80, 80)]

@@ -1,0 +1,191 @@
+"""Each step's drafts (:class:`Speculator`) on fake generations: which drafter guesses, how the guess is cut (the
+request, the batch, the slot, the grammar) and how much of it is worth verifying; and the grammar's cut on a
+real vocabulary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from lfmserve.engine.constraints import Grammars
+from lfmserve.engine.speculation import Acceptance, NgramSizes, SpeculationConfig
+from lfmserve.engine.speculation.draft_model import DraftModel, DraftRequest
+from lfmserve.engine.speculation.ngram import Drafter, NgramSimple
+from lfmserve.engine.speculation.ngram_cache import NgramCache
+from lfmserve.engine.speculation.speculator import Speculator
+from lfmserve.errors import EngineError
+from lfmserve.llama.model import NativeModel
+
+#: ``ngram-simple`` with 3-token look-ups finds [1, 2] + 3 at the start and guesses the 4 tokens after it.
+COPYING = [9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
+GUESS = (4, 5, 6, 7)
+
+
+class _Prefix:
+    """A grammar that allows the first ``n`` tokens of any guess."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def allowed_prefix(self, tokens: Sequence[int]) -> int:
+        return min(self.n, len(tokens))
+
+
+@dataclass
+class _Request:
+    max_tokens: int = -1
+    draft_max: int | None = None
+    media: Sequence[object] = ()
+    constraint: _Prefix | None = None
+
+
+@dataclass
+class _Slot:
+    id: int = 0
+
+
+@dataclass
+class _Generation:
+    """What the speculator reads and sets of a generation, and what it left unverified."""
+
+    history: list[int] = field(default_factory=lambda: list(COPYING))
+    pending_token: int | None = 3
+    request: _Request = field(default_factory=_Request)
+    slot: _Slot = field(default_factory=_Slot)
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    replay: tuple[int, ...] = ()
+    n_decoded: int = 1
+    draft: tuple[int, ...] = ()
+    draft_source: Drafter | None = None
+    drafters: list[Drafter] | None = None
+    banned_tokens: frozenset[int] = frozenset()
+    unverified: list[tuple[tuple[int, ...], Acceptance]] = field(default_factory=list)
+    draft_acceptance: Acceptance = field(default_factory=Acceptance)
+
+    def matched_unverified(self, acceptance: Acceptance) -> int:
+        return 0
+
+    def leave_unverified(self, draft: tuple[int, ...], acceptance: Acceptance) -> None:
+        self.unverified.append((draft, acceptance))
+
+    def drop_unverified(self) -> None:
+        self.unverified.clear()
+
+
+def _speculator(*types: str, n_ctx_slot: int = 1024, draft_model: DraftModel | None = None) -> Speculator:
+    config = SpeculationConfig(types=types, ngram_simple=NgramSizes(size_n=3, size_m=4), draft_model="draft.gguf")
+    return Speculator(config, n_ctx_slot=n_ctx_slot, draft_model=draft_model)
+
+
+def test_a_generation_drafts_what_its_history_repeats_as_far_as_it_is_worth() -> None:
+    gen = _Generation()
+    _speculator("ngram-simple").plan([gen], capacity=64)
+    # q = 0.9 (a fresh slot's prior) alone in the batch: 4 tokens for 2.2 more single decodes is the best rate.
+    assert gen.draft == GUESS and isinstance(gen.draft_source, NgramSimple) and gen.unverified == []
+
+
+def test_the_drafters_are_made_once_in_llama_servers_order() -> None:
+    gen = _Generation(history=[1, 2], pending_token=3)  # too short for any draft
+    speculator = _speculator("ngram-cache", "ngram-simple")
+    speculator.plan([gen], capacity=64)
+    drafters = gen.drafters
+    assert drafters is not None and [type(d) for d in drafters] == [NgramSimple, NgramCache]
+    speculator.plan([gen], capacity=64)
+    assert gen.drafters is drafters and gen.draft == ()
+
+
+@pytest.mark.parametrize(
+    ("request_", "capacity", "n_ctx_slot", "draft"),
+    [
+        (_Request(draft_max=2), 64, 1024, (4, 5)),  # the request's ``speculative.n_max``
+        (_Request(draft_max=0), 64, 1024, ()),  # speculation off for the request
+        (_Request(max_tokens=3), 64, 1024, (4,)),  # 1 decoded, the pending token next: room for 1 more
+        (_Request(), 3, 1024, (4, 5)),  # the batch holds the pending token: 2 places left
+        (_Request(), 64, 16, (4, 5, 6)),  # 11 tokens in a 16-token slot, the pending and 2 places kept back
+        (_Request(constraint=_Prefix(1)), 64, 1024, (4,)),  # the grammar allows a token of it
+    ],
+)
+def test_a_guess_is_cut_to_what_the_request_the_batch_the_slot_and_the_grammar_allow(
+    request_: _Request, capacity: int, n_ctx_slot: int, draft: tuple[int, ...]
+) -> None:
+    gen = _Generation(request=request_)
+    _speculator("ngram-simple", n_ctx_slot=n_ctx_slot).plan([gen], capacity=capacity)
+    assert gen.draft == draft
+
+
+def test_a_guess_not_worth_verifying_is_left_to_compare_with_what_is_sampled() -> None:
+    gen = _Generation(acceptance=Acceptance(kept=1.0, cut=9.0))  # q = 0.1: no length pays
+    _speculator("ngram-simple").plan([gen], capacity=64)
+    assert gen.draft == () and gen.unverified == [(GUESS, gen.acceptance)]
+
+
+def test_beside_other_streams_each_draft_is_shorter() -> None:
+    """Four generations with the same guess: each draft makes the batch dearer for the ones after it (linear
+    costs, q = 0.9): 3 tokens while the batch holds 4, 3 at 7, 2 at 10, 2 at 12."""
+    gens = [_Generation(slot=_Slot(i)) for i in range(4)]
+    _speculator("ngram-simple").plan(gens, capacity=64)
+    assert [g.draft for g in gens] == [(4, 5, 6), (4, 5, 6), (4, 5), (4, 5)]
+
+
+def test_what_was_kept_goes_to_the_acceptance_the_draft_was_measured_by() -> None:
+    gen = _Generation()
+    speculator = _speculator("ngram-simple")
+    speculator.plan([gen], capacity=64)
+    measured = gen.draft_acceptance
+    speculator.verified(gen, 2)  # 2 of 4 kept: cut short
+    assert measured.kept == pytest.approx(10.1) and measured.cut == pytest.approx(1.9)
+
+
+class _Guesser(DraftModel):
+    """A draft model that guesses ``guesses`` (or fails), recording what it was asked."""
+
+    def __init__(self, guesses: list[list[int]] | None) -> None:  # no model: nothing of the parent's is used
+        self.guesses = guesses
+        self.asked: list[list[DraftRequest]] = []
+        self.forgotten = 0
+
+    def draft(self, requests: Sequence[DraftRequest]) -> list[list[int]]:
+        self.asked.append(list(requests))
+        if self.guesses is None:
+            raise EngineError("draft decode failed")
+        return self.guesses
+
+    def forget(self) -> None:
+        self.forgotten += 1
+
+
+def test_the_draft_model_is_asked_once_for_the_generations_the_ngrams_had_nothing_for() -> None:
+    guesser = _Guesser([[30, 31]])
+    copying, fresh = _Generation(slot=_Slot(0)), _Generation(history=[8, 8, 8], pending_token=2, slot=_Slot(1))
+    _speculator("ngram-simple", "draft-simple", draft_model=guesser).plan([copying, fresh], capacity=64)
+    assert len(guesser.asked) == 1
+    # Slot 1's tokens, its sampled token, and as many guesses as are worth verifying beside the first's draft of
+    # 4 (q = 0.9, linear costs: 4 more in a batch of 10 yield 1.638 tokens a decode, 3 in a batch of 9 1.6378).
+    assert guesser.asked[0] == [DraftRequest(1, [8, 8, 8], 2, 4, frozenset())]
+    assert (copying.draft, fresh.draft, fresh.draft_source) == (GUESS, (30, 31), None)
+
+
+def test_a_failing_draft_model_drafts_nothing_and_forgets_what_it_held() -> None:
+    guesser = _Guesser(None)
+    gen = _Generation(history=[8, 8, 8], pending_token=2)
+    _speculator("draft-simple", draft_model=guesser).plan([gen], capacity=64)
+    assert (gen.draft, guesser.forgotten, len(guesser.asked)) == ((), 1, 1)
+
+
+def test_a_draft_is_cut_where_the_grammar_would_refuse_it(tiny_gguf: Path) -> None:
+    model = NativeModel(tiny_gguf, vocab_only=True)
+    try:
+        mask = Grammars(model).gbnf('root ::= ("apples, " | "pears, ")+', param="grammar")
+        good = model.tokenize("apples, pears, apples, ", add_special=False, parse_special=False)
+        bad = model.tokenize("apples, plums, ", add_special=False, parse_special=False)
+        assert mask.allowed_prefix(good) == len(good)
+        # "apples, p" is allowed, then "l" is not ("pears" needs "e"); and checking advanced nothing.
+        assert bad[: mask.allowed_prefix(bad)] == model.tokenize("apples, p", add_special=False, parse_special=False)
+        assert mask.allowed_prefix(good) == len(good)
+        mask.accept(good[0])
+        assert mask.allowed_prefix(good[1:]) == len(good) - 1
+    finally:
+        model.close()

@@ -1,0 +1,307 @@
+"""One batch step on its own (no engine thread): which tokens each step decodes for the running generations, on
+the tiny attention-only model (no checkpoints) and the tiny LFM2 (recurrent state: snapshots and replays).
+
+Each test builds the step's real collaborators (a context, its slots' memory, generations with greedy samplers)
+and reads the batch the step decoded: llama.cpp's batch keeps it until the next step clears it."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+
+import pytest
+
+from lfmserve.engine.generation import Generation, Limits, Submission
+from lfmserve.engine.memory import SlotMemory
+from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest, EngineStats
+from lfmserve.engine.sampling import Sampler
+from lfmserve.engine.speculation import SpeculationConfig
+from lfmserve.engine.speculation.speculator import Generation as Drafting
+from lfmserve.engine.speculation.speculator import Speculator
+from lfmserve.engine.step import BatchStep
+from lfmserve.llama.context import NativeContext
+from lfmserve.llama.model import NativeModel
+from tests.engine.conftest import GREEDY, random_tokens
+
+#: Greedy and never ending early: a generation runs to its ``max_tokens``.
+ENDLESS = replace(GREEDY, ignore_eos=True)
+
+
+class _Outputs:
+    """A generation's sink: what it emitted."""
+
+    def __init__(self) -> None:
+        self.items: list[EngineOutput | BaseException] = []
+
+    def put(self, item: EngineOutput | BaseException) -> None:
+        self.items.append(item)
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for item in self.items if isinstance(item, EngineOutput) for t in item.token_ids]
+
+
+class _FixedDraft(Speculator):
+    """Gives the next step's generating sequences the draft ``then`` holds, once."""
+
+    def __init__(self, n_ctx_slot: int) -> None:
+        super().__init__(SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=n_ctx_slot)
+        self.then: tuple[int, ...] = ()
+
+    def plan(self, generating: Sequence[Drafting], capacity: int) -> None:
+        for gen in generating:
+            gen.draft, gen.draft_source = self.then, None
+        self.then = ()
+
+
+class Harness:
+    """A context of four 256-token slots, its memory and a batch step, and the generations started on it."""
+
+    def __init__(self, model: NativeModel, *, n_batch: int, n_ubatch: int, drafts: bool = False) -> None:
+        self.model = model
+        config = EngineConfig(n_ctx=1024, n_slots=4, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=1)
+        self.ctx = NativeContext(
+            model, n_ctx=1024, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=4, n_threads=1, n_threads_batch=1
+        )
+        self.stats = EngineStats()
+        self.memory = SlotMemory(self.ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints)
+        self.drafts = _FixedDraft(self.memory.n_ctx_slot) if drafts else None
+        self.step = BatchStep(self.ctx, self.memory, self.stats, n_ubatch=n_ubatch, speculator=self.drafts)
+        self.running: list[Generation] = []
+        self.outputs: dict[int, _Outputs] = {}
+        self._ids = itertools.count(1)
+
+    def start(self, prompt: tuple[int, ...], max_tokens: int = 200) -> Generation:
+        """A generation of ``prompt`` in the next free slot, as admission leaves it (nothing cached)."""
+        slot = next(s for s in self.memory.slots if not s.busy)
+        slot.busy = True
+        request = EngineRequest(prompt_tokens=prompt, sampling=ENDLESS, max_tokens=max_tokens)
+        sink = _Outputs()
+        submission = Submission(next(self._ids), request, sink)
+        sampler = Sampler(self.model, ENDLESS, prompt, self.memory.n_ctx_slot)
+        limits = Limits(self.memory.n_ctx_slot, self.model.eog_tokens)
+        gen = Generation(submission, slot, sampler, limits=limits, piece=self.model.token_to_piece, stats=self.stats)
+        self.running.append(gen)
+        self.outputs[gen.id] = sink
+        return gen
+
+    def run(self) -> bool:
+        """One step over the generations still running, as the engine gives them."""
+        self.running = [gen for gen in self.running if not gen.done]
+        return self.step.run(self.running)
+
+    def decoded(self) -> list[tuple[int, int, bool]]:
+        """The last token batch: (sequence, position, logits asked) of each of its tokens."""
+        batch = self.ctx.batch
+        n = batch.n_tokens
+        return [
+            (int(s), int(p), bool(w)) for s, p, w in zip(batch.seq[:n], batch.pos[:n], batch.logits[:n], strict=True)
+        ]
+
+    def per_sequence(self) -> dict[int, int]:
+        """How many tokens of each sequence the last token batch held."""
+        counts: dict[int, int] = {}
+        for seq, _, _ in self.decoded():
+            counts[seq] = counts.get(seq, 0) + 1
+        return counts
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+@pytest.fixture
+def harness() -> Iterator[Callable[..., Harness]]:
+    made: list[Harness] = []
+
+    def make(model: NativeModel, *, n_batch: int = 64, n_ubatch: int = 16, drafts: bool = False) -> Harness:
+        made.append(Harness(model, n_batch=n_batch, n_ubatch=n_ubatch, drafts=drafts))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def test_alone_prompts_share_the_whole_batch_and_each_samples_its_first_token(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    h = harness(llama_model)
+    gens = [h.start(random_tokens(llama_model, n, seed=n)) for n in (5, 7, 9)]
+    assert h.run()
+    # No stream generates yet: the prompts are not held to a micro-batch, all 21 positions go in one decode.
+    assert h.per_sequence() == {0: 5, 1: 7, 2: 9}
+    assert [w for _, _, w in h.decoded()].count(True) == 3  # each prompt's last position only
+    assert [len(g.slot.tokens) for g in gens] == [5, 7, 9] and [g.n_decoded for g in gens] == [1, 1, 1]
+    assert all(g.pending_token is not None for g in gens)
+    assert (h.stats.n_prompt_tokens, h.stats.n_decode_calls) == (21, 1)
+
+
+def test_a_step_decodes_exactly_one_token_for_each_generating_stream(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    h = harness(llama_model)
+    gens = [h.start(random_tokens(llama_model, n, seed=n)) for n in (5, 7, 9)]
+    h.run()
+    for step in range(1, 4):
+        pending = [g.pending_token for g in gens]
+        assert h.run()
+        # Each stream's pending token at the position after its slot's tokens, with its logits.
+        assert h.decoded() == [(0, 4 + step, True), (1, 6 + step, True), (2, 8 + step, True)]
+        assert [g.slot.tokens[-1] for g in gens] == pending
+        assert [len(g.slot.tokens) for g in gens] == [5 + step, 7 + step, 9 + step]
+        assert [g.n_decoded for g in gens] == [1 + step] * 3
+    assert [h.outputs[g.id].tokens[:4] for g in gens] == [[*g.slot.tokens[-3:], g.pending_token] for g in gens]
+    assert (h.stats.n_prompt_tokens, h.stats.n_decode_calls, h.stats.n_tokens_max) == (21, 4, 12)
+
+
+def test_while_a_stream_generates_a_prompt_is_prefilled_one_micro_batch_a_step(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    h = harness(llama_model, n_batch=64, n_ubatch=16)
+    stream = h.start(random_tokens(llama_model, 4, seed=1))
+    h.run()
+    prompt = h.start(random_tokens(llama_model, 40, seed=2))
+    h.run()
+    # The stream's token, then 16 prompt positions from 0, none asking for logits: the prompt is not at its end.
+    assert h.decoded() == [(0, 4, True), *((1, p, False) for p in range(16))]
+    assert (len(prompt.slot.tokens), prompt.pending_token) == (16, None)
+    h.run()
+    assert h.per_sequence() == {0: 1, 1: 16} and len(prompt.slot.tokens) == 32
+    h.run()
+    # The last 8: the prompt's end asks for logits, and its first token is sampled in this step.
+    assert h.decoded() == [(0, 6, True), *((1, p, False) for p in range(32, 39)), (1, 39, True)]
+    assert len(prompt.slot.tokens) == 40 and prompt.pending_token is not None and prompt.n_decoded == 1
+    assert stream.n_decoded == 4  # one token every step, the prefill beside it
+    h.run()
+    assert h.per_sequence() == {0: 1, 1: 1}
+
+
+def test_the_micro_batch_goes_to_the_oldest_prompt_first(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    h = harness(llama_model, n_batch=64, n_ubatch=16)
+    h.start(random_tokens(llama_model, 4, seed=1))
+    h.run()
+    older, newer = h.start(random_tokens(llama_model, 10, seed=2)), h.start(random_tokens(llama_model, 30, seed=3))
+    h.run()
+    assert h.per_sequence() == {0: 1, 1: 10, 2: 6}  # the older prompt whole, the newer the rest of the 16
+    assert older.pending_token is not None and len(newer.slot.tokens) == 6
+    h.run()
+    assert h.per_sequence() == {0: 1, 1: 1, 2: 16}
+    h.run()
+    assert h.per_sequence() == {0: 1, 1: 1, 2: 8} and newer.pending_token is not None
+
+
+def test_alone_a_prompt_longer_than_the_batch_takes_a_whole_batch_a_step(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    h = harness(llama_model, n_batch=64, n_ubatch=16)
+    gen = h.start(random_tokens(llama_model, 100, seed=4))
+    h.run()
+    assert h.per_sequence() == {0: 64} and not any(w for _, _, w in h.decoded())
+    assert (len(gen.slot.tokens), gen.n_decoded) == (64, 0)
+    h.run()
+    assert h.per_sequence() == {0: 36} and h.decoded()[-1] == (0, 99, True)
+    assert (len(gen.slot.tokens), gen.n_decoded, h.stats.n_prompt_tokens) == (100, 1, 100)
+
+
+def test_a_prompt_chunk_stops_at_the_next_checkpoint(harness: Callable[..., Harness], model: NativeModel) -> None:
+    """On the tiny LFM2, whose recurrent state can only be restored where it was saved."""
+    h = harness(model, n_batch=64, n_ubatch=16)
+    gen = h.start(random_tokens(model, 30, seed=5))
+    gen.checkpoints_due = [(10, True)]
+    h.run()
+    assert h.per_sequence() == {0: 10}
+    assert [(c.n_tokens, c.boundary) for c in gen.slot.checkpoints] == [(10, True)]
+    h.run()
+    assert h.per_sequence() == {0: 20} and gen.pending_token is not None
+    # And the prompt's end, with its logits (a regenerated reply samples from them at once).
+    assert [(c.n_tokens, c.boundary, c.logits is not None) for c in gen.slot.checkpoints] == [
+        (10, True, False),
+        (30, False, True),
+    ]
+    assert h.stats.n_checkpoints_saved == 2
+
+
+def test_a_finished_generation_frees_its_slot_and_leaves_the_batch(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    h = harness(llama_model)
+    short = h.start(random_tokens(llama_model, 6, seed=6), max_tokens=2)
+    other = h.start(random_tokens(llama_model, 8, seed=7))
+    h.run()  # both prompts, and each one's first token
+    h.run()  # the second token: the short one is done
+    outputs = h.outputs[short.id]
+    last = outputs.items[-1]
+    assert short.done and not short.slot.busy and isinstance(last, EngineOutput)
+    assert (last.finish_reason, last.n_decoded, len(outputs.tokens)) == ("length", 2, 2)
+    # The last sampled token was never decoded: the slot holds the prompt and the first token only.
+    assert len(short.slot.tokens) == 7 and short.slot.tokens[-1] == outputs.tokens[0]
+    h.run()
+    assert h.per_sequence() == {1: 1} and other.n_decoded == 3
+
+
+def test_a_prefill_only_prompt_asks_for_no_logits_and_finishes_once_in_memory(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    h = harness(llama_model)
+    gen = h.start(random_tokens(llama_model, 12, seed=8), max_tokens=0)
+    h.run()
+    assert h.decoded() == [(0, p, False) for p in range(12)]
+    last = h.outputs[gen.id].items[-1]
+    assert isinstance(last, EngineOutput) and (last.finish_reason, last.n_decoded, last.token_ids) == ("length", 0, ())
+    assert gen.done and len(gen.slot.tokens) == 12
+
+
+def _greedy_tokens(harness: Callable[..., Harness], model: NativeModel, prompt: tuple[int, ...], n: int) -> list[int]:
+    """The first ``n`` tokens greedy decoding samples after ``prompt``, a token a step."""
+    h = harness(model)
+    gen = h.start(prompt)
+    while gen.n_decoded < n:
+        h.run()
+    return h.outputs[gen.id].tokens
+
+
+def test_a_draft_is_decoded_after_the_pending_token_and_its_rejected_tail_is_removed(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    prompt = random_tokens(llama_model, 8, seed=9)
+    r = _greedy_tokens(harness, llama_model, prompt, 4)
+    h = harness(llama_model, drafts=True)
+    gen = h.start(prompt)
+    h.run()
+    assert h.drafts is not None and gen.pending_token == r[0]
+    wrong = (r[3] + 1) % llama_model.n_vocab
+    h.drafts.then = (r[1], r[2], wrong)
+    h.run()
+    # The pending token and the three drafted ones, each asking for logits: one decode, four positions.
+    assert h.decoded() == [(0, 8, True), (0, 9, True), (0, 10, True), (0, 11, True)]
+    # Two drafted tokens were what greedy decoding samples, the third was not: r[3] is sampled in its place.
+    assert gen.slot.tokens == [*prompt, r[0], r[1], r[2]] and gen.pending_token == r[3]
+    assert h.ctx.seq_pos_max(0) == 10  # the wrong token's cell is gone
+    assert h.outputs[gen.id].tokens == r[:4] and gen.n_decoded == 4
+    assert (h.stats.n_drafts, h.stats.n_draft_tokens, h.stats.n_draft_tokens_accepted) == (1, 3, 2)
+    assert (gen.timings.draft_n, gen.timings.draft_n_accepted) == (3, 2)
+
+
+def test_a_recurrent_model_restores_its_state_and_replays_the_kept_tokens(
+    harness: Callable[..., Harness], model: NativeModel
+) -> None:
+    prompt = random_tokens(model, 8, seed=10)
+    r = _greedy_tokens(harness, model, prompt, 4)
+    h = harness(model, drafts=True)
+    gen = h.start(prompt)
+    h.run()
+    assert h.drafts is not None and gen.pending_token == r[0]
+    h.drafts.then = (r[1], (r[2] + 1) % model.n_vocab)
+    h.run()
+    assert h.per_sequence() == {0: 3}
+    # One drafted token kept, then a wrong one: the state before the step is back, and the two tokens decoded
+    # since that were kept wait to be decoded again, before the pending one.
+    assert gen.slot.tokens == list(prompt) and gen.replay == (r[0], r[1]) and gen.pending_token == r[2]
+    assert h.ctx.seq_pos_max(0) == 7
+    h.run()
+    assert h.decoded() == [(0, 8, False), (0, 9, False), (0, 10, True)]
+    assert gen.slot.tokens == [*prompt, r[0], r[1], r[2]] and not gen.replay and gen.pending_token == r[3]
+    assert h.outputs[gen.id].tokens == r[:4]
