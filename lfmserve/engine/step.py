@@ -12,6 +12,14 @@ one, in the room left. Encoding a media chunk costs seconds of CPU for a real pr
 other generations run it happens beside them, on the encoder's worker with cores the engine lends it
 (decoding goes on with the rest), and the prompt waits for its rows; a generation alone encodes on the
 engine thread with every core, one chunk per step.
+
+Invariants. A slot's ``tokens`` are the positions its sequence holds after every step: a sampled token waits in
+``pending_token`` until the next step decodes it, a rejected draft's cells are removed, and the tokens a
+restored recurrent state lost wait in ``replay``. Each generation's logits are at its ``batch_index`` of the
+batch just decoded (-1: it asked for none). A step decodes every generation it is given; the engine gives it
+those still running, so a finished generation leaves the batch. A failed decode fails every generation given
+and resets their slots, because what the context holds of them is unknown. A prefill-only prompt asks for no
+logits and finishes when its last chunk is decoded.
 """
 
 from __future__ import annotations
@@ -34,26 +42,11 @@ logger = logging.getLogger(__name__)
 
 
 class BatchStep:
-    """Builds one batch over the running generations, decodes it, and moves each generation on.
+    """One step of the engine: one batch over the running generations, decoded, and each generation moved on.
 
-    One call of :meth:`run` is one step. The step first adds the pending token of every generation that is
-    sampling, so each stream gets exactly one decode per step; a draft rides after its pending token, and a
-    rolled-back recurrent state's kept tokens are replayed before it. The step then fills the room left with
-    prompt chunks, the oldest generation first. While a stream generates, the prompts share one micro-batch
-    (``n_ubatch``) per step, so a long prompt delays each stream by one micro-batch per step rather than by its
-    whole prefill; with no stream generating, a prompt takes the whole batch. A chunk stops at the prompt's
-    next checkpoint position or media boundary, because the state must be saved, or the rows decoded, exactly
-    there. After the decode, each stream samples its next token (or verifies its draft), and a prompt that
-    reached its end samples its first one; a prefill-only prompt asks for no logits and finishes.
-
-    Invariants. A slot's ``tokens`` are the positions its sequence holds in the context after every step: a
-    sampled token waits in ``pending_token`` until the next step decodes it, a rejected draft's cells are
-    removed, and the tokens a restored state lost wait in ``replay``. Each generation's logits are at its
-    ``batch_index`` of the batch just decoded (-1: it asked for none). The step decodes every generation it is
-    given: the engine gives it those still running, so a finished generation leaves the batch. A failed decode
-    fails every generation given and resets their slots, because what the context holds of them is unknown.
-    Media rows go into a second decode of the same step, since llama.cpp takes tokens or embeddings per batch,
-    not both. Only the engine thread calls it.
+    A stream gets exactly one decode per step (its pending token, a draft riding after it); prompts fill the
+    room left, oldest first, one micro-batch per step while streams generate. The module docstring gives the
+    invariants. Only the engine thread calls :meth:`run`.
     """
 
     def __init__(
