@@ -19,8 +19,6 @@ from .groups import GROUPS
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 _BOOLEAN_ACTIONS = ("store_true", argparse.BooleanOptionalAction, OnOffAction)
-#: Fields whose flag may be given many times; argparse collects a list, the settings keep a tuple.
-_REPEATABLE = ("api_key", "reverse_prompt")
 REFUSED_TITLE = "refused flags"
 
 #: llama-server flags lfmserve does not take, and why: each fails at startup with its message (llama-server's
@@ -76,9 +74,9 @@ def parser() -> argparse.ArgumentParser:
 def parse_groups(argv: Sequence[str]) -> dict[str, Any]:
     """Each group built from ``argv`` (llama-server style) and the environment; a bad flag exits 2 with one line."""
     values = vars(parser().parse_args(_dashed(argv)))
-    for name in _REPEATABLE:
-        if name in values:
-            values[name] = tuple(values[name])
+    for _, f in all_fields():
+        if f.metadata["argparse"].get("action") == "append" and f.name in values:
+            values[f.name] = tuple(values[f.name])  # argparse collects a list; the settings keep a tuple
     return {
         group: kind(**{f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values})
         for group, kind in GROUPS.items()
