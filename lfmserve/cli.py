@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from .errors import LfmError
+from .router.link import ChildLink
 
 if TYPE_CHECKING:
     from .api.state import AppState
+    from .router.spawn import ChildStart
+    from .settings import Settings
 
 logger = logging.getLogger("lfmserve")
 
@@ -118,45 +121,58 @@ def serve_ray(argv: Sequence[str]) -> int:
     return serve_app(options)
 
 
-def configure_logging(*, verbose: bool) -> None:
-    """The process's one logging setup: lfmserve's lines on stderr, DEBUG with ``-v``."""
+def configure_logging(*, verbose: bool, model: str | None = None) -> None:
+    """The process's one logging setup: lfmserve's lines on stderr, DEBUG with ``-v``; a router's child names its
+    model in each line (they share the router's stderr)."""
+    where = f" [{model}]" if model else ""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)s{where} %(name)s: %(message)s",
         stream=sys.stderr,
     )
     for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
-def serve(argv: Sequence[str]) -> int:
-    """``lfmserve [llama-server flags]``; the app and the model code load here, so ``chat --help`` stays quick."""
+def serve(argv: Sequence[str], child: ChildLink | None = None) -> int:
+    """``lfmserve [llama-server flags]``; the app and the model code load here, so ``chat --help`` stays quick.
+    With neither ``-m`` nor ``-hf`` it is a router (:func:`serve_router`); ``child`` is the link of a router's
+    child, which serves on the socket its router bound and tells it when it is ready or why it failed."""
     from .api.app import create_app
     from .loading.engine_config import engine_config
     from .loading.loader import load_serving, resolve_model_files
     from .settings import Settings
 
     settings = Settings.from_argv(argv)
-    configure_logging(verbose=settings.server.verbose)
+    if child is None and settings.source.model is None and settings.source.hf_repo is None:
+        return serve_router(settings)
+    configure_logging(verbose=settings.server.verbose, model=child.name if child else None)
+    fail = child.failed if child else _print_error
     try:
         engine_config(
             settings, settings.speculation.spec_draft_hf
         )  # a bad engine setting fails before any download or load
         files = resolve_model_files(settings)
         settings.server.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
-        sockets = listen(settings.server.host, settings.server.port)  # a taken port fails before the model loads
+        # a taken port fails before the model loads
+        sockets = child.sockets if child else listen(settings.server.host, settings.server.port)
     except (LfmError, OSError) as exc:
-        print(f"lfmserve: error: {exc}", file=sys.stderr)
+        fail(str(exc))
         return 1
     exit_code = 0
 
     def stop_on_load_error(exc: BaseException) -> None:
         nonlocal exit_code
-        print(f"lfmserve: error: {exc}", file=sys.stderr)
+        fail(str(exc))
         exit_code = 1
         server.should_exit = True
 
-    app = create_app(settings, lambda: load_serving(settings, files), on_load_error=stop_on_load_error)
+    app = create_app(
+        settings,
+        lambda: load_serving(settings, files),
+        on_load_error=stop_on_load_error,
+        on_ready=child.ready if child else None,
+    )
     config = uvicorn.Config(
         app,
         # h11 writes header names as given (httptools lower-cases them): clients that copy the headers into a
@@ -175,6 +191,29 @@ def serve(argv: Sequence[str]) -> int:
         signal.signal(stop_signal, lambda *_: None)
     server.run(sockets=sockets)
     return exit_code
+
+
+def _print_error(message: str) -> None:
+    print(f"lfmserve: error: {message}", file=sys.stderr)
+
+
+def serve_router(settings: Settings) -> int:
+    """Router mode: the models of ``--models-dir``, ``--models-preset`` and the Hugging Face cache behind one URL,
+    each served by a child process (:mod:`lfmserve.router`)."""
+    from .router.serve import serve_router as run_router
+
+    configure_logging(verbose=settings.server.verbose)
+    try:
+        return run_router(settings, serve_child, listen(settings.server.host, settings.server.port))
+    except (LfmError, OSError) as exc:
+        _print_error(str(exc))
+        return 1
+
+
+def serve_child(start: ChildStart) -> None:
+    """A router's child (run in a process forked by the router's fork server): serve the model's flags on the
+    socket the router bound, and exit with serve's code."""
+    sys.exit(serve(start.argv, ChildLink.open(start)))
 
 
 if __name__ == "__main__":

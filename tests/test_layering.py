@@ -33,8 +33,9 @@ ALLOWED: dict[str, frozenset[str]] = {
         "client": "results errors",
         "tui": "client local loading settings results errors",
         "scaleout": "api loading llama settings errors",
+        "router": "api loading settings errors",
         "testing": "llama",
-        "cli": "api loading scaleout settings tui errors",
+        "cli": "api loading router scaleout settings tui errors",
         "__main__": "cli",
         "__init__": "client local results settings errors",
     }.items()

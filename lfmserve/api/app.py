@@ -44,9 +44,13 @@ logger = logging.getLogger(__name__)
 
 
 def create_app(
-    settings: Settings, load: Callable[[], Serving], on_load_error: Callable[[BaseException], None] | None = None
+    settings: Settings,
+    load: Callable[[], Serving],
+    on_load_error: Callable[[BaseException], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> FastAPI:
-    """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server)."""
+    """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server), ``on_ready``
+    when the model serves (a router's child tells its router)."""
     state = AppState(settings, tuple(k.encode() for k in settings.server.api_keys))
     sleeper = (
         Sleeper(state, load, settings.server.sleep_idle_seconds) if settings.server.sleep_idle_seconds > 0 else None
@@ -54,7 +58,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, AppState]]:
-        loading = asyncio.create_task(_start(state, load, on_load_error, sleeper))
+        loading = asyncio.create_task(_start(state, load, on_load_error, on_ready, sleeper))
         try:
             yield {"app_state": state}
         finally:
@@ -98,6 +102,7 @@ async def _start(
     state: AppState,
     load: Callable[[], Serving],
     on_error: Callable[[BaseException], None] | None,
+    on_ready: Callable[[], None] | None,
     sleeper: Sleeper | None,
 ) -> None:
     """Load the model; then, with ``--sleep-idle-seconds``, watch for idle time for the server's life."""
@@ -105,6 +110,8 @@ async def _start(
     try:
         state.install(await asyncio.to_thread(load))
         logger.info("model loaded in %.1f s; server is ready", time.perf_counter() - t0)
+        if on_ready is not None:
+            on_ready()
     except Exception as exc:
         state.load_error = exc
         if on_error is not None:

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_QUANT = "Q4_K_M"
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -53,12 +54,18 @@ def pick_gguf(files: Iterable[str], quant: str) -> list[str]:
     return [f for f in matches if f.startswith(prefix) and _SPLIT.search(f)]
 
 
-def quant_bits(path: str) -> int:
-    """The bits of a GGUF's quantisation tag, as llama-server reads them: Q4_K_M -> 4, F16 -> 16, none -> 0."""
+def quant_tag(path: str) -> str:
+    """A GGUF's quantisation tag, as llama-server reads it from the name: ``LFM2-350M-q4_k_m.gguf`` -> ``Q4_K_M``
+    (the first part's for a split GGUF; ``""`` for none)."""
     stem = _SPLIT.sub("", path)
     stem = stem[: -len(".gguf")] if stem.lower().endswith(".gguf") else stem
-    tag = re.search(r"[-.]([A-Z0-9_]+)$", stem, re.IGNORECASE)
-    digits = re.search(r"\d+", tag.group(1)) if tag else None
+    tag = _TAG.search(stem)
+    return tag.group(1).upper() if tag else ""
+
+
+def quant_bits(path: str) -> int:
+    """The bits of a GGUF's quantisation tag, as llama-server reads them: Q4_K_M -> 4, F16 -> 16, none -> 0."""
+    digits = re.search(r"\d+", quant_tag(path))
     return int(digits.group()) if digits else 0
 
 

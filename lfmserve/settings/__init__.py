@@ -3,17 +3,18 @@
 Flag names, short forms and meanings follow llama-server (``-m``, ``-hf``, ``-c``, ``-np``, ``-ngl``,
 ``--jinja``...). A :class:`Settings` holds one record per group (:mod:`.groups`): ``source`` (which model),
 ``chat`` (template and reasoning), ``media``, ``embedding``, ``engine`` (context, batching, prompt cache),
-``speculation``, ``server`` and ``sampling`` (defaults). Each field's flags and help live in its metadata, so the
-parser, ``--help`` (a section per group), ``docs/cli.md`` and :meth:`Settings.to_argv` are built from the
-classes and nothing is written twice. Environment variables ``LFMSERVE_<FIELD>`` (for example
-``LFMSERVE_PORT=9000``) give defaults that flags override; :mod:`.argv` reads them and nothing else does.
+``speculation``, ``server``, ``router`` (several models) and ``sampling`` (defaults). Each field's flags and
+help live in its metadata, so the parser, ``--help`` (a section per group), ``docs/cli.md`` and
+:meth:`Settings.to_argv` are built from the classes and nothing is written twice. Environment variables
+``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``) give defaults that flags override; :mod:`.argv` reads
+them and nothing else does.
 
 Example::
 
     settings = Settings.from_argv(["-m", "model.gguf", "-c", "4096", "--port", "8080"])
     settings.engine.ctx_size                      # 4096
     Settings.of(model="model.gguf", ctx_size=4096) == settings.replace(port=8080)   # True
-    settings.to_argv()                            # ["--model=model.gguf", "--ctx-size=4096"]
+    settings.to_argv()                            # ["--model", "model.gguf", "--ctx-size", "4096"]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .groups import (
     EmbeddingSettings,
     EngineSettings,
     MediaSettings,
+    RouterSettings,
     SamplingSettings,
     ServerSettings,
     SourceSettings,
@@ -45,6 +47,7 @@ __all__ = [
     "EmbeddingSettings",
     "EngineSettings",
     "MediaSettings",
+    "RouterSettings",
     "SamplingSettings",
     "ServerSettings",
     "Settings",
@@ -70,6 +73,7 @@ class Settings:
     engine: EngineSettings = field(default_factory=EngineSettings)
     speculation: SpeculationSettings = field(default_factory=SpeculationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    router: RouterSettings = field(default_factory=RouterSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
 
     @classmethod

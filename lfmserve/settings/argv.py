@@ -31,9 +31,6 @@ REFUSED_FLAGS: dict[tuple[str, ...], str] = {
     ("--spec-ngram-size-m",): "the argument has been removed. use the respective --spec-ngram-*-size-m",
     ("--spec-ngram-min-hits",): "the argument has been removed. use the respective --spec-ngram-*-min-hits",
     ("--lora", "--lora-scaled", "--lora-init-without-apply"): "LoRA adapters are not supported by lfmserve",
-    ("--models-dir", "--models-preset", "--models-max", "--models-autoload", "--no-models-autoload"): (
-        "the router (several models in one server) is not supported by lfmserve: run one lfmserve per model"
-    ),
     ("-mu", "--model-url", "-mmu", "--mmproj-url"): "downloads by URL are not supported by lfmserve: use -hf or -m",
     ("--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json", "--ui-mcp-proxy", "--agent"): (
         "built-in tools and MCP servers are not supported by lfmserve"
@@ -85,8 +82,8 @@ def parse_groups(argv: Sequence[str]) -> dict[str, Any]:
 
 def to_argv(groups: Mapping[str, Any]) -> list[str]:
     """The flags that reproduce ``groups`` from the defaults: every field that differs from its default, by its
-    longest spelling (``--ctx-size=4096``, ``--no-jinja``, ``--api-key=k`` once per key; ``=`` keeps a value
-    that starts with a dash a value)."""
+    longest spelling (``--ctx-size 4096``, ``--no-jinja``, ``--api-key k`` once per key), a value in its own
+    argument as llama-server's router writes a child's (``--flag=value`` when the value starts with a dash)."""
     argv: list[str] = []
     for group, f in all_fields():
         value = getattr(groups[group], f.name)
@@ -94,6 +91,37 @@ def to_argv(groups: Mapping[str, Any]) -> list[str]:
         if value != default:
             argv += _flags_of(f, value)
     return argv
+
+
+def preset_argv(entries: Mapping[str, str]) -> list[str]:
+    """The flags one section of a llama-server preset (INI) stands for. Its keys are long flags without their
+    dashes (``ctx-size``), short ones (``c``), or variable names (``LLAMA_ARG_CTX_SIZE``, ``LFMSERVE_CTX_SIZE``);
+    a switch's value is true/false (on/off, 1/0), and its off spelling (``no-jinja = true``) turns it off.
+    Raises KeyError naming an unknown key, ValueError for a switch that is neither."""
+    keys = _preset_keys()
+    argv: list[str] = []
+    for key, raw in entries.items():
+        if key not in keys:
+            raise KeyError(key)
+        f, spelling = keys[key]
+        action = f.metadata["argparse"].get("action")
+        if action in _BOOLEAN_ACTIONS:
+            value = raw.strip().lower()
+            if value not in _TRUE + _FALSE + ("enabled", "disabled"):
+                raise ValueError(f"{key} = {raw!r}: not true or false")
+            argv += _flags_of(f, (value in _TRUE + ("enabled",)) != is_off_flag(spelling))
+        else:
+            argv += _flags_of(f, (raw,) if action == "append" else raw)
+    return argv
+
+
+def _preset_keys() -> dict[str, tuple[dataclasses.Field[Any], str]]:
+    keys: dict[str, tuple[dataclasses.Field[Any], str]] = {}
+    for _, f in all_fields():
+        for prefix in ("LLAMA_ARG_", "LFMSERVE_"):
+            keys[prefix + f.name.upper()] = (f, "")
+        keys.update({spelling.lstrip("-"): (f, spelling) for spelling in f.metadata["flags"]})
+    return keys
 
 
 def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
@@ -107,9 +135,13 @@ def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
         return [max(on if value else off, key=len)]
     if action == "store_true":
         return [max(flags, key=len)] if value else []
-    if action == "append":
-        return [f"{max(flags, key=len)}={one}" for one in value]
-    return [f"{max(flags, key=len)}={value}"]
+    name = max(flags, key=len)
+    values = value if action == "append" else (value,)
+    return [token for one in values for token in _valued(name, str(one))]
+
+
+def _valued(name: str, value: str) -> list[str]:
+    return [f"{name}={value}"] if value.startswith("-") else [name, value]
 
 
 class _RefusedFlag(argparse.Action):

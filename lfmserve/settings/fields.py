@@ -49,6 +49,17 @@ def physical_cores() -> int:
     return len(cores) or os.cpu_count() or 1
 
 
+def parse_size(text: str) -> int:
+    """A size in bytes from ``6442450944``, ``6G``, ``512M`` or ``64k`` (powers of 1024); ValueError otherwise."""
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    number, unit = (value[:-1], value[-1]) if value[-1:] in units else (value, "")
+    size = float(number) * units[unit]
+    if size <= 0:
+        raise ValueError(f"not a positive size: {text!r}")
+    return int(size)
+
+
 def is_off_flag(option: str) -> bool:
     """Whether a spelling of an on/off switch turns it off (``--no-x``, llama-server's ``-no-kvu``, ``-nocb``,
     ``-nr``)."""

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .fields import DEFAULT_HF_REPO, KV_CACHE_TYPES, OnOffAction, flag, physical_cores, switch
+from .fields import KV_CACHE_TYPES, OnOffAction, flag, parse_size, physical_cores, switch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,8 +29,8 @@ class SourceSettings:
             "-hf",
             "-hfr",
             "--hf-repo",
-            help="Hugging Face repo[:quant] to download the GGUF from "
-            f"(default quant Q4_K_M; used when -m is absent, default {DEFAULT_HF_REPO})",
+            help="Hugging Face repo[:quant] to download the GGUF from (default quant Q4_K_M; with neither -m nor -hf, "
+            "lfmserve is a router: see the router section)",
         ),
     )
     hf_file: str | None = field(
@@ -514,6 +514,57 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RouterSettings:
+    """Router mode (started with no ``-m`` / ``-hf``): where the models are listed, how many run at once, and when
+    an idle one stops. llama-server's router flags, plus the time-to-live and memory budget its users ask for."""
+
+    TITLE: ClassVar[str] = "router (no -m / -hf: several models behind one URL)"
+
+    models_dir: str | None = field(
+        default=None,
+        metadata=flag(
+            "--models-dir", help="folder of models: a .gguf file is a model, a sub-folder is one (with mmproj, shards)"
+        ),
+    )
+    models_preset: str | None = field(
+        default=None,
+        metadata=flag(
+            "--models-preset", help="INI file of models: [*] for every model, then one [name] section per model"
+        ),
+    )
+    models_max: int = field(
+        default=4,
+        metadata=flag(
+            "--models-max",
+            help="models loaded at once; loading one more unloads the least recently used idle one (0 = no limit)",
+            type=int,
+        ),
+    )
+    models_autoload: bool = switch(
+        "--models-autoload",
+        help="load a model when a request names it (default; --no-models-autoload: only POST /models/load does)",
+        default=True,
+    )
+    models_ttl: int = field(
+        default=0,
+        metadata=flag(
+            "--models-ttl",
+            help="unload a model idle for this many seconds (0 = never; a preset's ttl key sets it per model)",
+            type=int,
+        ),
+    )
+    models_memory_max: int | None = field(
+        default=None,
+        metadata=flag(
+            "--models-memory-max",
+            help="memory the loaded models may use together, in bytes or with a K/M/G suffix (6G); a load that "
+            "would pass it first unloads idle models",
+            type=parse_size,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingSettings:
     """Defaults for what a request does not set; None leaves the choice to the GGUF, the LFM family table or
     llama-server."""
@@ -581,6 +632,7 @@ GROUPS: dict[str, type[Any]] = {
     "engine": EngineSettings,
     "speculation": SpeculationSettings,
     "server": ServerSettings,
+    "router": RouterSettings,
     "sampling": SamplingSettings,
 }
 

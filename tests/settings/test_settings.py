@@ -174,6 +174,7 @@ def test_help_has_a_section_per_group_then_the_refused_flags(capsys: pytest.Capt
         "context, batching and prompt cache",
         "speculative decoding",
         "server",
+        "router (no -m / -hf: several models behind one URL)",
         "sampling defaults",
         "refused flags",
     ]
@@ -206,7 +207,7 @@ def test_of_and_replace_put_each_field_in_its_group() -> None:
 
 def test_field_names_are_unique_across_the_groups() -> None:
     names = [f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)]
-    assert len(names) == len(set(names)) == 93
+    assert len(names) == len(set(names)) == 99
     assert set(GROUPS) == {f.name for f in dataclasses.fields(Settings)}
 
 
@@ -233,15 +234,22 @@ def test_to_argv_gives_the_flags_that_reproduce_the_settings(argv: list[str], mo
 
 
 def test_to_argv_writes_only_what_differs_from_the_defaults_by_the_longest_spelling() -> None:
-    settings = Settings.of(model="m.gguf", ctx_size=4096, jinja=False, repack=False, api_key=("a", "b"), offline=True)
+    settings = Settings.of(
+        model="m.gguf", ctx_size=4096, jinja=False, repack=False, api_key=("a", "-b"), offline=True, models_max=2
+    )
     assert settings.to_argv() == [
-        "--model=m.gguf",
+        "--model",
+        "m.gguf",
         "--offline",
         "--no-jinja",
-        "--ctx-size=4096",
+        "--ctx-size",
+        "4096",
         "--no-repack",
-        "--api-key=a",
-        "--api-key=b",
+        "--api-key",
+        "a",
+        "--api-key=-b",
+        "--models-max",
+        "2",
     ]
     assert Settings().to_argv() == []
 
@@ -251,7 +259,7 @@ def test_to_argv_writes_only_what_differs_from_the_defaults_by_the_longest_spell
     [
         ("--draft-max", "--draft-max: the argument has been removed. use --spec-draft-n-max or --spec-ngram-mod-n-max"),
         ("--lora", "--lora: LoRA adapters are not supported by lfmserve"),
-        ("--models-dir", "--models-dir: the router (several models in one server) is not supported by lfmserve"),
+        ("--model-url", "--model-url: downloads by URL are not supported by lfmserve: use -hf or -m"),
     ],
 )
 def test_a_refused_flag_exits_2_with_its_reason(flag: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,235 @@
+"""The router's HTTP app: its own routes (``/health``, ``/models``, ``/models/load|unload|sse``, ``/props``
+without a model, llama-swap's ``/running``, ``/unload`` and ``/upstream/{model}/...``), and every other route
+passed to the child of the model the request names.
+
+The model is named by the JSON body's ``model`` (POST), the multipart form's ``model`` field
+(``/v1/audio/transcriptions``), or ``?model=`` (GET, and any route when the body has none); aliases count.
+``?autoload=`` overrides ``--models-autoload`` for one request. API keys are checked here, once; children accept
+only the router's own key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..api.cors import Cors
+from ..api.gate import PUBLIC_PATHS, key_ok
+from ..api.handlers import error_response, install_error_handlers
+from ..api.webui import WebUI, load_assets
+from ..errors import AuthenticationFailed, InvalidRequest, NotFound, PayloadTooLarge
+from ..settings import Settings
+from .catalog import ModelSpec, build_catalog
+from .events import Events
+from .instance import Instance
+from .listing import model_list, router_props, running
+from .pool import Pool
+from .proxy import Proxy
+from .spawn import Spawner
+
+logger = logging.getLogger(__name__)
+_ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
+#: Bodies parsed on a worker thread (a large image in base64 takes the loop tens of milliseconds to parse).
+_THREAD_PARSE_BYTES = 1 << 20
+
+
+def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner: Spawner) -> FastAPI:
+    events = Events()
+    pool = Pool(catalog, settings.router, spawner, events, describe=lambda child: _describe(proxy, child))
+    proxy = Proxy(pool)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool.start()
+        try:
+            yield
+        finally:
+            await pool.close()
+            await proxy.close()
+
+    app = FastAPI(title="lfmserve router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.pool = pool
+    app.add_middleware(RouterGate, settings=settings)
+    if settings.server.ui:
+        app.add_middleware(WebUI, assets=load_assets())
+    install_error_handlers(app)
+    app.add_middleware(Cors, origins=settings.server.cors_origins)
+    _add_model_routes(app, settings, pool, events)
+    _add_proxied_routes(app, settings, pool, proxy)
+    return app
+
+
+async def _describe(proxy: Proxy, child: Any) -> dict[str, Any]:
+    listing = await proxy.get_json(child, "/v1/models")
+    entry: dict[str, Any] = listing["data"][0]
+    return entry
+
+
+def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Events) -> None:
+    """The router's own routes: health, the model list, loading and unloading, events, llama-swap's views."""
+
+    @app.get("/health")
+    @app.get("/v1/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/models")
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        if request.query_params.get("reload"):
+            catalog = await asyncio.to_thread(build_catalog, settings)
+            for stale in pool.replace_catalog(catalog):
+                await pool.unload(stale.name)
+        return model_list(list(pool.instances.values()))
+
+    @app.post("/models/load")
+    async def load(request: Request) -> dict[str, bool]:
+        pool.load(_required_name(await _json(request)))
+        return {"success": True}
+
+    @app.post("/models/unload")
+    async def unload(request: Request) -> dict[str, bool]:
+        await pool.unload(_required_name(await _json(request)))
+        return {"success": True}
+
+    @app.get("/models/sse")
+    async def model_events() -> StreamingResponse:
+        async def frames() -> AsyncIterator[bytes]:
+            async for event in events.listen():
+                yield f"data: {json.dumps(event)}\n\n".encode()
+
+        return StreamingResponse(frames(), media_type="text/event-stream")
+
+    @app.get("/running")
+    async def running_models() -> dict[str, Any]:
+        return running(list(pool.instances.values()))
+
+    @app.api_route("/unload", methods=["GET", "POST"])
+    async def unload_all() -> PlainTextResponse:
+        await asyncio.gather(*(pool.unload(i.name) for i in pool.instances.values() if i.running))
+        return PlainTextResponse("OK")
+
+
+def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Proxy) -> None:
+    """The routes answered by a model's child: ``/props?model=``, llama-swap's ``/upstream/{model}/...``, and
+    every route the router does not answer itself."""
+
+    @app.get("/props")
+    async def props(request: Request) -> Response:
+        if "model" not in request.query_params:
+            return JSONResponse(router_props(settings.router))
+        return await _forward(request, pool, proxy, settings)
+
+    @app.api_route("/upstream/{model:path}", methods=_ALL_METHODS)
+    async def upstream(request: Request, model: str) -> Response:
+        name, slash, rest = _split_upstream(pool, model)
+        if not slash:
+            return RedirectResponse(f"/upstream/{name}/", status_code=301)
+        instance = pool.find(name)
+        if instance is None:
+            raise NotFound("model not found")
+        return await _send(request, proxy, instance, "/" + rest, autoload=True, body=await request.body())
+
+    @app.api_route("/{path:path}", methods=_ALL_METHODS)
+    async def routed(request: Request) -> Response:
+        return await _forward(request, pool, proxy, settings)
+
+
+def _split_upstream(pool: Pool, model_and_path: str) -> tuple[str, str, str]:
+    """``org/repo:Q8_0/v1/models`` -> the longest leading name a model has (names may hold slashes), then the rest."""
+    parts = model_and_path.split("/")
+    for cut in range(len(parts), 0, -1):
+        name = "/".join(parts[:cut])
+        if pool.find(name) is not None:
+            return name, "/" if parts[cut:] else "", "/".join(parts[cut:])
+    return model_and_path.partition("/")
+
+
+async def _forward(request: Request, pool: Pool, proxy: Proxy, settings: Settings) -> Response:
+    body = await request.body()
+    name = await _model_name(request, body)
+    if not name:
+        raise InvalidRequest("model name is missing from the request")
+    autoload = request.query_params.get("autoload")
+    allowed = settings.router.models_autoload if autoload is None else autoload.lower() in ("1", "true")
+    return await _send(request, proxy, pool.get(name), request.url.path, autoload=allowed, body=body)
+
+
+async def _send(
+    request: Request, proxy: Proxy, instance: Instance, path: str, *, autoload: bool, body: bytes
+) -> Response:
+    query = "&".join(f"{part}" for part in request.url.query.split("&") if part and not part.startswith(("autoload=",)))
+    return await proxy.forward(
+        instance,
+        method=request.method,
+        path=path,
+        query=query,
+        headers=list(request.headers.items()),
+        body=body,
+        autoload=autoload,
+    )
+
+
+async def _model_name(request: Request, body: bytes) -> str | None:
+    """The body's ``model`` (JSON or a multipart form), else ``?model=``."""
+    kind = request.headers.get("content-type", "")
+    name: Any = None
+    if body and kind.startswith("multipart/form-data"):
+        form = await request.form()
+        name = form.get("model")
+    elif body and request.method != "GET":
+        try:
+            parsed = await asyncio.to_thread(json.loads, body) if len(body) > _THREAD_PARSE_BYTES else json.loads(body)
+        except ValueError:
+            parsed = None
+        name = parsed.get("model") if isinstance(parsed, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    return request.query_params.get("model")
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return json.loads(await request.body() or b"{}")
+    except ValueError as exc:
+        raise InvalidRequest(f"invalid JSON body: {exc}") from exc
+
+
+def _required_name(body: Any) -> str:
+    name = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("model name is missing from the request")
+    return name
+
+
+class RouterGate:
+    """The router's key check (children are called with the router's own key) and its body limit."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.keys = tuple(key.encode() for key in settings.server.api_keys)
+        self.max_body = settings.server.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            if self.keys and scope["path"] not in PUBLIC_PATHS and not key_ok(headers, self.keys):
+                await error_response(AuthenticationFailed("Invalid API Key"))(scope, receive, send)
+                return
+            declared = headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_body:
+                error = PayloadTooLarge(
+                    f"request body larger than {self.max_body} bytes (the server's --max-body-bytes)"
+                )
+                await error_response(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

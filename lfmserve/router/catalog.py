@@ -1,0 +1,216 @@
+"""The models a router can serve, found where llama-server's router looks, each with the settings its child
+starts from.
+
+Three sources, in llama-server's precedence: the Hugging Face cache that ``-hf`` fills (``org/repo:QUANT``),
+``--models-dir`` (a ``.gguf`` file is a model named after it; a sub-folder is a model named after the folder,
+with its ``mmproj`` projector and the first part of a split GGUF), and ``--models-preset`` (a section whose name
+is already listed adds its flags to that model). A model's flags are, from weakest to strongest: the preset's
+``[*]``, what its source says (``model``/``mmproj`` or ``hf-repo``), its own section, and the router's command
+line (so ``lfmserve --models-dir d --temp 0`` gives every model ``--temp 0``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import huggingface_hub
+
+from ..errors import LfmError
+from ..loading.hub import pick_gguf, pick_mmproj, quant_tag
+from ..settings import RouterSettings, Settings
+from ..settings.argv import preset_argv
+from .preset import PresetSection, canonical_name, read_preset
+
+_SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
+_DEFAULT_STOP_TIMEOUT_S = 10.0
+#: Fields a child never takes from the router: the router's own, its keys, where it listens, its model.
+_ROUTER_ONLY = dict(
+    model=None, hf_repo=None, hf_file=None, mmproj=None, alias=None, tags=None, api_key=(), api_key_file=None
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One model of the router: its names, where it was found, and the settings its child is started with
+    (``host``, ``port`` and ``alias`` are the router's to set)."""
+
+    name: str
+    aliases: tuple[str, ...]
+    tags: tuple[str, ...]
+    source: str  # "cache" | "models_dir" | "preset", as llama-server reports it
+    settings: Settings
+    load_on_startup: bool = False
+    stop_timeout_s: float = _DEFAULT_STOP_TIMEOUT_S
+    ttl_s: float = 0.0
+    projector: str | None = None
+    files: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    source: str
+    flags: dict[str, str]
+    projector: str | None = None
+    files: tuple[str, ...] = ()
+
+
+def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
+    """Every model of the router started with ``settings``, by name; LfmError for a preset or folder that cannot
+    be read, an option a model's section gets wrong, or two models that share a name."""
+    found = {name: _Found("cache", flags, projector, files) for name, flags, projector, files in scan_cache()}
+    router = settings.router
+    if router.models_dir:
+        local = scan_models_dir(router.models_dir)
+        found |= {name: _Found("models_dir", flags, projector, files) for name, flags, projector, files in local}
+    everyone, sections = read_preset(router.models_preset) if router.models_preset else (None, [])
+    extra: dict[str, PresetSection] = {}
+    for section in sections:
+        base = found.get(section.name, _Found("preset", {}))
+        found[section.name] = _Found("preset", base.flags | section.flags, base.projector, base.files)
+        extra[section.name] = section
+    base_argv = dataclasses.replace(settings, router=RouterSettings()).replace(**_ROUTER_ONLY).to_argv()
+    everyone_argv = _argv(everyone.flags, "*") if everyone else []
+    specs = [
+        _spec(name, where, extra.get(name), everyone_argv + _argv(where.flags, name) + base_argv)
+        for name, where in found.items()
+    ]
+    _check_names(specs)
+    return {spec.name: spec for spec in specs}
+
+
+def _argv(flags: dict[str, str], section: str) -> list[str]:
+    try:
+        return preset_argv(flags)
+    except KeyError as exc:
+        raise LfmError(f"option '{exc.args[0]}' not recognized in preset '{section}'") from exc
+    except ValueError as exc:
+        raise LfmError(f"preset '{section}': {exc}") from exc
+
+
+def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[str]) -> ModelSpec:
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            settings = Settings.from_argv(argv)
+    except SystemExit as exc:
+        message = errors.getvalue().strip().removeprefix("lfmserve: error: ")
+        raise LfmError(f"model '{name}': {message}") from exc
+    router_keys = section.router if section else {}
+    projector = settings.source.mmproj or (where.projector if settings.source.mmproj_auto else None)
+    files = where.files or tuple(path for path in (settings.source.model,) if path)
+    return ModelSpec(
+        name=name,
+        aliases=tuple(a for a in settings.source.aliases if a != name),
+        tags=settings.source.tag_list,
+        source=where.source,
+        settings=settings,
+        load_on_startup=_truthy(router_keys.get("load-on-startup", "false")),
+        stop_timeout_s=_number(router_keys, "stop-timeout", _DEFAULT_STOP_TIMEOUT_S, name),
+        ttl_s=_number(router_keys, "ttl", float(settings.router.models_ttl), name),
+        projector=projector,
+        files=files + ((projector,) if projector and projector not in files else ()),
+    )
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on", "enabled")
+
+
+def _number(keys: dict[str, str], key: str, default: float, model: str) -> float:
+    try:
+        return float(keys[key]) if key in keys else default
+    except ValueError as exc:
+        raise LfmError(f"preset '{model}': {key} = {keys[key]!r} is not a number") from exc
+
+
+def _check_names(specs: Iterable[ModelSpec]) -> None:
+    """No name or alias is used by two models (llama-server refuses to start with such a list)."""
+    owner: dict[str, str] = {}
+    for spec in specs:
+        for name in spec.names:
+            if name in owner:
+                raise LfmError(f"alias '{name}' for model '{spec.name}' conflicts with model '{owner[name]}'")
+            owner[name] = spec.name
+
+
+def scan_models_dir(folder: str) -> list[tuple[str, dict[str, str], str | None, tuple[str, ...]]]:
+    """``--models-dir``'s models as llama-server finds them: name, flags, projector, weight files."""
+    if not os.path.isdir(folder):
+        raise LfmError(f"--models-dir {folder} does not exist or is not a folder")
+    out = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.is_dir():
+            found = _scan_model_folder(entry.path)
+            if found is not None:
+                out.append((entry.name, *found))
+        elif entry.name.endswith(".gguf") and not _is_companion(entry.name):
+            out.append((entry.name.replace(".gguf", ""), {"model": entry.path}, None, (entry.path,)))
+    return out
+
+
+def _is_companion(name: str) -> bool:
+    """A projector or a draft model sitting beside the models, not a model of its own."""
+    return "mmproj" in name or name.startswith(("mtp-", "dspark-", "dflash-"))
+
+
+def _scan_model_folder(path: str) -> tuple[dict[str, str], str | None, tuple[str, ...]] | None:
+    model = projector = draft = None
+    shards: list[str] = []
+    for name in sorted(os.listdir(path)):
+        if not name.endswith(".gguf"):
+            continue
+        full = os.path.join(path, name)
+        if "mmproj" in name:
+            projector = full
+        elif name.startswith(("mtp-", "dspark-", "dflash-")):
+            draft = draft or full
+        elif _SHARD.search(name):
+            shards.append(full)
+        else:
+            model = full
+    first = next((s for s in shards if "-00001-of-" in s), None)
+    model = first or model
+    if model is None:
+        return None
+    flags = {"model": model}
+    if projector:
+        flags["mmproj"] = projector
+    if draft:
+        flags["spec-draft-model"] = draft
+    return flags, projector, tuple(shards) if first else (model,)
+
+
+def scan_cache() -> list[tuple[str, dict[str, str], str | None, tuple[str, ...]]]:
+    """The GGUF models in the Hugging Face cache, one per repo and quant (``org/repo:Q4_K_M``); they start with
+    ``--offline``, since their files are already there."""
+    try:
+        cache = huggingface_hub.scan_cache_dir()
+    except Exception:  # no cache folder yet, or one huggingface_hub cannot read: no cache models
+        return []
+    out = []
+    for repo in sorted(cache.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model" or not repo.revisions:
+            continue
+        revision = max(repo.revisions, key=lambda r: r.last_modified)
+        files = {str(f.file_path.relative_to(revision.snapshot_path)): str(f.file_path) for f in revision.files}
+        for tag in sorted({quant_tag(name) for name in files if name.endswith(".gguf") and "mmproj" not in name}):
+            name = canonical_name(f"{repo.repo_id}:{tag}") if tag else repo.repo_id
+            try:
+                parts = pick_gguf(files, tag) if tag else []
+            except LfmError:
+                continue
+            projector = pick_mmproj(files, parts[0]) if parts else None
+            weights = tuple(files[p] for p in parts)
+            out.append((name, {"hf-repo": name, "offline": "true"}, files[projector] if projector else None, weights))
+    return out
+

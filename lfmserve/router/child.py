@@ -1,0 +1,152 @@
+"""One model's child process, seen from the router: its port, its state, its exit.
+
+The router and a child talk over a control line (a socket pair). The child writes one JSON object per line:
+``{"state": "ready"}`` once its model is loaded and it serves, ``{"state": "failed", "error": "..."}`` when it
+cannot (the one line it would print before exiting). The router writes ``exit`` to ask it to stop: the child
+drains its requests and exits 0. When the router dies, the child reads the end of the line and exits too, so no
+child outlives its router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import signal
+import socket
+from multiprocessing.process import BaseProcess
+
+from ..settings import Settings
+from .spawn import ChildStart, Spawner
+
+logger = logging.getLogger(__name__)
+CHILD_HOST = "127.0.0.1"
+
+
+class ChildFailed(Exception):
+    """A child that stopped before it was ready, or died: why, and its exit code (None while it still runs)."""
+
+    def __init__(self, message: str, exit_code: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def child_argv(settings: Settings, name: str, port: int) -> list[str]:
+    """A child's flags, as ``status.args`` lists them after the program: the model's settings on loopback, under
+    its name, with the context size and ``--jinja`` always written (clients such as Frigate read them there)."""
+    defaults = Settings().server
+    argv = ["--host", CHILD_HOST, "--port", str(port)]
+    argv += settings.replace(host=defaults.host, port=defaults.port, alias=name).to_argv()
+    if "--ctx-size" not in argv:
+        argv += ["--ctx-size", str(settings.engine.ctx_size)]
+    if settings.chat.jinja and "--jinja" not in argv:
+        argv.append("--jinja")
+    return argv
+
+
+class Child:
+    """A started child; ``ready`` resolves when it serves (or raises :class:`ChildFailed`), ``exited`` with its exit
+    code."""
+
+    def __init__(self, name: str, process: BaseProcess, port: int, argv: list[str], api_key: str) -> None:
+        self.name = name
+        self.process = process
+        self.port = port
+        self.argv = argv
+        self.api_key = api_key
+        self.error: str | None = None
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.exited: asyncio.Future[int] = loop.create_future()
+        self._writer: asyncio.StreamWriter | None = None
+        self._follow: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, spawner: Spawner, name: str, settings: Settings) -> Child:
+        """Bind a loopback port, fork the child onto it, and follow its control line."""
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind((CHILD_HOST, 0))
+        port = listener.getsockname()[1]
+        ours, theirs = socket.socketpair()
+        argv = child_argv(settings, name, port)
+        api_key = secrets.token_urlsafe(24)
+        try:
+            process = await asyncio.to_thread(spawner.start, ChildStart(name, tuple(argv), listener, theirs, api_key))
+        finally:
+            listener.close()  # the child holds its own copies now
+            theirs.close()
+        child = cls(name, process, port, argv, api_key)
+        reader, child._writer = await asyncio.open_connection(sock=ours)
+        asyncio.get_running_loop().add_reader(process.sentinel, child._on_exit)
+        child._follow = asyncio.create_task(child._read_states(reader))
+        return child
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://{CHILD_HOST}:{self.port}"
+
+    async def _read_states(self, reader: asyncio.StreamReader) -> None:
+        while line := await reader.readline():
+            try:
+                state = json.loads(line)
+            except ValueError:
+                continue
+            if state.get("state") == "ready" and not self.ready.done():
+                self.ready.set_result(None)
+            elif state.get("state") == "failed":
+                self.error = str(state.get("error") or "failed")
+
+    def _on_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.process.sentinel)
+        self.process.join(0)
+        code = self.process.exitcode
+        code = -1 if code is None else code
+        if not self.ready.done():
+            self.ready.set_exception(ChildFailed(self.failure(code), code))
+            self.ready.exception()  # retrieved here: nobody may be waiting
+        if self._writer is not None:
+            self._writer.close()
+        self.exited.set_result(code)
+
+    def failure(self, code: int) -> str:
+        """Why the child stopped: its own line, else its exit code or signal."""
+        if self.error:
+            return self.error
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+        return f"exited with code {code}"
+
+    async def stop(self, timeout_s: float) -> int:
+        """Ask the child to exit; kill it after ``timeout_s`` (at once while it is still loading)."""
+        if not self.exited.done():
+            if self.ready.done() and self._writer is not None and not self._writer.is_closing():
+                self._writer.write(b"exit\n")
+                with contextlib.suppress(ConnectionError, asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self.exited), timeout_s)
+            if not self.exited.done():
+                self.kill()
+        return await self.exited
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError, AttributeError):
+            self.process.kill()
+
+    def rss(self) -> int:
+        """The child's resident memory in bytes (0 once it is gone)."""
+        try:
+            with open(f"/proc/{self.pid}/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            pass
+        return 0

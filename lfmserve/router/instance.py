@@ -1,0 +1,52 @@
+"""One model of the router as the scheduler sees it: its status, its child, and who is using it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from .catalog import ModelSpec
+from .child import Child
+
+UNLOADED, LOADING, LOADED = "unloaded", "loading", "loaded"
+
+
+@dataclass(eq=False)
+class Instance:
+    """One model of the router and its child, if one runs."""
+
+    spec: ModelSpec
+    status: str = UNLOADED
+    child: Child | None = None
+    in_flight: int = 0
+    waiting: int = 0
+    #: When a POST last named it (llama-server's least-recently-used order counts POSTs only).
+    last_used: float = 0.0
+    #: When a request last ended or began (what the time-to-live counts from).
+    last_active: float = 0.0
+    loads: int = 0
+    exit_code: int | None = None
+    error: str | None = None
+    stopping: bool = False
+    #: Asked for by ``POST /models/load`` (so it stays queued with no request waiting).
+    wanted: bool = False
+    #: The child's own ``/v1/models`` entry, once it is ready.
+    info: dict[str, Any] | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def failed(self) -> bool:
+        return self.status == UNLOADED and self.exit_code not in (None, 0)
+
+    @property
+    def running(self) -> bool:
+        return self.status in (LOADING, LOADED)
+
+    @property
+    def idle(self) -> bool:
+        return self.status == LOADED and not self.stopping and self.in_flight == 0 and self.waiting == 0

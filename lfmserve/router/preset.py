@@ -1,0 +1,80 @@
+"""llama-server's model presets (``--models-preset FILE``): an INI file whose ``[*]`` section applies to every
+model and whose other sections are models, each key a flag.
+
+Besides flags, a section may hold the keys that only the router reads: ``load-on-startup``, ``stop-timeout``
+(seconds a model is given to exit before it is killed, default 10), ``ttl`` (lfmserve's: idle seconds before the
+model is unloaded) and ``dedup-cache-models`` (accepted; lfmserve lists every cache entry). Keys written before
+the first section form a model named ``default``, as in llama-server.
+
+Example::
+
+    [*]
+    ctx-size = 8192
+
+    [vision]
+    model = /models/LFM2-VL-1.6B-Q4_K_M.gguf
+    mmproj = /models/mmproj-LFM2-VL-1.6B-F16.gguf
+    alias = lfm-vl
+    load-on-startup = true
+"""
+
+from __future__ import annotations
+
+import configparser
+from dataclasses import dataclass
+
+from ..errors import LfmError
+from ..loading.hub import quant_tag
+
+#: Keys of a section that are not flags: the router's own.
+ROUTER_KEYS = ("load-on-startup", "stop-timeout", "ttl", "dedup-cache-models")
+GLOBAL_SECTION = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class PresetSection:
+    """One model's section: its flag entries (key -> raw value, in file order) and the router's keys."""
+
+    name: str
+    flags: dict[str, str]
+    router: dict[str, str]
+
+
+def read_preset(path: str) -> tuple[PresetSection, list[PresetSection]]:
+    """The ``[*]`` section (empty when absent) and the model sections of the file at ``path``."""
+    parser = configparser.ConfigParser(interpolation=None, default_section="\0", strict=True)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case (LLAMA_ARG_...)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        parser.read_string(text if text.lstrip().startswith("[") else "[default]\n" + text, source=path)
+    except (OSError, configparser.Error) as exc:
+        raise LfmError(f"cannot read the models preset {path}: {exc}") from exc
+    everyone = PresetSection(GLOBAL_SECTION, {}, {})
+    models: list[PresetSection] = []
+    for name in parser.sections():
+        entries = {key: value.strip() for key, value in parser[name].items() if key != "version"}
+        section = PresetSection(
+            canonical_name(name),
+            {key: value for key, value in entries.items() if key not in ROUTER_KEYS},
+            {key: value for key, value in entries.items() if key in ROUTER_KEYS},
+        )
+        if name == GLOBAL_SECTION:
+            everyone = section
+        elif entries or name != "default":
+            models.append(section)
+    return everyone, models
+
+
+def canonical_name(name: str) -> str:
+    """``org/repo:q4_k_m`` -> ``org/repo:Q4_K_M`` (llama-server upper-cases a section's quant tag)."""
+    if name == GLOBAL_SECTION or ":" not in name:
+        return name
+    head, _, tag = name.rpartition(":")
+    return f"{head}:{quant_tag(tag) or tag.upper()}"
+
+
+def to_ini(name: str, entries: dict[str, str]) -> str:
+    """A section as llama-server writes it in ``status.preset``."""
+    lines = [f"[{name}]", *(f"{key} = {value}" for key, value in entries.items())]
+    return "\n".join(lines) + "\n\n"

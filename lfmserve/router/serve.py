@@ -1,0 +1,43 @@
+"""``lfmserve`` with neither ``-m`` nor ``-hf``: list the models, start the fork server, and serve the router."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from collections.abc import Callable
+
+import uvicorn
+
+from ..settings import Settings
+from .app import create_router_app
+from .catalog import build_catalog
+from .spawn import ChildStart, Spawner
+
+logger = logging.getLogger("lfmserve")
+#: What the fork server imports once, so that a child starts with all of it in memory.
+PRELOAD = ("lfmserve.cli", "lfmserve.api.app", "lfmserve.loading.loader")
+
+
+def serve_router(settings: Settings, child: Callable[[ChildStart], None], sockets: list[socket.socket]) -> int:
+    """Serve until SIGTERM / Ctrl-C, then stop every child; LfmError when the models cannot be listed."""
+    catalog = build_catalog(settings)
+    logger.info("router: %d models", len(catalog))
+    for spec in catalog.values():
+        aliases = f" (aliases: {', '.join(spec.aliases)})" if spec.aliases else ""
+        logger.info("  [%10s] %s%s", spec.source, spec.name, aliases)
+    spawner = Spawner(child, PRELOAD)
+    spawner.warm()
+    app = create_router_app(settings, catalog, spawner)
+    config = uvicorn.Config(
+        app,
+        http="h11",
+        log_level="info" if settings.server.verbose else "warning",
+        access_log=settings.server.verbose,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, lambda *_: None)
+    server.run(sockets=sockets)
+    return 0

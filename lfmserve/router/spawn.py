@@ -1,0 +1,59 @@
+"""How a router starts its children: forked from a server process that has already imported lfmserve.
+
+A fresh interpreter spends seconds importing FastAPI, pydantic, llama.cpp's bindings and lfmserve before it
+reads a model. The fork server (multiprocessing's ``forkserver``) pays that once, when the router starts, and
+forks a copy of itself for each model load, so a child pays only for loading its model. The fork server has
+imported modules and started no thread, so forking it is safe; its children share its imported pages.
+
+What a child gets (:class:`ChildStart`) travels as file descriptors: a listening socket the router has already
+bound on loopback (no port can be taken in between), and its end of a control line to the router (see
+:mod:`.child`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStart:
+    """What a child process is started with."""
+
+    name: str
+    #: The child's flags (``status.args`` after the program), ``--host 127.0.0.1 --port N --alias NAME`` included.
+    argv: tuple[str, ...]
+    listener: socket.socket
+    control: socket.socket
+    #: The one API key the child accepts: the router's own, so nothing but the router can call a child.
+    api_key: str
+
+
+class Spawner:
+    """Starts ``target(ChildStart)`` in a child forked from the fork server, whose ``preload`` modules are imported
+    once."""
+
+    def __init__(self, target: Callable[[ChildStart], None], preload: Sequence[str]) -> None:
+        self._target = target
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(preload))
+        self._warming: threading.Thread | None = None
+
+    def warm(self) -> None:
+        """Start the fork server now, in a thread, so the first load does not wait for its imports."""
+        from multiprocessing import forkserver
+
+        self._warming = threading.Thread(target=forkserver.ensure_running, name="lfmserve-forkserver", daemon=True)
+        self._warming.start()
+
+    def start(self, start: ChildStart) -> BaseProcess:
+        """The started child (call from a worker thread: the first call may wait for the fork server)."""
+        if self._warming is not None:
+            self._warming.join()
+        process = self._context.Process(target=self._target, args=(start,), name=f"lfmserve-{start.name}")
+        process.start()
+        return process

@@ -1,0 +1,88 @@
+"""A router over real children: a folder of tiny models (text, vision with its projector, audio with its projector)
+and a preset that adds an embedding model, served by ``lfmserve`` started with no model, as a real process."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
+from tests.conftest import Running, wait_healthy
+
+#: Every child on one thread and one slot: several run at once on the test machine's two cores.
+CHILD_FLAGS = ["--threads", "1", "--parallel", "1", "--no-ui"]
+
+
+@pytest.fixture(scope="session")
+def router_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``text.gguf``, ``vision/`` and ``audio/`` (each a model and its ``mmproj``), and ``preset.ini``."""
+    root = tmp_path_factory.mktemp("router")
+    models = root / "models"
+    models.mkdir()
+    write_lfm2_gguf(models / "text.gguf", TinyLfm2(seed=1))
+    for kind in ("vision", "audio"):
+        (models / kind).mkdir()
+        write_lfm2_gguf(models / kind / "model.gguf", TinyLfm2(seed=1, vision_tokens=True, name=f"Tiny-{kind}"))
+        write_mmproj_gguf(models / kind / f"mmproj-{kind}.gguf", TinyProjector(kind=kind))  # type: ignore[arg-type]
+    (root / "preset.ini").write_text(
+        "version = 1\n\n"
+        "[*]\nctx-size = 2048\n\n"
+        "[text]\nalias = lfm-text,chat\n\n"
+        f"[embed]\nmodel = {models / 'text.gguf'}\nembeddings = true\npooling = mean\nalias = embedder\n"
+        "ctx-size = 512\n"
+    )
+    return root
+
+
+def start_router(
+    running: list[Running], router_models: Path, *flags: str, env: dict[str, str] | None = None
+) -> Running:
+    command = shutil.which("lfmserve")
+    assert command is not None
+    router = Running(
+        [
+            command,
+            "--models-dir",
+            str(router_models / "models"),
+            "--models-preset",
+            str(router_models / "preset.ini"),
+            *CHILD_FLAGS,
+            *flags,
+        ],
+        env={"HF_HUB_CACHE": str(router_models / "hf-cache"), **(env or {})},
+    )
+    running.append(router)
+    wait_healthy(router.url, router.process)
+    return router
+
+
+@pytest.fixture
+def router(running: list[Running], router_models: Path) -> Iterator[Running]:
+    yield start_router(running, router_models)
+
+
+def entries(router: Running, **headers: str) -> dict[str, dict[str, Any]]:
+    response = httpx.get(router.url + "/v1/models", headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    return {entry["id"]: entry for entry in response.json()["data"]}
+
+
+def wait_status(router: Running, model: str, wanted: str, timeout_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entry = entries(router)[model]
+        if entry["status"]["value"] == wanted:
+            return entry
+        time.sleep(0.05)
+    raise AssertionError(f"{model} never became {wanted}: {entries(router)[model]['status']}")
+
+
+def chat(router: Running, model: str, **options: Any) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, **options}
+    return httpx.post(router.url + "/v1/chat/completions", json=body, timeout=120)

@@ -1,0 +1,149 @@
+"""The router over HTTP: what it lists, how it routes by model name and alias, its errors, and the models'
+lifecycle (load, unload, events, eviction at --models-max), against real children of tiny models."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import Running
+from tests.router.conftest import chat, entries, start_router, wait_status
+
+
+def test_lists_every_model_with_its_settings_before_any_loads(router: Running, router_models: Path) -> None:
+    models = router_models / "models"
+    listed = entries(router)
+    assert sorted(listed) == ["audio", "embed", "text", "vision"]
+    text = listed["text"]
+    assert text["aliases"] == ["chat", "lfm-text"]
+    assert text["source"] == "preset"  # found in the folder, given a section by the preset
+    assert listed["vision"]["source"] == "models_dir"
+    assert text["status"]["value"] == "unloaded"
+    assert "meta" not in text
+    assert text["status"]["args"][0] == shutil.which("lfmserve")
+    assert text["status"]["args"][1:] == [
+        "--host", "127.0.0.1", "--port", "0",
+        "--model", str(models / "text.gguf"), "--alias", "text",
+        "--ctx-size", "2048", "--parallel", "1", "--threads", "1",
+        "--no-webui", "--jinja",
+    ]  # fmt: skip
+    assert listed["embed"]["status"]["args"][5:] == [
+        "--model", str(models / "text.gguf"), "--alias", "embed",
+        "--embeddings", "--pooling", "mean",
+        "--ctx-size", "512", "--parallel", "1", "--threads", "1",
+        "--no-webui", "--jinja",
+    ]  # fmt: skip
+    assert {name: entry["architecture"]["input_modalities"] for name, entry in listed.items()} == {
+        "audio": ["text", "audio"],
+        "embed": ["text"],
+        "text": ["text"],
+        "vision": ["text", "image"],
+    }
+    assert listed["embed"]["status"]["preset"] == (
+        f"[embed]\nmodel = {models / 'text.gguf'}\nembeddings = true\npooling = mean\n"
+        "ctx-size = 512\nparallel = 1\nthreads = 1\nno-webui = true\n\n"
+    )
+
+
+def test_a_request_loads_its_model_by_alias_and_the_listing_shows_it_loaded(router: Running) -> None:
+    reply = chat(router, "lfm-text", temperature=0)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["model"] == "text"
+    entry = entries(router)["text"]
+    assert entry["status"]["value"] == "loaded"
+    assert entry["meta"]["n_ctx"] == 2048  # one slot: the whole context is one request's
+    assert entries(router)["vision"]["status"]["value"] == "unloaded"
+
+
+def test_the_router_answers_props_itself_without_a_model_and_passes_it_on_with_one(router: Running) -> None:
+    own = httpx.get(router.url + "/props", timeout=10).json()
+    assert own["role"] == "router"
+    assert own["max_instances"] == 4
+    assert own["models_autoload"] is True
+    assert own["build_info"].startswith("b")
+    props = httpx.get(router.url + "/props", params={"model": "chat"}, timeout=60).json()
+    assert props["model_alias"] == "text"
+    assert props["default_generation_settings"]["n_ctx"] == 2048
+
+
+def test_client_mistakes_are_400s_naming_the_problem(router: Running) -> None:
+    missing = httpx.post(router.url + "/v1/chat/completions", json={"messages": []}, timeout=10)
+    assert (missing.status_code, missing.json()["error"]["message"]) == (400, "model name is missing from the request")
+    unknown = chat(router, "nope")
+    assert (unknown.status_code, unknown.json()["error"]["message"]) == (400, "model 'nope' not found")
+    load = httpx.post(router.url + "/models/load", json={"model": "nope"}, timeout=10)
+    assert (load.status_code, load.json()["error"]["type"]) == (404, "not_found_error")
+    unload = httpx.post(router.url + "/models/unload", json={"model": "text"}, timeout=10)
+    assert (unload.status_code, unload.json()["error"]["message"]) == (400, "model is not running")
+
+
+def test_load_and_unload_send_their_events(router: Running) -> None:
+    seen: list[dict[str, Any]] = []
+    listening = threading.Event()
+
+    def listen() -> None:
+        with httpx.stream("GET", router.url + "/models/sse", timeout=60) as events:
+            listening.set()
+            for line in events.iter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[6:]))
+                    if seen[-1].get("data", {}).get("status") == "unloaded":
+                        return
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert listening.wait(10)
+    assert httpx.post(router.url + "/models/load", json={"model": "vision"}, timeout=10).json() == {"success": True}
+    again = httpx.post(router.url + "/models/load", json={"model": "vision"}, timeout=10)
+    assert (again.status_code, again.json()["error"]["message"]) == (400, "model is already running")
+    wait_status(router, "vision", "loaded")
+    assert httpx.post(router.url + "/models/unload", json={"model": "vision"}, timeout=10).json() == {"success": True}
+    listener.join(60)
+    assert [(e["model"], e["event"], e["data"]["status"]) for e in seen] == [
+        ("vision", "model_status", "loading"),
+        ("vision", "status_change", "loaded"),
+        ("vision", "status_change", "unloaded"),
+    ]
+    assert seen[1]["data"]["info"]["id"] == "vision"
+    assert seen[2]["data"]["exit_code"] == 0
+    status = entries(router)["vision"]["status"]
+    assert (status["value"], sorted(status)) == ("unloaded", ["args", "preset", "value"])  # not failed
+
+
+def test_the_least_recently_used_idle_model_is_unloaded_at_models_max(
+    running: list[Running], router_models: Path
+) -> None:
+    router = start_router(running, router_models, "--models-max", "2")
+    for model in ("text", "vision", "text", "audio"):
+        assert chat(router, model).status_code == 200
+    statuses = {name: entry["status"]["value"] for name, entry in entries(router).items()}
+    assert statuses == {"audio": "loaded", "embed": "unloaded", "text": "loaded", "vision": "unloaded"}
+
+
+def test_api_keys_are_checked_at_the_router(running: list[Running], router_models: Path) -> None:
+    router = start_router(running, router_models, "--api-key", "sekret")
+    refused = chat(router, "text")
+    assert (refused.status_code, refused.json()["error"]["type"]) == (401, "authentication_error")
+    assert httpx.get(router.url + "/v1/models", timeout=10).status_code == 200  # public, as llama-server's
+    reply = httpx.post(
+        router.url + "/v1/chat/completions",
+        json={"model": "text", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        headers={"Authorization": "Bearer sekret"},
+        timeout=120,
+    )
+    assert reply.status_code == 200, reply.text
+    child_args = entries(router)["text"]["status"]["args"]
+    assert "--api-key" not in child_args and "sekret" not in " ".join(child_args)
+    port = child_args[child_args.index("--port") + 1]
+    direct = httpx.post(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        headers={"Authorization": "Bearer sekret"},
+        timeout=10,
+    )
+    assert direct.status_code == 401  # the child takes only the router's own key
