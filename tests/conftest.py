@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -161,7 +162,9 @@ def vl_settings(vl_gguf: Path, mmproj_gguf: Path, **options: Any) -> Settings:
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read().decode() if process.stderr else "exited"
+        assert process.poll() is None, (
+            process.stderr.read().decode() if process.stderr else f"exited with {process.returncode}"
+        )
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return
@@ -177,17 +180,26 @@ class Running:
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # A file, not a pipe: a server that logs more than a pipe holds (a router and its children, one line per
+        # request) would block on a pipe nobody reads.
+        self.output = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [*argv, "--port", str(self.port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=self.output,
+            stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
 
+    def log(self) -> str:
+        """What the process has printed so far (llama-server logs raw token bytes of random models)."""
+        self.output.seek(0)
+        return self.output.read().decode(errors="replace")
+
     def stop(self) -> str:
+        """Stop the process; what it printed."""
         self.process.terminate()
-        _, err = self.process.communicate(timeout=30)
-        return err.decode(errors="replace")  # llama-server logs raw token bytes of random models
+        self.process.wait(timeout=30)
+        return self.log()
 
 
 @pytest.fixture
@@ -197,6 +209,7 @@ def running() -> Iterator[list[Running]]:
     for r in started:
         if r.process.poll() is None:
             r.stop()
+        r.output.close()
 
 
 #: llama-server built from the pinned llama.cpp (``python bench/compare_llama_server.py --build`` makes it).

@@ -6,13 +6,16 @@ the model loads or the server shuts down, 401 without a valid API key, 413 for a
 from __future__ import annotations
 
 import hmac
+from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import AuthenticationFailed, LfmError, PayloadTooLarge, Unavailable
 from .handlers import error_response
-from .state import AppState
+
+if TYPE_CHECKING:  # the router uses key_ok without loading the model code that AppState brings
+    from .state import AppState
 
 #: Routes that need no API key (llama-server's public endpoints).
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/models", "/v1/models"})

@@ -38,8 +38,8 @@ class Capacity:
         size = files_size(instance.spec)
         if budget is not None and size > budget:
             return (
-                f"model '{instance.name}' needs {size // 2**20} MiB for its files alone, more than "
-                f"--models-memory-max ({budget // 2**20} MiB)"
+                f"model '{instance.name}' needs {size / 2**20:.1f} MiB for its files alone, more than "
+                f"--models-memory-max ({budget / 2**20:.1f} MiB)"
             )
         return None
 

@@ -81,7 +81,7 @@ def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
     base_argv = dataclasses.replace(settings, router=RouterSettings()).replace(**_ROUTER_ONLY).to_argv()
     everyone_argv = _argv(everyone.flags, "*") if everyone else []
     specs = [
-        _spec(name, where, extra.get(name), everyone_argv + _argv(where.flags, name) + base_argv)
+        _spec(name, where, extra.get(name), everyone_argv + _argv(where.flags, name) + base_argv, router.models_ttl)
         for name, where in found.items()
     ]
     _check_names(specs)
@@ -97,7 +97,7 @@ def _argv(flags: dict[str, str], section: str) -> list[str]:
         raise LfmError(f"preset '{section}': {exc}") from exc
 
 
-def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[str]) -> ModelSpec:
+def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[str], ttl_s: float) -> ModelSpec:
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
@@ -116,7 +116,7 @@ def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[st
         settings=settings,
         load_on_startup=_truthy(router_keys.get("load-on-startup", "false")),
         stop_timeout_s=_number(router_keys, "stop-timeout", _DEFAULT_STOP_TIMEOUT_S, name),
-        ttl_s=_number(router_keys, "ttl", float(settings.router.models_ttl), name),
+        ttl_s=_number(router_keys, "ttl", ttl_s, name),
         projector=projector,
         files=files + ((projector,) if projector and projector not in files else ()),
     )
@@ -213,4 +213,3 @@ def scan_cache() -> list[tuple[str, dict[str, str], str | None, tuple[str, ...]]
             weights = tuple(files[p] for p in parts)
             out.append((name, {"hf-repo": name, "offline": "true"}, files[projector] if projector else None, weights))
     return out
-

@@ -21,8 +21,14 @@ from dataclasses import dataclass
 from .spawn import ChildStart
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 #: How long a child asked to stop may take before it ends itself: the drain, and then some.
 _EXIT_GRACE_S = 30.0
+
+
+def process_name(model: str) -> bytes:
+    """A child's process name (``/proc/PID/comm``, 15 bytes at most): ``lfm:`` and the start of its model's name."""
+    return ("lfm:" + model).encode()[:15]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +44,9 @@ class ChildLink:
         os.environ.pop("LFMSERVE_API_KEY_FILE", None)
         if sys.platform == "linux":
             with contextlib.suppress(OSError, AttributeError):
-                ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+                libc.prctl(_PR_SET_NAME, process_name(start.name))  # what ps and top show for the child
         link = cls(start.name, [start.listener], start.control)
         threading.Thread(target=link._follow, name="lfmserve-router-link", daemon=True).start()
         return link

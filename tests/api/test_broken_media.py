@@ -12,7 +12,6 @@ import re
 import shutil
 import struct
 import subprocess
-import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -131,11 +130,9 @@ def _chat(*parts: dict[str, Any], max_tokens: int = 4, **extra: Any) -> dict[str
 
 @dataclass
 class Served:
-    """A running ``lfmserve`` whose output is drained into ``log`` (a full pipe would stall it)."""
+    """A running ``lfmserve`` (its output goes to a file, read by ``log``)."""
 
     running: Running
-    log: list[str]
-    drains: list[threading.Thread]
 
     @property
     def url(self) -> str:
@@ -145,11 +142,15 @@ class Served:
     def process(self) -> subprocess.Popen[bytes]:
         return self.running.process
 
+    @property
+    def log(self) -> str:
+        return self.running.log()
+
     def post(self, body: dict[str, Any]) -> httpx.Response:
         return httpx.post(self.url + CHAT, json=body, timeout=60)
 
     def assert_alive(self) -> None:
-        assert self.process.poll() is None, "".join(self.log)
+        assert self.process.poll() is None, self.log
         assert httpx.get(self.url + "/health", timeout=10).status_code == 200
 
     def peak_rss_bytes(self) -> int:
@@ -160,30 +161,13 @@ class Served:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        for drain in self.drains:
-            drain.join(timeout=10)
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
+            self.running.stop()
+        self.running.output.close()
 
 
 def _start(model: Path, mmproj: Path) -> Served:
     assert LFMSERVE is not None
-    running = Running([LFMSERVE, "-m", str(model), "--mmproj", str(mmproj), "-c", "2048", "-np", "2", "-t", "1"])
-    log: list[str] = []
-
-    def drain(stream: Any) -> None:
-        for line in stream:
-            log.append(line.decode(errors="replace"))
-
-    drains = [
-        threading.Thread(target=drain, args=(s,), daemon=True) for s in (running.process.stdout, running.process.stderr)
-    ]
-    for thread in drains:
-        thread.start()
-    return Served(running, log, drains)
+    return Served(Running([LFMSERVE, "-m", str(model), "--mmproj", str(mmproj), "-c", "2048", "-np", "2", "-t", "1"]))
 
 
 @pytest.fixture(scope="module")
@@ -401,5 +385,5 @@ def test_after_all_the_broken_media_good_ones_are_answered(servers: dict[str, Se
     assert answer["choices"][0]["message"]["role"] == "assistant" and answer["usage"]["completion_tokens"] == 4
     response = servers["vision"].post(_chat(_image_part(_png(64, 64, seed=7)), ignore_eos=True))
     assert response.status_code == 200, response.text
-    logs = "".join(servers["both"].log + servers["vision"].log)
+    logs = servers["both"].log + servers["vision"].log
     assert "Traceback" not in logs and " ERROR " not in logs

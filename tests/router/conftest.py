@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lfmserve.router.link import process_name
 from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
 from tests.conftest import Running, wait_healthy
 
@@ -40,9 +41,9 @@ def router_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def start_router(
-    running: list[Running], router_models: Path, *flags: str, env: dict[str, str] | None = None
-) -> Running:
+def start_router(running: list[Running], router_models: Path, *flags: str, preset: Path | None = None) -> Running:
+    """``lfmserve --models-dir MODELS --models-preset PRESET`` with ``flags`` (the preset of ``router_models``
+    unless another is given), healthy."""
     command = shutil.which("lfmserve")
     assert command is not None
     router = Running(
@@ -51,11 +52,11 @@ def start_router(
             "--models-dir",
             str(router_models / "models"),
             "--models-preset",
-            str(router_models / "preset.ini"),
+            str(preset or router_models / "preset.ini"),
             *CHILD_FLAGS,
             *flags,
         ],
-        env={"HF_HUB_CACHE": str(router_models / "hf-cache"), **(env or {})},
+        env={"HF_HUB_CACHE": str(router_models / "hf-cache")},
     )
     running.append(router)
     wait_healthy(router.url, router.process)
@@ -86,3 +87,32 @@ def wait_status(router: Running, model: str, wanted: str, timeout_s: float = 60)
 def chat(router: Running, model: str, **options: Any) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, **options}
     return httpx.post(router.url + "/v1/chat/completions", json=body, timeout=120)
+
+
+def child_pid(router: Running, model: str) -> int | None:
+    """The process id of the model's child: a process its fork server forked, named after the model."""
+    for pid in _children(router.process.pid):
+        for child in _children(pid):
+            if Path(f"/proc/{child}/comm").read_bytes().strip() == process_name(model):
+                return child
+    return None
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.name))
+    return found
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
