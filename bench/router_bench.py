@@ -1,0 +1,170 @@
+"""Router benchmark: lfmserve's router against llama-server's, on the same preset of three models.
+
+Both routers read one preset: three sections (``a``, ``b``, ``c``) of the LFM2-350M-shaped Q4_K_M model, one slot
+each. Measured, each median of ``--repeats`` runs alternating which server goes first:
+
+- **cold start**: a model is unloaded (``POST /models/unload``, then polled until ``unloaded``), then the time from
+  sending a streamed chat for it to its first content token, the load included;
+- **decode**: tokens per second of one 128-token stream (``ignore_eos``), measured at the client, through each
+  router and from the same model served alone by the same program (``-m``), so the router's cost shows;
+- **memory**: with all three models loaded, the resident (RSS) and proportional (PSS, shared pages split among
+  the processes that map them) memory of the router and every process under it.
+
+Example::
+
+    python bench/router_bench.py --llama-server ~/.cache/lfmserve-bench/llama.cpp-build/bin/llama-server
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from common import Server, bench_arguments, bench_model, lfmserve_command, llama_server_binary, results_log
+
+MODELS = ("a", "b", "c")
+DECODE_TOKENS = 128
+
+
+def write_preset(folder: Path, model: Path, ctx_size: int, threads: int) -> Path:
+    preset = folder / "preset.ini"
+    sections = "".join(f"[{name}]\nmodel = {model}\n\n" for name in MODELS)
+    preset.write_text(f"version = 1\n\n[*]\nctx-size = {ctx_size}\nthreads = {threads}\nparallel = 1\n\n{sections}")
+    return preset
+
+
+def stream(url: str, model: str | None, max_tokens: int) -> tuple[float, list[float]]:
+    """Seconds to the first content token, and the arrival time of every content chunk."""
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "Write about the sea."}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
+    if model:
+        body["model"] = model
+    start = time.perf_counter()
+    arrivals: list[float] = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                if any(c["delta"].get("content") for c in chunk.get("choices", [])):
+                    arrivals.append(time.perf_counter())
+    return arrivals[0] - start, arrivals
+
+
+def status(url: str, model: str) -> str:
+    entries = httpx.get(url + "/models", timeout=30).json()["data"]
+    return str(next(e for e in entries if e["id"] == model)["status"]["value"])
+
+
+def unload(url: str, model: str) -> None:
+    if status(url, model) != "unloaded":
+        httpx.post(url + "/models/unload", json={"model": model}, timeout=30)
+        while status(url, model) != "unloaded":
+            time.sleep(0.05)
+
+
+def cold_start(url: str) -> float:
+    unload(url, "a")
+    return stream(url, "a", 4)[0]
+
+
+def decode(url: str, model: str | None) -> float:
+    stream(url, model, 8)  # warm: loaded, prompt cached
+    _, arrivals = stream(url, model, DECODE_TOKENS)
+    return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+
+
+def tree_memory(pid: int) -> dict[str, float]:
+    """RSS and PSS in MiB of ``pid`` and every process under it."""
+    pids, rss, pss = [pid], 0, 0
+    while pids:
+        current = pids.pop()
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+            pids += [
+                int(c) for t in Path(f"/proc/{current}/task").iterdir() for c in (t / "children").read_text().split()
+            ]
+    return {"rss_mib": rss / 1024, "pss_mib": pss / 1024}
+
+
+def main() -> int:
+    parser = bench_arguments(__doc__ or "", ctx_size=4096, repeats=5)
+    args = parser.parse_args()
+    binary = llama_server_binary(parser, args)
+    model = bench_model()
+    folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
+    preset = write_preset(folder, model, args.ctx_size, args.threads)
+    direct = ["-m", str(model), "-c", str(args.ctx_size), "-t", str(args.threads), "-np", "1"]
+    routers = {
+        "llama-server router": Server("llama-server router", [str(binary), "--models-preset", str(preset)]),
+        "lfmserve router": Server("lfmserve router", [lfmserve_command(), "--models-preset", str(preset), "--no-ui"]),
+    }
+    alone = {
+        "llama-server alone": Server("llama-server alone", [str(binary), *direct]),
+        "lfmserve alone": Server("lfmserve alone", [lfmserve_command(), *direct, "--no-ui"]),
+    }
+    results: dict[str, dict[str, list[float]]] = {}
+    with results_log(args, "router") as log, contextlib.ExitStack() as stack:
+        urls = {name: stack.enter_context(server) for name, server in {**routers, **alone}.items()}
+
+        def record(server: str, metric: str, value: float) -> None:
+            results.setdefault(server, {}).setdefault(metric, []).append(value)
+            row = json.dumps({"server": server, "metric": metric, "value": value})
+            log.write(row + "\n")
+            print(row, flush=True)
+
+        for rep in range(args.repeats):
+            order = list(routers) if rep % 2 == 0 else list(routers)[::-1]
+            for name in order:
+                record(name, "cold_start_s", cold_start(urls[name]))
+        for rep in range(args.repeats):
+            names = list(urls) if rep % 2 == 0 else list(urls)[::-1]
+            for name in names:
+                record(name, "decode_tok_s", decode(urls[name], "a" if name in routers else None))
+        for name in routers:
+            for model_name in MODELS:
+                stream(urls[name], model_name, 2)
+            memory = tree_memory(routers[name].process.pid)
+            for key, value in memory.items():
+                record(name, key, value)
+    print(report({server: {k: statistics.median(v) for k, v in by.items()} for server, by in results.items()}))
+    return 0
+
+
+def report(medians: dict[str, dict[str, float]]) -> str:
+    ours, theirs = medians["lfmserve router"], medians["llama-server router"]
+    rows = [
+        ("cold start s (request for an unloaded model to its first token)", "cold_start_s"),
+        ("decode tok/s through the router", "decode_tok_s"),
+        ("RSS MiB, router and three loaded children", "rss_mib"),
+        ("PSS MiB, router and three loaded children", "pss_mib"),
+    ]
+    out = ["| metric | llama-server | lfmserve | lfmserve / llama-server |", "|---|---|---|---|"]
+    for label, key in rows:
+        out.append(f"| {label} | {theirs[key]:.3f} | {ours[key]:.3f} | {ours[key] / theirs[key]:.2f} |")
+    for program in ("llama-server", "lfmserve"):
+        via, alone = medians[f"{program} router"]["decode_tok_s"], medians[f"{program} alone"]["decode_tok_s"]
+        out.append(
+            f"| {program}: decode through its router / served alone | {via:.1f} | {alone:.1f} | {via / alone:.3f} |"
+        )
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
