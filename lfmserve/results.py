@@ -172,6 +172,21 @@ class Capabilities:
     sampling_defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ListedModel:
+    """One model of ``/v1/models``, as listed (nothing is loaded to learn it): a router lists every model it can
+    serve, with ``status`` ``loaded``, ``loading`` or ``unloaded``; a single-model server its one model
+    (``status`` None: it serves it)."""
+
+    id: str
+    aliases: tuple[str, ...]
+    status: str | None
+    vision: bool
+    audio: bool
+    #: ``meta.n_ctx`` (what one request may use) while loaded, else ``--ctx-size`` from its arguments.
+    n_ctx: int | None
+
+
 #: The ``type`` values of OpenAI's ``response_format``.
 FORMAT_TYPES = ("text", "json_object", "json_schema")
 

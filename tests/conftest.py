@@ -183,6 +183,7 @@ class Running:
         # A file, not a pipe: a server that logs more than a pipe holds (a router and its children, one line per
         # request) would block on a pipe nobody reads.
         self.output = tempfile.TemporaryFile()
+        self._printed = ""
         self.process = subprocess.Popen(
             [*argv, "--port", str(self.port)],
             stdout=self.output,
@@ -192,14 +193,19 @@ class Running:
 
     def log(self) -> str:
         """What the process has printed so far (llama-server logs raw token bytes of random models)."""
+        if self.output.closed:
+            return self._printed
         self.output.seek(0)
         return self.output.read().decode(errors="replace")
 
     def stop(self) -> str:
-        """Stop the process; what it printed."""
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        return self.log()
+        """Stop the process (if it still runs) and close its output; what it printed."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self._printed = self.log()
+        self.output.close()
+        return self._printed
 
 
 @pytest.fixture
@@ -207,9 +213,7 @@ def running() -> Iterator[list[Running]]:
     started: list[Running] = []
     yield started
     for r in started:
-        if r.process.poll() is None:
-            r.stop()
-        r.output.close()
+        r.stop()
 
 
 #: llama-server built from the pinned llama.cpp (``python bench/compare_llama_server.py --build`` makes it).

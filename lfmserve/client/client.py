@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import LfmError, TransportError, Unavailable
-from ..results import Capabilities, ChatResult, RerankResult, StreamEvent
+from ..results import Capabilities, ChatResult, ListedModel, RerankResult, StreamEvent
 from . import operations
 from .calls import Call, Operation, Reply
 from .events import ChatStreamReader
@@ -171,6 +171,10 @@ class Client(_ClientBase):
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._run(operations.detokenize(self._state, tokens))
 
+    def models(self) -> list[ListedModel]:
+        """Every model the server lists (a router: all it can serve, loaded or not), loading none of them."""
+        return self._run(operations.models())
+
     def health(self) -> bool:
         """True once the model is loaded; False while it loads. A server that does not answer raises."""
         return self._run(operations.health())
@@ -314,6 +318,9 @@ class AsyncClient(_ClientBase):
 
     async def detokenize(self, tokens: Sequence[int]) -> str:
         return await self._run(operations.detokenize(self._state, tokens))
+
+    async def models(self) -> list[ListedModel]:
+        return await self._run(operations.models())
 
     async def health(self) -> bool:
         return await self._run(operations.health())

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidRequest, NotFound
-from ..results import Capabilities, ChatResult, RerankResult
+from ..results import Capabilities, ChatResult, ListedModel, RerankResult
 from .calls import Call, Operation, Reply
 from .media import AudioInput, ImageInput, audio_bytes, audio_format, audio_part, blank_jpeg, image_part
 from .payloads import ChatBody, chat_result
@@ -78,6 +78,27 @@ def capabilities(state: ClientState, model: str | None, refresh: bool) -> Operat
     found = _capabilities(entry, props, embeddings_supported=embeddings.status in (200, 400))
     state.capabilities[wanted] = found
     return found
+
+
+def models() -> Operation[list[ListedModel]]:
+    """Every model ``/v1/models`` lists, with what the listing says of it."""
+    listing = (yield Call("GET", "/v1/models")).body
+    entries = listing.get("data") or [] if isinstance(listing, dict) else []
+    return [_listed(entry) for entry in entries if isinstance(entry, dict)]
+
+
+def _listed(entry: Mapping[str, Any]) -> ListedModel:
+    modalities = (entry.get("architecture") or {}).get("input_modalities") or []
+    status = entry.get("status") or {}
+    args = [str(arg) for arg in status.get("args") or []]
+    return ListedModel(
+        id=str(entry.get("id")),
+        aliases=tuple(str(a) for a in entry.get("aliases") or [] if a != entry.get("id")),
+        status=status.get("value"),
+        vision="image" in modalities,
+        audio="audio" in modalities,
+        n_ctx=_first_int((entry.get("meta") or {}).get("n_ctx"), _flag(args, "--ctx-size", "-c")),
+    )
 
 
 def _model_entry(entries: Sequence[Mapping[str, Any]], wanted: str | None) -> Mapping[str, Any]:

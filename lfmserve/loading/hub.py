@@ -1,8 +1,8 @@
 """``-hf repo[:QUANT]``: find the quant's GGUF in a Hugging Face repo and download it (or use the cache).
 
 Uses huggingface_hub, so ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` and ``HF_HUB_OFFLINE`` work as
-they do everywhere else, downloads show a progress bar, and a file downloaded once is served from
-the cache when the hub cannot be reached.
+they do everywhere else (``LLAMA_CACHE``, as in llama.cpp, names the cache folder), downloads show a progress
+bar, and a file downloaded once is served from the cache when the hub cannot be reached.
 
 Example::
 
@@ -29,6 +29,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_QUANT = "Q4_K_M"
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
+
+
+def cache_dir() -> str | None:
+    """Where ``-hf`` files go: ``LLAMA_CACHE`` when set (llama.cpp looks there first, in the same layout), else
+    huggingface_hub's cache (``HF_HUB_CACHE``, ``HF_HOME``...)."""
+    return os.environ.get("LLAMA_CACHE") or None
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -112,8 +118,8 @@ def resolve_hf_model(
         listing = huggingface_hub.list_repo_files(repo) if projector or not hf_file else []
         files = [hf_file] if hf_file else pick_gguf(listing, quant)
         mmproj = pick_mmproj(listing, files[0]) if projector else None
-        paths = [huggingface_hub.hf_hub_download(repo, f) for f in files]
-        return paths[0], huggingface_hub.hf_hub_download(repo, mmproj) if mmproj else None
+        paths = [huggingface_hub.hf_hub_download(repo, f, cache_dir=cache_dir()) for f in files]
+        return paths[0], huggingface_hub.hf_hub_download(repo, mmproj, cache_dir=cache_dir()) if mmproj else None
     except LfmError:
         raise
     except HfHubHTTPError as exc:
@@ -142,7 +148,7 @@ def _from_cache(
     repo: str, quant: str, hf_file: str | None, projector: bool, *, why: str = "and the hub cannot be reached"
 ) -> tuple[str, str | None]:
     try:
-        snapshot = huggingface_hub.snapshot_download(repo, local_files_only=True)
+        snapshot = huggingface_hub.snapshot_download(repo, local_files_only=True, cache_dir=cache_dir())
     except LocalEntryNotFoundError as exc:
         raise NotFound(f"{repo} is not in the local cache {why}") from exc
     cached = [

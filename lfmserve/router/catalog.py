@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import huggingface_hub
 
 from ..errors import LfmError
-from ..loading.hub import pick_gguf, pick_mmproj, quant_tag
+from ..loading.hub import cache_dir, pick_gguf, pick_mmproj, quant_tag
 from ..settings import RouterSettings, Settings
 from ..settings.argv import preset_argv
 from .preset import PresetSection, canonical_name, read_preset
@@ -194,7 +194,7 @@ def scan_cache() -> list[tuple[str, dict[str, str], str | None, tuple[str, ...]]
     """The GGUF models in the Hugging Face cache, one per repo and quant (``org/repo:Q4_K_M``); they start with
     ``--offline``, since their files are already there."""
     try:
-        cache = huggingface_hub.scan_cache_dir()
+        cache = huggingface_hub.scan_cache_dir(cache_dir())
     except Exception:  # no cache folder yet, or one huggingface_hub cannot read: no cache models
         return []
     out = []

@@ -225,6 +225,7 @@ class Pool:
         """The child's life: ready (or failed), then its exit."""
         try:
             await child.ready
+            self._set(instance, LOADED, event=None)  # the waiting requests go now; the event waits for the entry
             info = await self._describe(child)
         except ChildFailed as exc:
             logger.error("model %s failed to load: %s", instance.name, exc.message)
@@ -234,7 +235,7 @@ class Pool:
             child.kill()
         else:
             instance.info = info
-            self._set(instance, LOADED, info=info)
+            self._events.publish(instance.name, "status_change", {"status": LOADED, "info": info})
         code = await child.exited
         if instance.child is child:
             if code != 0 and not instance.stopping and instance.error is None:
@@ -272,11 +273,11 @@ class Pool:
         status: str,
         *,
         info: dict[str, Any] | None = None,
-        event: str = "status_change",
+        event: str | None = "status_change",
         **changes: Any,
     ) -> None:
         """Change the instance, tell the event listeners (llama-server's ``model_status`` when a child is started,
-        ``status_change`` after), and wake its waiters."""
+        ``status_change`` after; None: the caller tells them later), and wake its waiters."""
         for key, value in changes.items():
             setattr(instance, key, value)
         instance.status = status
@@ -285,7 +286,8 @@ class Pool:
             data["exit_code"] = instance.exit_code
         if info is not None:
             data["info"] = info
-        self._events.publish(instance.name, event, data)
+        if event is not None:
+            self._events.publish(instance.name, event, data)
         self._notify(instance)
 
     def _notify(self, instance: Instance) -> None:

@@ -3,8 +3,8 @@
 The chat's own flags are few (``--url``, ``--system``, ``--tools-file``); every other flag is llama-server's,
 parsed by :meth:`Settings.from_argv`, so ``-m``, ``-hf``, ``--mmproj``, ``-c``, ``-t``, ``--temp``, ``-n``
 and ``--reasoning`` mean here what they mean to the server. With ``--url``, ``--model`` names the served
-model and ``--api-key`` is the key sent. Heavy modules load only once the flags are known, so ``--help``
-is quick.
+model (a router's: loaded when the chat opens) and ``--api-key`` is the key sent. Heavy modules load only once
+the flags are known, so ``--help`` is quick.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _EPILOG = """\
 Every other flag is llama-server's (see lfmserve --help): -m FILE / -hf REPO[:QUANT] [--mmproj FILE] load a
 model in this process; -c, -t, --chat-template-file configure it; --temp, --top-k, --top-p, --min-p,
 --repeat-penalty, --seed and -n N (max tokens per reply) set the sampling; --reasoning on|off|auto the
-thinking. With --url, --model NAME names the served model and --api-key KEY is sent.
+thinking. With --url, --model NAME names the served model (a router loads it) and --api-key KEY is sent.
 
 examples:
   lfmserve chat --url http://127.0.0.1:8080
@@ -95,18 +95,34 @@ def _remote(url: str, settings: Settings, *, system: str | None, turn: TurnOptio
     from ..client import Client
     from .conversation import RemoteConversation
 
-    client = Client(url, settings.server.api_keys[0] if settings.server.api_keys else None, model=settings.source.model)
+    key = settings.server.api_keys[0] if settings.server.api_keys else None
+    client = Client(url, key, model=settings.source.model or _only_model(url, key))
     try:
         if not client.health():  # a server that is not there fails at once; one still loading is waited for
             print(f"waiting for {url} to load its model ...", file=sys.stderr)
             client.wait_until_ready(timeout=_READY_TIMEOUT_S)
-        capabilities = client.capabilities()
+        capabilities = client.capabilities()  # a router loads the model here
     except LfmError:
         client.close()
         raise
     # The server applies its own defaults; the ones given here go with every request.
     turn = dataclasses.replace(turn, sampling={**settings.sampling.defaults(), **turn.sampling})
     return RemoteConversation(client, system=system, turn=turn), f"{capabilities.model} at {url}"
+
+
+def _only_model(url: str, key: str | None) -> str | None:
+    """The model to chat with when ``--model`` names none: a router's only model; None for a single-model server
+    (it needs no name). A router with several models is an error that lists them."""
+    from ..client import Client
+
+    with Client(url, key) as client:
+        listed = client.models()
+    if not any(model.status for model in listed):  # a single-model server: no status
+        return None
+    if len(listed) == 1:
+        return listed[0].id
+    names = ", ".join(model.id for model in listed)
+    raise LfmError(f"{url} is a router serving several models; choose one with --model NAME ({names})")
 
 
 #: The context of an in-process chat when ``-c`` does not say (as :class:`lfmserve.Model`'s default).

@@ -160,9 +160,7 @@ class Served:
         return int(match.group(1)) * 1024
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.running.stop()
-        self.running.output.close()
+        self.running.stop()
 
 
 def _start(model: Path, mmproj: Path) -> Served:

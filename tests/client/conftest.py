@@ -48,8 +48,7 @@ def processes() -> Iterator[list[Running]]:
     started: list[Running] = []
     yield started
     for server in started:
-        if server.process.poll() is None:
-            server.stop()
+        server.stop()
 
 
 @pytest.fixture(scope="module", params=["lfmserve", pytest.param("llama-server", marks=pytest.mark.slow)])

@@ -116,7 +116,10 @@ def test_frigate_describes_embeds_and_transcribes_with_three_models_behind_one_u
 def test_llama_swaps_upstream_routes_reach_the_model_by_name(router: Running) -> None:
     props = httpx.get(router.url + "/upstream/vision/props", timeout=60)
     assert props.status_code == 200
-    assert (props.json()["model_alias"], props.json()["modalities"]) == ("vision", {"vision": True, "audio": False, "video": False})
+    assert (props.json()["model_alias"], props.json()["modalities"]) == (
+        "vision",
+        {"vision": True, "audio": False, "video": False},
+    )
     bare = httpx.get(router.url + "/upstream/vision", timeout=10)
     assert (bare.status_code, bare.headers["location"]) == (301, "/upstream/vision/")
     unknown = httpx.get(router.url + "/upstream/nope/props", timeout=10)
