@@ -28,9 +28,11 @@ def program() -> list[str]:
 
 
 def model_list(instances: list[Instance]) -> dict[str, Any]:
-    """``GET /models`` and ``GET /v1/models``: every model, loaded or not."""
+    """``GET /models`` and ``GET /v1/models``: every model, loaded or not, by name (llama-server keeps them in a
+    sorted map)."""
     now = int(time.time())
-    return {"object": "list", "data": [model_entry(instance, now) for instance in instances]}
+    ordered = sorted(instances, key=lambda instance: instance.name)
+    return {"object": "list", "data": [model_entry(instance, now) for instance in ordered]}
 
 
 def model_entry(instance: Instance, created: int) -> dict[str, Any]:

@@ -13,10 +13,14 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 from PIL import Image
 
+from lfmserve.client import Client, ListedModel
+from lfmserve.errors import LfmError
 from lfmserve.settings import Settings
 from lfmserve.testing import wav_bytes
+from lfmserve.tui.main import _only_model
 from tests.api.test_frigate_provider import EMBEDDING_DIM, FrigateLikeProvider
 from tests.conftest import Running, ServerThread
 from tests.router.conftest import entries
@@ -165,3 +169,23 @@ def test_a_greedy_stream_through_the_router_is_the_models_own(
     assert routed_usage["completion_tokens"] == direct_usage["completion_tokens"] == 24
     assert routed_text == direct_text
     assert routed_usage["prompt_tokens"] == direct_usage["prompt_tokens"]
+
+
+def test_the_client_lists_every_model_without_loading_any(router: Running) -> None:
+    with Client(router.url) as client:
+        listed = client.models()
+    assert listed == [
+        ListedModel(id="audio", aliases=(), status="unloaded", vision=False, audio=True, n_ctx=2048),
+        ListedModel(id="embed", aliases=("embedder",), status="unloaded", vision=False, audio=False, n_ctx=512),
+        ListedModel(id="text", aliases=("chat", "lfm-text"), status="unloaded", vision=False, audio=False, n_ctx=2048),
+        ListedModel(id="vision", aliases=(), status="unloaded", vision=True, audio=False, n_ctx=2048),
+    ]
+    assert {entry["status"]["value"] for entry in entries(router).values()} == {"unloaded"}
+
+
+def test_the_terminal_chat_asks_which_of_a_routers_models_to_open(router: Running) -> None:
+    with pytest.raises(LfmError) as refused:
+        _only_model(router.url, None)
+    assert refused.value.message == (
+        f"{router.url} is a router serving several models; choose one with --model NAME (audio, embed, text, vision)"
+    )
