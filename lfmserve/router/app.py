@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..api.cors import Cors
 from ..api.gate import PUBLIC_PATHS, key_ok
 from ..api.handlers import error_response, install_error_handlers
+from ..api.sse import until_disconnect
 from ..api.webui import WebUI, load_assets
 from ..errors import AuthenticationFailed, InvalidRequest, NotFound, PayloadTooLarge
 from ..settings import Settings
@@ -168,14 +169,19 @@ async def _send(
     request: Request, proxy: Proxy, instance: Instance, path: str, *, autoload: bool, body: bytes
 ) -> Response:
     query = "&".join(f"{part}" for part in request.url.query.split("&") if part and not part.startswith(("autoload=",)))
-    return await proxy.forward(
-        instance,
-        method=request.method,
-        path=path,
-        query=query,
-        headers=list(request.headers.items()),
-        body=body,
-        autoload=autoload,
+    # A client that leaves while its model loads or its answer is made gives up its place in the queue (and ends
+    # the generation); once an answer streams, the streaming response watches for that itself.
+    return await until_disconnect(
+        request,
+        proxy.forward(
+            instance,
+            method=request.method,
+            path=path,
+            query=query,
+            headers=list(request.headers.items()),
+            body=body,
+            autoload=autoload,
+        ),
     )
 
 

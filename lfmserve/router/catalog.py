@@ -50,6 +50,8 @@ class ModelSpec:
     ttl_s: float = 0.0
     projector: str | None = None
     files: tuple[str, ...] = ()
+    #: A cache entry a preset's model already covers (``dedup-cache-models``): left out of the list, still routable.
+    hidden: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -85,7 +87,28 @@ def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
         for name, where in found.items()
     ]
     _check_names(specs)
-    return {spec.name: spec for spec in specs}
+    covered = _deduplicated(specs, extra, everyone)
+    return {spec.name: dataclasses.replace(spec, hidden=spec.name in covered) for spec in specs}
+
+
+def _deduplicated(
+    specs: list[ModelSpec], sections: dict[str, PresetSection], everyone: PresetSection | None
+) -> set[str]:
+    """The cache entries hidden by ``dedup-cache-models`` (in a section, or in ``[*]`` for all): those of the repos
+    (and quant, when given) that such a preset model or its draft model comes from."""
+    default = _truthy(everyone.router.get("dedup-cache-models", "false")) if everyone else False
+    sources: list[str] = []
+    for spec in specs:
+        section = sections.get(spec.name)
+        if section is not None and _truthy(section.router.get("dedup-cache-models", str(default))):
+            sources += [r for r in (spec.settings.source.hf_repo, spec.settings.speculation.spec_draft_hf) if r]
+    hidden = set()
+    for spec in specs:
+        if spec.source == "cache":
+            repo = spec.name.partition(":")[0]
+            if any(source == repo or canonical_name(source) == spec.name for source in sources):
+                hidden.add(spec.name)
+    return hidden
 
 
 def _argv(flags: dict[str, str], section: str) -> list[str]:

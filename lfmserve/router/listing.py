@@ -31,7 +31,7 @@ def model_list(instances: list[Instance]) -> dict[str, Any]:
     """``GET /models`` and ``GET /v1/models``: every model, loaded or not, by name (llama-server keeps them in a
     sorted map)."""
     now = int(time.time())
-    ordered = sorted(instances, key=lambda instance: instance.name)
+    ordered = sorted((i for i in instances if not i.spec.hidden), key=lambda instance: instance.name)
     return {"object": "list", "data": [model_entry(instance, now) for instance in ordered]}
 
 

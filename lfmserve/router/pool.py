@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -31,6 +32,7 @@ from .instance import LOADED, LOADING, UNLOADED, Instance
 from .spawn import Spawner
 
 logger = logging.getLogger(__name__)
+_FAKE_DELAY_S = 2.0
 
 
 class LoadFailed(LfmError):
@@ -56,6 +58,9 @@ class Pool:
         self._queue: list[Instance] = []
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: llama-server's ``LLAMA_SERVER_DEBUG_FAKE_TIMING``: each load and each proxied request takes 2 s longer,
+        #: so that its test suite's queue tests see requests overlap.
+        self._fake_timing = bool(os.environ.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
 
     # -- names ----------------------------------------------------------------------------------------
 
@@ -107,6 +112,12 @@ class Pool:
         instance.last_active = time.monotonic()
         if touch:
             instance.last_used = instance.last_active
+        if self._fake_timing:  # busy a while longer, counted as busy: the suite's queue tests need the overlap
+            try:
+                await asyncio.sleep(_FAKE_DELAY_S)
+            except BaseException:
+                self.release(instance)
+                raise
         return child
 
     def release(self, instance: Instance) -> None:
@@ -209,6 +220,8 @@ class Pool:
                 await self._stop(victim)
 
     async def _launch(self, instance: Instance) -> None:
+        if self._fake_timing:
+            await asyncio.sleep(_FAKE_DELAY_S)
         instance.wanted = False
         instance.exit_code = instance.error = instance.info = None
         self._set(instance, LOADING, event="model_status", loads=instance.loads + 1)

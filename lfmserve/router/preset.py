@@ -3,7 +3,8 @@ model and whose other sections are models, each key a flag.
 
 Besides flags, a section may hold the keys that only the router reads: ``load-on-startup``, ``stop-timeout``
 (seconds a model is given to exit before it is killed, default 10), ``ttl`` (lfmserve's: idle seconds before the
-model is unloaded) and ``dedup-cache-models`` (accepted; lfmserve lists every cache entry). Keys written before
+model is unloaded) and ``dedup-cache-models`` (the cache entries a preset model comes from are left out of the
+list). Keys written before
 the first section form a model named ``default``, as in llama-server.
 
 Example::
