@@ -59,6 +59,7 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
 
     app = FastAPI(title="lfmserve router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.pool = pool
+    app.state.events = events  # the server ends the event streams when it starts shutting down
     app.add_middleware(RouterGate, settings=settings)
     if settings.server.ui:
         app.add_middleware(WebUI, assets=load_assets())

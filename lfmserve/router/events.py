@@ -8,6 +8,7 @@ Each event is ``{"model": NAME, "event": KIND, "data": {...}}``: ``model_status`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +18,7 @@ _BACKLOG = 1024
 
 class Events:
     def __init__(self) -> None:
-        self._listeners: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._listeners: set[asyncio.Queue[dict[str, Any] | None]] = set()
 
     def publish(self, model: str, event: str, data: dict[str, Any] | None = None) -> None:
         message: dict[str, Any] = {"model": model, "event": event}
@@ -29,12 +30,19 @@ class Events:
             except asyncio.QueueFull:
                 self._listeners.discard(queue)  # a listener this far behind has stopped reading
 
+    def close(self) -> None:
+        """End every listener's stream (the server is shutting down: an open stream would hold it up)."""
+        for queue in list(self._listeners):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)
+        self._listeners.clear()
+
     async def listen(self) -> AsyncIterator[dict[str, Any]]:
-        """The events published from now on, until the caller stops iterating."""
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(_BACKLOG)
+        """The events published from now on, until the caller stops iterating or :meth:`close`."""
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(_BACKLOG)
         self._listeners.add(queue)
         try:
-            while True:
-                yield await queue.get()
+            while (event := await queue.get()) is not None:
+                yield event
         finally:
             self._listeners.discard(queue)

@@ -58,6 +58,7 @@ class Pool:
         self._queue: list[Instance] = []
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loops: list[asyncio.Future[None]] = []
         #: llama-server's ``LLAMA_SERVER_DEBUG_FAKE_TIMING``: each load and each proxied request takes 2 s longer,
         #: so that its test suite's queue tests see requests overlap.
         self._fake_timing = bool(os.environ.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
@@ -186,14 +187,17 @@ class Pool:
         for instance in startup:
             instance.wanted = True
             self._enqueue(instance)
-        self._spawn_task(self._schedule())
-        self._spawn_task(self._expire())
+        self._loops = [asyncio.ensure_future(self._schedule()), asyncio.ensure_future(self._expire())]
 
     async def close(self) -> None:
-        """Stop every child (in parallel, each within its stop timeout) and the scheduler."""
+        """Stop loading more, then every child (in parallel, each within its stop timeout: each child's follower
+        sees it exit), then whatever is left."""
+        for loop in self._loops:
+            loop.cancel()
+        self._queue.clear()
+        await asyncio.gather(*(self._stop(i) for i in self.instances.values() if i.child), return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*(self._stop(i) for i in self.instances.values() if i.child), return_exceptions=True)
 
     async def _schedule(self) -> None:
         while True:

@@ -12,6 +12,7 @@ import uvicorn
 from ..settings import Settings
 from .app import create_router_app
 from .catalog import build_catalog
+from .events import Events
 from .spawn import ChildStart, Spawner
 
 logger = logging.getLogger("lfmserve")
@@ -26,6 +27,18 @@ PRELOAD = (
     "uvicorn.loops.auto",
     "uvicorn.loops.uvloop",
 )
+
+
+class _RouterServer(uvicorn.Server):
+    """uvicorn, ending the ``/models/sse`` streams as it starts shutting down (it waits for open answers to end)."""
+
+    def __init__(self, config: uvicorn.Config, events: Events) -> None:
+        super().__init__(config)
+        self._events = events
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._events.close()
+        await super().shutdown(sockets)
 
 
 def serve_router(settings: Settings, child: Callable[[ChildStart], None], sockets: list[socket.socket]) -> int:
@@ -48,7 +61,7 @@ def serve_router(settings: Settings, child: Callable[[ChildStart], None], socket
         access_log=settings.server.verbose,
         timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    server = _RouterServer(config, app.state.events)
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, lambda *_: None)
     server.run(sockets=sockets)

@@ -167,3 +167,19 @@ def test_the_memory_budget_unloads_idle_models_below_models_max(running: list[Ru
         assert chat(router, model).status_code == 200
     statuses = {name: entry["status"]["value"] for name, entry in entries(router).items()}
     assert statuses == {"audio": "loaded", "embed": "unloaded", "text": "unloaded", "vision": "loaded"}
+
+
+def test_sigterm_stops_every_child_and_ends_the_event_streams(running: list[Running], router_models: Path) -> None:
+    router = start_router(running, router_models)
+    for model in ("text", "vision"):
+        assert chat(router, model).status_code == 200
+    pids = [child_pid(router, model) for model in ("text", "vision")]
+    events = httpx.stream("GET", router.url + "/models/sse", timeout=30)
+    with events as stream:
+        lines = stream.iter_lines()
+        started = time.monotonic()
+        router.process.terminate()
+        assert list(lines) == []  # the stream ends, empty, when the router shuts down
+        assert router.process.wait(10) == 0
+    assert time.monotonic() - started < 5  # no wait for the stream to time out
+    assert [pid for pid in pids if pid is not None and Path(f"/proc/{pid}").exists()] == []

@@ -25,6 +25,10 @@ let conversation = store.newConversation();
 let running = null; // the AbortController of the reply that streams now
 let nCtx = 0; // tokens a slot holds: /props `default_generation_settings.n_ctx`
 let propsLoaded = false;
+/** A router's model chosen in the picker, sent with every request (null: a single-model server). */
+let model = null;
+/** localStorage key of the model last chosen on a router. */
+const MODEL_STORAGE = "lfmserve.model";
 
 const messageActions = { edit: (index, text) => resend(index, text), regenerate: () => regenerate() };
 const listActions = {
@@ -54,7 +58,8 @@ const listActions = {
 async function loadProps() {
   for (;;) {
     try {
-      const props = await api.json("props");
+      let props = await api.json("props");
+      if (props.role === "router") props = await routerModelProps();
       settings.applyProps(props);
       attachments.setModalities(props.modalities);
       nCtx = props.default_generation_settings?.n_ctx ?? 0;
@@ -76,6 +81,30 @@ async function loadProps() {
       await new Promise((resolve) => setTimeout(resolve, 1000));
     }
   }
+}
+
+/** A router: its models in the picker (with their status), the one chosen before or else the first loaded or
+ * the first, and that model's /props, which loads it. */
+async function routerModelProps() {
+  const models = (await api.json("v1/models")).data ?? [];
+  if (models.length === 0) throw new Error("This router has no models.");
+  const ids = models.map((m) => m.id);
+  const saved = localStorage.getItem(MODEL_STORAGE);
+  model = ids.includes(model) ? model : ids.includes(saved) ? saved : (models.find(isLoaded) ?? models[0]).id;
+  const picker = $("model-picker");
+  picker.replaceChildren(...models.map((m) => new Option(`${m.id}${isLoaded(m) ? "" : " (not loaded)"}`, m.id)));
+  picker.value = model;
+  picker.hidden = false;
+  $("model-name").hidden = true;
+  showStatus(models.find((m) => m.id === model && isLoaded(m)) ? "" : `Loading ${model}…`);
+  const props = await api.json(`props?model=${encodeURIComponent(model)}`);
+  picker.selectedOptions[0].text = model; // loaded now
+  props.model_alias = model;
+  return props;
+}
+
+function isLoaded(entry) {
+  return entry.status?.value === "loaded";
 }
 
 /** The request fields, or null (the reason shown) when the settings cannot make a request. */
@@ -123,6 +152,7 @@ async function regenerate() {
 async function generate(options) {
   hideError();
   const body = chatRequest(conversation.messages, settings.systemPrompt, options);
+  if (model) body.model = model;
   const reply = emptyReply();
   conversation.messages.push(reply);
   save(conversation);
@@ -254,6 +284,13 @@ function openSettings(open) {
   $("toggle-settings").setAttribute("aria-expanded", String(open));
 }
 
+$("model-picker").addEventListener("change", async () => {
+  model = $("model-picker").value;
+  localStorage.setItem(MODEL_STORAGE, model);
+  propsLoaded = false;
+  $("send").disabled = true;
+  await loadProps(); // loads the model chosen
+});
 $("composer").addEventListener("submit", send);
 $("stop").addEventListener("click", stop);
 $("new-chat").addEventListener("click", startNewConversation);
