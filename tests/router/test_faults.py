@@ -102,6 +102,7 @@ def test_children_killed_while_clients_stream_lose_no_request_and_hang_none(
         assert _stream(router, model) == "done"
 
 
+@pytest.mark.slow
 def test_a_non_streamed_request_whose_child_dies_is_answered_by_a_fresh_child(
     running: list[Running], router_models: Path
 ) -> None:
@@ -121,6 +122,7 @@ def test_a_non_streamed_request_whose_child_dies_is_answered_by_a_fresh_child(
     assert child_pid(router, "text") not in (None, pid)
 
 
+@pytest.mark.slow
 def test_children_die_with_the_router_even_when_it_is_killed(running: list[Running], router_models: Path) -> None:
     router = start_router(running, router_models)
     for model in ("text", "vision"):
@@ -135,6 +137,7 @@ def test_children_die_with_the_router_even_when_it_is_killed(running: list[Runni
     assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
 
 
+@pytest.mark.slow
 def test_a_model_idle_past_its_time_to_live_is_unloaded(running: list[Running], router_models: Path) -> None:
     router = start_router(running, router_models, "--models-ttl", "1")
     assert chat(router, "text").status_code == 200
@@ -143,6 +146,7 @@ def test_a_model_idle_past_its_time_to_live_is_unloaded(running: list[Running], 
     assert "failed" not in status
 
 
+@pytest.mark.slow
 def test_a_model_larger_than_the_memory_budget_is_refused_saying_so(
     running: list[Running], router_models: Path
 ) -> None:
@@ -156,6 +160,7 @@ def test_a_model_larger_than_the_memory_budget_is_refused_saying_so(
     )
 
 
+@pytest.mark.slow
 def test_the_memory_budget_unloads_idle_models_below_models_max(running: list[Running], router_models: Path) -> None:
     probe = start_router(running, router_models)
     assert chat(probe, "text").status_code == 200
@@ -169,6 +174,7 @@ def test_the_memory_budget_unloads_idle_models_below_models_max(running: list[Ru
     assert statuses == {"audio": "loaded", "embed": "unloaded", "text": "unloaded", "vision": "loaded"}
 
 
+@pytest.mark.slow
 def test_sigterm_stops_every_child_and_ends_the_event_streams(running: list[Running], router_models: Path) -> None:
     router = start_router(running, router_models)
     for model in ("text", "vision"):
