@@ -98,7 +98,9 @@ class Serving:
         return self.options.defaults
 
     def close(self) -> None:
-        """Free the llama.cpp handles: the engine's contexts (and draft model), the projector, then the model."""
+        """Free the llama.cpp handles: the engine's contexts (and draft model), the projector, then the model
+        (no grammar tokenizer is built from it after that)."""
+        self.grammars.close()
         self.engine.close()
         if self.projector is not None:
             self.projector.close()

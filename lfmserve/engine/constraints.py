@@ -25,7 +25,7 @@ import llguidance.numpy
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidRequest
+from ..errors import EngineError, InvalidRequest
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
@@ -148,18 +148,30 @@ class Grammars:
         self._model = model
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
+        self._closed = False
         self._special: dict[str, int | None] = {}
 
     @property
     def tokenizer(self) -> llguidance.LLTokenizer:
         with self._lock:  # requests may arrive on several threads before it exists (the loader prepares it)
+            if self._closed:
+                raise EngineError("the model has been unloaded")
             if self._tokenizer is None:
                 self._tokenizer = _lltokenizer(self._model)
             return self._tokenizer
 
     def prepare(self) -> None:
-        """Build the tokenizer now (0.2 s for 65,536 tokens) rather than in the first constrained request."""
-        _ = self.tokenizer
+        """Build the tokenizer now (0.2 s for 65,536 tokens) rather than in the first constrained request; nothing
+        once closed (the loader prepares it a few seconds late, when the model may already be asleep)."""
+        with self._lock:
+            if not self._closed and self._tokenizer is None:
+                self._tokenizer = _lltokenizer(self._model)
+
+    def close(self) -> None:
+        """No tokenizer is built from the model after this (call before freeing the model: a build under way is
+        waited for)."""
+        with self._lock:
+            self._closed = True
 
     def special_token(self, text: str) -> int | None:
         """The id of the control token written as ``text``, or None when the vocabulary has no such token."""

@@ -27,7 +27,7 @@ from ..api.gate import PUBLIC_PATHS, key_ok
 from ..api.handlers import error_response, install_error_handlers
 from ..api.sse import until_disconnect
 from ..api.webui import WebUI, load_assets
-from ..errors import AuthenticationFailed, InvalidRequest, NotFound, PayloadTooLarge
+from ..errors import AuthenticationFailed, InvalidRequest, NotFound, NotSupported, PayloadTooLarge
 from ..settings import Settings
 from .catalog import ModelSpec, build_catalog
 from .events import Events
@@ -102,6 +102,13 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
     async def unload(request: Request) -> dict[str, bool]:
         await pool.unload(_required_name(await _json(request)))
         return {"success": True}
+
+    @app.api_route("/models", methods=["POST", "DELETE"])
+    async def download_or_remove() -> None:
+        raise NotSupported(
+            "downloading or removing models through the router is not supported by lfmserve: fill the cache with "
+            "lfmserve -hf REPO (or huggingface-cli), then GET /models?reload=1"
+        )
 
     @app.get("/models/sse")
     async def model_events() -> StreamingResponse:

@@ -59,7 +59,8 @@ class Proxy:
     ) -> Response:
         """The child's answer to the request, streamed; retried once on a fresh child when the child died before
         answering."""
-        for attempt in (1, 2):
+        retried = False
+        while True:
             child = await self.pool.acquire(instance, autoload=autoload, touch=method == "POST")
             try:
                 upstream = await self.client.send(
@@ -70,8 +71,9 @@ class Proxy:
                 )
             except httpx.TransportError as exc:
                 self.pool.release(instance)
-                if attempt == 1 and await _exited(child):
+                if not retried and await _exited(child):
                     logger.warning("model %s stopped before answering; sending the request to a new child", child.name)
+                    retried = True
                     continue
                 raise Unavailable(f"model '{instance.name}' did not answer: {exc}") from exc
             except BaseException:
@@ -82,7 +84,6 @@ class Proxy:
                 status_code=upstream.status_code,
                 headers=_for_client(upstream.headers),
             )
-        raise AssertionError("unreachable")
 
     async def _relay(self, instance: Instance, upstream: httpx.Response, path: str) -> AsyncIterator[bytes]:
         try:

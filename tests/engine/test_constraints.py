@@ -6,14 +6,18 @@ The random model writes no JSON on its own: the token masks are what make it.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import httpx
 import jsonschema
 import openai
+import pytest
 from pydantic import BaseModel, Field
 
-from lfmserve.engine.constraints import bounded
+from lfmserve.engine.constraints import Grammars, bounded
+from lfmserve.errors import EngineError
+from lfmserve.llama.model import NativeModel
 from tests.conftest import ASK, ServerThread
 
 
@@ -112,3 +116,15 @@ def test_schemas_are_tightened_as_llama_cpps_converter_reads_them() -> None:
         },
         "additionalProperties": False,
     }
+
+
+def test_grammars_closed_with_their_model_build_nothing_from_it(tiny_gguf: Path) -> None:
+    """The loader builds the grammar tokenizer a few seconds after loading; a model put to sleep (and freed) in
+    between must not be read: after close, prepare does nothing and a constrained request is refused."""
+    model = NativeModel(str(tiny_gguf))
+    grammars = Grammars(model)
+    grammars.close()
+    model.close()
+    grammars.prepare()  # the freed model is not touched (it would abort the process)
+    with pytest.raises(EngineError, match="^the model has been unloaded$"):
+        grammars.json_schema({"type": "object"}, param="response_format")

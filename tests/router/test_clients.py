@@ -19,11 +19,11 @@ from PIL import Image
 from lfmserve.client import Client, ListedModel
 from lfmserve.errors import LfmError
 from lfmserve.settings import Settings
-from lfmserve.testing import wav_bytes
+from lfmserve.testing import tiny_reranker, wav_bytes, write_lfm2_gguf
 from lfmserve.tui.main import _only_model
 from tests.api.test_frigate_provider import EMBEDDING_DIM, FrigateLikeProvider
 from tests.conftest import Running, ServerThread
-from tests.router.conftest import entries
+from tests.router.conftest import entries, start_router
 
 
 class FrigateModelInfo:
@@ -189,3 +189,48 @@ def test_the_terminal_chat_asks_which_of_a_routers_models_to_open(router: Runnin
     assert refused.value.message == (
         f"{router.url} is a router serving several models; choose one with --model NAME (audio, embed, text, vision)"
     )
+
+
+def test_every_api_family_reaches_its_model_through_the_router(
+    running: list[Running], router_models: Path, tmp_path: Path
+) -> None:
+    """One request per route family, each naming its model where that family names it; all answered by the child
+    of the model named."""
+    reranker = write_lfm2_gguf(tmp_path / "reranker.gguf", tiny_reranker(seed=3))
+    preset = tmp_path / "preset.ini"
+    preset.write_text(
+        (router_models / "preset.ini").read_text() + f"\n[ranker]\nmodel = {reranker}\nreranking = true\n"
+    )
+    router = start_router(running, router_models, "--metrics", preset=preset)
+    hi = [{"role": "user", "content": "hi"}]
+    posts: dict[str, dict[str, Any]] = {
+        "/v1/chat/completions": {"model": "chat", "messages": hi, "max_tokens": 2},
+        "/v1/completions": {"model": "chat", "prompt": "hi", "max_tokens": 2},
+        "/completion": {"model": "chat", "prompt": "hi", "n_predict": 2},
+        "/v1/messages": {"model": "chat", "messages": hi, "max_tokens": 2},
+        "/v1/messages/count_tokens": {"model": "chat", "messages": hi},
+        "/v1/responses": {"model": "chat", "input": "hi", "max_output_tokens": 2},
+        "/tokenize": {"model": "chat", "content": "hi"},
+        "/detokenize": {"model": "chat", "tokens": [1]},
+        "/apply-template": {"model": "chat", "messages": hi},
+        "/v1/embeddings": {"model": "embedder", "input": "hi"},
+        "/rerank": {"model": "ranker", "query": "sea", "documents": ["waves", "sand"]},
+    }
+    for path, body in posts.items():
+        reply = httpx.post(router.url + path, json=body, timeout=60)
+        assert reply.status_code == 200, (path, reply.text)
+    assert httpx.post(router.url + "/v1/responses", json=posts["/v1/responses"], timeout=60).json()["model"] == "text"
+    ranked = httpx.post(router.url + "/rerank", json=posts["/rerank"], timeout=60).json()["results"]
+    assert sorted(r["index"] for r in ranked) == [0, 1]
+    slots = httpx.get(router.url + "/slots", params={"model": "chat"}, timeout=10)
+    assert (slots.status_code, len(slots.json())) == (200, 1)
+    metrics = httpx.get(router.url + "/metrics", params={"model": "chat"}, timeout=10)
+    assert metrics.status_code == 200 and "llamacpp:prompt_tokens_total" in metrics.text
+    statuses = {name: entry["status"]["value"] for name, entry in entries(router).items()}
+    assert statuses == {
+        "audio": "unloaded",
+        "embed": "loaded",
+        "ranker": "loaded",
+        "text": "loaded",
+        "vision": "unloaded",
+    }

@@ -80,6 +80,12 @@ def test_client_mistakes_are_400s_naming_the_problem(router: Running) -> None:
     assert (load.status_code, load.json()["error"]["type"]) == (404, "not_found_error")
     unload = httpx.post(router.url + "/models/unload", json={"model": "text"}, timeout=10)
     assert (unload.status_code, unload.json()["error"]["message"]) == (400, "model is not running")
+    download = httpx.post(router.url + "/models", json={"model": "org/repo:Q4_K_M"}, timeout=10)
+    assert (download.status_code, download.json()["error"]["message"]) == (
+        501,
+        "downloading or removing models through the router is not supported by lfmserve: fill the cache with "
+        "lfmserve -hf REPO (or huggingface-cli), then GET /models?reload=1",
+    )
 
 
 def test_load_and_unload_send_their_events(router: Running) -> None:
