@@ -137,7 +137,7 @@ class Pool:
                 if not autoload:
                     raise InvalidRequest("model is not loaded")
                 self._enqueue(instance)
-            await self._next_change(instance)
+            await instance.changed.wait()
 
     def _enqueue(self, instance: Instance) -> None:
         if instance not in self._queue:
@@ -270,7 +270,7 @@ class Pool:
         self._notify(instance)
         await child.stop(instance.spec.stop_timeout_s)
         while instance.child is child:  # until _follow has seen the exit
-            await self._next_change(instance)
+            await instance.changed.wait()
 
     async def _expire(self) -> None:
         while True:
@@ -312,10 +312,6 @@ class Pool:
         changed, instance.changed = instance.changed, asyncio.Event()
         changed.set()
         self._wake.set()
-
-    @staticmethod
-    async def _next_change(instance: Instance) -> None:
-        await instance.changed.wait()
 
     def _spawn_task(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
