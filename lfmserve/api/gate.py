@@ -32,7 +32,7 @@ class Gate:
             if error is not None:
                 await error_response(error)(scope, receive, send)
                 return
-            receive = _bounded(receive, self.state.settings.server.max_body_bytes)
+            receive = bounded(receive, self.state.settings.server.max_body_bytes)
         await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> LfmError | None:
@@ -43,21 +43,26 @@ class Gate:
             if state.load_error is None:
                 return Unavailable("Loading model")
             return Unavailable(f"Model failed to load: {state.load_error}")
-        headers = Headers(scope=scope)
-        if state.api_keys and scope["path"] not in PUBLIC_PATHS:
-            if not key_ok(headers, state.api_keys):
-                return AuthenticationFailed("Invalid API Key")
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > state.settings.server.max_body_bytes:
-            return _too_large(state.settings.server.max_body_bytes)
-        return None
+        return request_refusal(scope, state.api_keys, state.settings.server.max_body_bytes)
+
+
+def request_refusal(scope: Scope, keys: tuple[bytes, ...], max_body: int) -> LfmError | None:
+    """What any lfmserve server (a model's, or the router) refuses before reading a request: a missing or wrong
+    API key (the public routes need none), or a declared body over ``max_body`` bytes."""
+    headers = Headers(scope=scope)
+    if keys and scope["path"] not in PUBLIC_PATHS and not key_ok(headers, keys):
+        return AuthenticationFailed("Invalid API Key")
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_body:
+        return _too_large(max_body)
+    return None
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"request body larger than {limit} bytes (the server's --max-body-bytes)")
 
 
-def _bounded(receive: Receive, limit: int) -> Receive:
+def bounded(receive: Receive, limit: int) -> Receive:
     """``receive`` that refuses a body once more than ``limit`` bytes of it have arrived."""
     received = 0
 

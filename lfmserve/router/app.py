@@ -18,16 +18,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..api.cors import Cors
-from ..api.gate import PUBLIC_PATHS, key_ok
+from ..api.gate import bounded, request_refusal
 from ..api.handlers import error_response, install_error_handlers
 from ..api.sse import until_disconnect
 from ..api.webui import WebUI, load_assets
-from ..errors import AuthenticationFailed, InvalidRequest, NotFound, NotSupported, PayloadTooLarge
+from ..errors import InvalidRequest, NotFound, NotSupported
 from ..settings import Settings
 from .catalog import ModelSpec, build_catalog
 from .events import Events
@@ -95,12 +94,12 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
 
     @app.post("/models/load")
     async def load(request: Request) -> dict[str, bool]:
-        pool.load(_required_name(await _json(request)))
+        pool.load(_required_name(_body_name(await _json(request))))
         return {"success": True}
 
     @app.post("/models/unload")
     async def unload(request: Request) -> dict[str, bool]:
-        await pool.unload(_required_name(await _json(request)))
+        await pool.unload(_required_name(_body_name(await _json(request))))
         return {"success": True}
 
     @app.api_route("/models", methods=["POST", "DELETE"])
@@ -165,9 +164,7 @@ def _split_upstream(pool: Pool, model_and_path: str) -> tuple[str, str, str]:
 
 async def _forward(request: Request, pool: Pool, proxy: Proxy, settings: Settings) -> Response:
     body = await request.body()
-    name = await _model_name(request, body)
-    if not name:
-        raise InvalidRequest("model name is missing from the request")
+    name = _required_name(await _model_name(request, body))
     autoload = request.query_params.get("autoload")
     allowed = settings.router.models_autoload if autoload is None else autoload.lower() in ("1", "true")
     return await _send(request, proxy, pool.get(name), request.url.path, autoload=allowed, body=body)
@@ -176,7 +173,7 @@ async def _forward(request: Request, pool: Pool, proxy: Proxy, settings: Setting
 async def _send(
     request: Request, proxy: Proxy, instance: Instance, path: str, *, autoload: bool, body: bytes
 ) -> Response:
-    query = "&".join(f"{part}" for part in request.url.query.split("&") if part and not part.startswith(("autoload=",)))
+    query = "&".join(part for part in request.url.query.split("&") if part and not part.startswith("autoload="))
     # A client that leaves while its model loads or its answer is made gives up its place in the queue (and ends
     # the generation); once an answer streams, the streaming response watches for that itself.
     return await until_disconnect(
@@ -218,15 +215,19 @@ async def _json(request: Request) -> Any:
         raise InvalidRequest(f"invalid JSON body: {exc}") from exc
 
 
-def _required_name(body: Any) -> str:
-    name = body.get("model") if isinstance(body, dict) else None
+def _required_name(name: Any) -> str:
     if not isinstance(name, str) or not name:
         raise InvalidRequest("model name is missing from the request")
     return name
 
 
+def _body_name(body: Any) -> Any:
+    return body.get("model") if isinstance(body, dict) else None
+
+
 class RouterGate:
-    """The router's key check (children are called with the router's own key) and its body limit."""
+    """The router's key check and body limit, as a model's server makes them (children are called with the
+    router's own key)."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
@@ -235,15 +236,9 @@ class RouterGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            headers = Headers(scope=scope)
-            if self.keys and scope["path"] not in PUBLIC_PATHS and not key_ok(headers, self.keys):
-                await error_response(AuthenticationFailed("Invalid API Key"))(scope, receive, send)
-                return
-            declared = headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > self.max_body:
-                error = PayloadTooLarge(
-                    f"request body larger than {self.max_body} bytes (the server's --max-body-bytes)"
-                )
+            error = request_refusal(scope, self.keys, self.max_body)
+            if error is not None:
                 await error_response(error)(scope, receive, send)
                 return
+            receive = bounded(receive, self.max_body)
         await self.app(scope, receive, send)

@@ -24,9 +24,11 @@ import huggingface_hub
 from ..errors import LfmError
 from ..loading.hub import cache_dir, pick_gguf, pick_mmproj, quant_tag
 from ..settings import RouterSettings, Settings
-from ..settings.argv import preset_argv
+from ..settings.argv import preset_argv, switch_value
 from .preset import PresetSection, canonical_name, read_preset
 
+#: Draft models beside a model in a ``--models-dir`` folder, named as llama-server finds them.
+_DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 _DEFAULT_STOP_TIMEOUT_S = 10.0
 #: Fields a child never takes from the router: the router's own, its keys, where it listens, its model.
@@ -146,7 +148,7 @@ def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[st
 
 
 def _truthy(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "on", "enabled")
+    return switch_value(value) is True
 
 
 def _number(keys: dict[str, str], key: str, default: float, model: str) -> float:
@@ -181,9 +183,17 @@ def scan_models_dir(folder: str) -> list[tuple[str, dict[str, str], str | None, 
     return out
 
 
+def _is_projector(name: str) -> bool:
+    return "mmproj" in name
+
+
+def _is_draft(name: str) -> bool:
+    return name.startswith(_DRAFT_PREFIXES)
+
+
 def _is_companion(name: str) -> bool:
     """A projector or a draft model sitting beside the models, not a model of its own."""
-    return "mmproj" in name or name.startswith(("mtp-", "dspark-", "dflash-"))
+    return _is_projector(name) or _is_draft(name)
 
 
 def _scan_model_folder(path: str) -> tuple[dict[str, str], str | None, tuple[str, ...]] | None:
@@ -193,9 +203,9 @@ def _scan_model_folder(path: str) -> tuple[dict[str, str], str | None, tuple[str
         if not name.endswith(".gguf"):
             continue
         full = os.path.join(path, name)
-        if "mmproj" in name:
+        if _is_projector(name):
             projector = full
-        elif name.startswith(("mtp-", "dspark-", "dflash-")):
+        elif _is_draft(name):
             draft = draft or full
         elif _SHARD.search(name):
             shards.append(full)

@@ -106,13 +106,21 @@ def preset_argv(entries: Mapping[str, str]) -> list[str]:
         f, spelling = keys[key]
         action = f.metadata["argparse"].get("action")
         if action in _BOOLEAN_ACTIONS:
-            value = raw.strip().lower()
-            if value not in _TRUE + _FALSE + ("enabled", "disabled"):
+            value = switch_value(raw)
+            if value is None:
                 raise ValueError(f"{key} = {raw!r}: not true or false")
-            argv += _flags_of(f, (value in _TRUE + ("enabled",)) != is_off_flag(spelling))
+            argv += _flags_of(f, value != is_off_flag(spelling))
         else:
             argv += _flags_of(f, (raw,) if action == "append" else raw)
     return argv
+
+
+def switch_value(raw: str) -> bool | None:
+    """A preset's on/off value (true/false, on/off, yes/no, 1/0, enabled/disabled); None for anything else."""
+    value = raw.strip().lower()
+    if value in _TRUE + ("enabled",):
+        return True
+    return False if value in _FALSE + ("disabled",) else None
 
 
 def _preset_keys() -> dict[str, tuple[dataclasses.Field[Any], str]]:
