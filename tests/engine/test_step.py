@@ -263,15 +263,25 @@ def _greedy_tokens(harness: Callable[..., Harness], model: NativeModel, prompt: 
     return h.outputs[gen.id].tokens
 
 
+def _drafting(
+    harness: Callable[..., Harness], model: NativeModel, *, seed: int
+) -> tuple[tuple[int, ...], list[int], Harness, Generation]:
+    """An 8-token prompt, the 4 tokens greedy decoding samples after it, and a drafting harness that has run one
+    step: its pending token is the first of those."""
+    prompt = random_tokens(model, 8, seed=seed)
+    greedy = _greedy_tokens(harness, model, prompt, 4)
+    h = harness(model, drafts=True)
+    gen = h.start(prompt)
+    h.run()
+    assert gen.pending_token == greedy[0]
+    return prompt, greedy, h, gen
+
+
 def test_a_draft_is_decoded_after_the_pending_token_and_its_rejected_tail_is_removed(
     harness: Callable[..., Harness], llama_model: NativeModel
 ) -> None:
-    prompt = random_tokens(llama_model, 8, seed=9)
-    r = _greedy_tokens(harness, llama_model, prompt, 4)
-    h = harness(llama_model, drafts=True)
-    gen = h.start(prompt)
-    h.run()
-    assert h.drafts is not None and gen.pending_token == r[0]
+    prompt, r, h, gen = _drafting(harness, llama_model, seed=9)
+    assert h.drafts is not None
     wrong = (r[3] + 1) % llama_model.n_vocab
     h.drafts.then = (r[1], r[2], wrong)
     h.run()
@@ -288,12 +298,8 @@ def test_a_draft_is_decoded_after_the_pending_token_and_its_rejected_tail_is_rem
 def test_a_recurrent_model_restores_its_state_and_replays_the_kept_tokens(
     harness: Callable[..., Harness], model: NativeModel
 ) -> None:
-    prompt = random_tokens(model, 8, seed=10)
-    r = _greedy_tokens(harness, model, prompt, 4)
-    h = harness(model, drafts=True)
-    gen = h.start(prompt)
-    h.run()
-    assert h.drafts is not None and gen.pending_token == r[0]
+    prompt, r, h, gen = _drafting(harness, model, seed=10)
+    assert h.drafts is not None
     h.drafts.then = (r[1], (r[2] + 1) % model.n_vocab)
     h.run()
     assert h.per_sequence() == {0: 3}

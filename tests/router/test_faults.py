@@ -122,13 +122,19 @@ def test_a_non_streamed_request_whose_child_dies_is_answered_by_a_fresh_child(
     assert child_pid(router, "text") not in (None, pid)
 
 
-@pytest.mark.slow
-def test_children_die_with_the_router_even_when_it_is_killed(running: list[Running], router_models: Path) -> None:
+def _two_children(running: list[Running], router_models: Path) -> tuple[Running, list[int]]:
+    """A router with ``text`` and ``vision`` loaded, and their children's process ids."""
     router = start_router(running, router_models)
     for model in ("text", "vision"):
         assert chat(router, model).status_code == 200
     pids = [child_pid(router, model) for model in ("text", "vision")]
     assert None not in pids
+    return router, [pid for pid in pids if pid is not None]
+
+
+@pytest.mark.slow
+def test_children_die_with_the_router_even_when_it_is_killed(running: list[Running], router_models: Path) -> None:
+    router, pids = _two_children(running, router_models)
     router.process.kill()
     router.process.wait(10)
     deadline = time.monotonic() + 10
@@ -176,10 +182,7 @@ def test_the_memory_budget_unloads_idle_models_below_models_max(running: list[Ru
 
 @pytest.mark.slow
 def test_sigterm_stops_every_child_and_ends_the_event_streams(running: list[Running], router_models: Path) -> None:
-    router = start_router(running, router_models)
-    for model in ("text", "vision"):
-        assert chat(router, model).status_code == 200
-    pids = [child_pid(router, model) for model in ("text", "vision")]
+    router, pids = _two_children(running, router_models)
     events = httpx.stream("GET", router.url + "/models/sse", timeout=30)
     with events as stream:
         lines = stream.iter_lines()
@@ -188,4 +191,4 @@ def test_sigterm_stops_every_child_and_ends_the_event_streams(running: list[Runn
         assert list(lines) == []  # the stream ends, empty, when the router shuts down
         assert router.process.wait(10) == 0
     assert time.monotonic() - started < 5  # no wait for the stream to time out
-    assert [pid for pid in pids if pid is not None and Path(f"/proc/{pid}").exists()] == []
+    assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []

@@ -80,6 +80,19 @@ def test_client_mistakes_are_400s_naming_the_problem(router: Running) -> None:
     assert (load.status_code, load.json()["error"]["type"]) == (404, "not_found_error")
     unload = httpx.post(router.url + "/models/unload", json={"model": "text"}, timeout=10)
     assert (unload.status_code, unload.json()["error"]["message"]) == (400, "model is not running")
+    broken = httpx.post(router.url + "/models/load", content=b"{", timeout=10)
+    assert (broken.status_code, broken.json()["error"]["message"]) == (
+        400,
+        "invalid JSON body: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+    )
+    for body in ({"model": 7}, {"model": ""}, ["text"]):
+        named = httpx.post(router.url + "/models/load", json=body, timeout=10)
+        assert (named.status_code, named.json()["error"]["message"]) == (400, "model name is missing from the request")
+    not_json = httpx.post(router.url + "/v1/chat/completions", content=b"\xff\x00", timeout=10)
+    assert (not_json.status_code, not_json.json()["error"]["message"]) == (
+        400,
+        "model name is missing from the request",
+    )
     download = httpx.post(router.url + "/models", json={"model": "org/repo:Q4_K_M"}, timeout=10)
     assert (download.status_code, download.json()["error"]["message"]) == (
         501,
