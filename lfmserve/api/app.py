@@ -28,6 +28,7 @@ from .embeddings import router as embeddings_router
 from .gate import Gate
 from .handlers import install_error_handlers
 from .native.router import router as native_router
+from .ollama.router import router as ollama_router
 from .openai.router import router as openai_router
 from .openai_responses.router import router as responses_router
 from .openapi import install_openapi
@@ -88,6 +89,7 @@ def create_app(
         rerank_router,
         transcriptions_router,
         slots_router,
+        ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
     )
     for router in routers:
         app.include_router(router)

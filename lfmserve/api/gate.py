@@ -17,8 +17,9 @@ from .handlers import error_response
 if TYPE_CHECKING:  # the router uses key_ok without loading the model code that AppState brings
     from .state import AppState
 
-#: Routes that need no API key (llama-server's public endpoints).
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/models", "/v1/models"})
+#: Routes that need no API key: llama-server's public endpoints (its ``/api/tags`` among them), and Ollama's
+#: probes of whether a server is there and which version it speaks.
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/models", "/v1/models", "/api/tags", "/", "/api/version"})
 
 
 class Gate:
@@ -30,7 +31,7 @@ class Gate:
         if scope["type"] == "http":
             error = self._refusal(scope)
             if error is not None:
-                await error_response(error)(scope, receive, send)
+                await error_response(error, scope["path"])(scope, receive, send)
                 return
             receive = bounded(receive, self.state.settings.server.max_body_bytes)
         await self.app(scope, receive, send)

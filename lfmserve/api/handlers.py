@@ -20,6 +20,8 @@ from ..errors import InvalidRequest, LfmError, NotFound, RequestCancelled
 from .body import invalid_request
 
 logger = logging.getLogger(__name__)
+#: Where Ollama's routes live (llama-server has none of its own there).
+OLLAMA_PREFIX = "/api/"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -31,31 +33,40 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_middleware(CatchAll)
 
 
-def error_response(error: LfmError) -> JSONResponse:
-    return JSONResponse(error.to_body(), status_code=error.status_code)
+def error_response(error: LfmError, path: str = "") -> JSONResponse:
+    """The error in the shape of the API family ``path`` belongs to: Ollama's routes (``/api/...``) answer
+    ``{"error": "message"}``, every other route llama-server's ``{"error": {"code", "message", "type"}}``."""
+    body = {"error": error.message} if is_ollama_path(path) else error.to_body()
+    return JSONResponse(body, status_code=error.status_code)
+
+
+def is_ollama_path(path: str) -> bool:
+    return path.startswith(OLLAMA_PREFIX)
 
 
 async def _cancelled(_: Request, exc: RequestCancelled) -> None:
     logger.debug("%s", exc)  # the client has gone: there is no response to write
 
 
-async def _lfm_error(_: Request, exc: LfmError) -> Response:
-    return error_response(exc)
+async def _lfm_error(request: Request, exc: LfmError) -> Response:
+    return error_response(exc, request.url.path)
 
 
-async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
     """A query or path value FastAPI could not convert (``/slots?fail_on_no_slot=x``, ``/slots/abc``)."""
     error = dict(exc.errors()[0])
     location = tuple(error.get("loc", ()))
     if location and location[0] in ("query", "path", "body", "header"):
         location = location[1:]
-    return error_response(invalid_request({**error, "loc": location}))
+    return error_response(invalid_request({**error, "loc": location}), request.url.path)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     if exc.status_code == 404:
-        return error_response(NotFound(f"File Not Found: {request.url.path}"))
+        return error_response(NotFound(f"File Not Found: {request.url.path}"), request.url.path)
     error = InvalidRequest(str(exc.detail)) if exc.status_code < 500 else LfmError(str(exc.detail))
+    if is_ollama_path(request.url.path):
+        return JSONResponse({"error": error.message}, status_code=exc.status_code, headers=exc.headers)
     body = error.to_body()
     body["error"]["code"] = exc.status_code
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
@@ -88,4 +99,5 @@ class CatchAll:
         except Exception as exc:
             logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
             if not started:
-                await error_response(LfmError(f"Internal server error: {type(exc).__name__}"))(scope, receive, send)
+                error = LfmError(f"Internal server error: {type(exc).__name__}")
+                await error_response(error, scope["path"])(scope, receive, send)

@@ -106,7 +106,7 @@ class Sleeper:
             if self.state.serving is None or self._transition.locked():
                 await self._wake()
         except LfmError as error:
-            await error_response(error)(scope, receive, send)
+            await error_response(error, scope["path"])(scope, receive, send)
             return
         else:
             await self._routes(scope, receive, send)

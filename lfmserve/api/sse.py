@@ -33,7 +33,7 @@ def sse(
         try:
             async for chunk in chunks:
                 name = b"event: " + str(chunk["type"]).encode() + b"\n" if named_events else b""
-                yield name + b"data: " + _json_line(chunk) + b"\n\n"
+                yield name + b"data: " + json_line(chunk) + b"\n\n"
         except RequestCancelled:
             return
         except LfmError as exc:
@@ -63,7 +63,7 @@ def _error_frame(error: LfmError, named_events: bool, error_as_data: bool) -> by
 _LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-def _json_line(chunk: dict[str, Any]) -> bytes:
+def json_line(chunk: dict[str, Any]) -> bytes:
     """A chunk as one line of JSON: text unescaped (smaller), except the characters that would break the line."""
     text = json.dumps(chunk, ensure_ascii=False)
     for char, escaped in _LINE_BREAKS.items():

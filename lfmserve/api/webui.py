@@ -86,10 +86,16 @@ class WebUI:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         asset = self.assets.get(scope["path"]) if scope["type"] == "http" else None
-        if asset is None or scope["method"] not in ("GET", "HEAD"):
+        if asset is None or scope["method"] not in ("GET", "HEAD") or _probe_of_root(scope):
             await self.app(scope, receive, send)
             return
         await _response(asset, Headers(scope=scope))(scope, receive, send)
+
+
+def _probe_of_root(scope: Scope) -> bool:
+    """``/`` asked for by something other than a browser (no ``text/html`` in Accept): Ollama's clients probe it
+    for "Ollama is running", which the app answers."""
+    return scope["path"] == "/" and "text/html" not in Headers(scope=scope).get("accept", "")
 
 
 def _response(asset: Asset, request: Headers) -> Response:

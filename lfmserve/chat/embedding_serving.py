@@ -47,6 +47,11 @@ class EmbeddingServing:
         """The width of a pooled embedding (0 without ``--embeddings``)."""
         return self.engine.embeddings.context.width if self.engine.embeddings is not None else 0
 
+    @property
+    def max_input_tokens(self) -> int:
+        """The most tokens one input may have (a physical batch: 0 without ``--embeddings``)."""
+        return self.engine.embeddings.context.n_ubatch if self.engine.embeddings is not None else 0
+
     async def read_media(self, inputs: Sequence[EmbeddingInput]) -> list[list[Media]]:
         """Each input's media, fetched and decoded ([] for text and token inputs)."""
         sources = embedding_sources(inputs)

@@ -14,6 +14,8 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
 import os
 import secrets
@@ -48,6 +50,17 @@ def unsupported(kind: str, param: str) -> InvalidRequest:
         f"{kind} input is not supported - hint: if this is unexpected, you may need to provide the mmproj",
         param=param,
     )
+
+
+def media_type_of_base64(data: str) -> MediaType:
+    """Whether base64 data holds audio or an image, by its first bytes (Ollama's ``images`` carry audio too, and a
+    part's type decides which projector check it gets before its bytes are read)."""
+    head = "".join(data[:96].split()).replace("-", "+").replace("_", "/")
+    try:
+        start = base64.b64decode(head[: len(head) // 4 * 4], validate=True)
+    except (binascii.Error, ValueError):
+        return "image"  # not base64: reading it fails later, naming the part
+    return "audio" if is_audio(start) else "image"
 
 
 def chat_media_sources(request: ChatRequest) -> list[MediaSource]:

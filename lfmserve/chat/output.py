@@ -22,8 +22,10 @@ Example::
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 from .tool_calls import CALL_END, CALL_START, ParsedCall, parse_call_block
 
@@ -42,6 +44,14 @@ class ToolCall:
 
     def to_json(self) -> dict[str, object]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    def arguments_object(self) -> Any:
+        """The arguments parsed, for APIs that send them as an object; ones that do not parse are ``{}``, as in
+        llama-server."""
+        try:
+            return json.loads(self.arguments)
+        except json.JSONDecodeError:
+            return {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,8 @@ class ChatFormatter(Protocol):
     caps: TemplateCaps
     #: The template writes reasoning in ``<think>`` tags (None: it has no reasoning).
     think_tags: ThinkTags | None
+    #: The prompt changes with ``enable_thinking`` (llama-server's "supports thinking").
+    supports_thinking: bool
 
     def render(
         self,
@@ -270,6 +272,7 @@ class BuiltinTemplate:
     def __init__(self, source: str, apply: Callable[[str, Sequence[tuple[str, str]], bool], str]) -> None:
         self.source = source
         self._apply = apply
+        self.supports_thinking = False
         self.caps = TemplateCaps(
             supports_string_content=True,
             supports_typed_content=False,

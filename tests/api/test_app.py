@@ -31,7 +31,8 @@ def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:
             response = httpx.get(server.url + path)
             assert response.status_code == 503
             assert response.json() == {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
-        assert httpx.get(server.url + "/").status_code == 200  # the web UI, which says "Loading model" meanwhile
+        page = httpx.get(server.url + "/", headers={"Accept": "text/html"})
+        assert page.status_code == 200  # the web UI, which says "Loading model" meanwhile
         release.set()
         server.wait_ready()
         assert httpx.get(server.url + "/health").json() == {"status": "ok"}

@@ -28,8 +28,9 @@ def keyed(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> Serve
 
 
 def test_the_page_and_llama_servers_ui_paths_need_no_key_and_the_api_still_does(keyed: ServerThread) -> None:
-    page = httpx.get(keyed.url + "/")
+    page = httpx.get(keyed.url + "/", headers={"Accept": "text/html,application/xhtml+xml"})
     assert page.status_code == 200 and "<!doctype html>" in page.text
+    assert httpx.get(keyed.url + "/").text == "Ollama is running"  # what a client that is no browser probes
     assert page.headers["content-type"] == "text/html; charset=utf-8"
     assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     for path in LLAMA_SERVER_UI_PATHS + ("/index.html", "/app.js", "/vendor/marked/LICENSE"):
@@ -38,7 +39,7 @@ def test_the_page_and_llama_servers_ui_paths_need_no_key_and_the_api_still_does(
     assert json.loads(httpx.get(keyed.url + "/manifest.webmanifest").text)["start_url"] == "."
     for method, path in (("GET", "/props"), ("GET", "/slots"), ("POST", "/v1/chat/completions"), ("GET", "/nope")):
         assert httpx.request(method, keyed.url + path).status_code == 401, path
-    assert httpx.post(keyed.url + "/", json={}).status_code == 401  # only GET and HEAD reach the files
+    assert httpx.post(keyed.url + "/", json={}).status_code == 405  # only GET and HEAD reach the page or the probe
 
 
 def test_files_are_gzipped_when_the_browser_takes_it_and_revalidated_with_an_etag(keyed: ServerThread) -> None:
@@ -56,18 +57,20 @@ def test_files_are_gzipped_when_the_browser_takes_it_and_revalidated_with_an_eta
     assert head.status_code == 200 and head.content == b"" and head.headers["content-type"].startswith("text/css")
 
 
-def test_no_ui_answers_404_at_the_page(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+def test_no_ui_answers_404_for_the_files_and_ollamas_probe_at_the_root(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
     server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, ui=False))
-    for path in LLAMA_SERVER_UI_PATHS:
+    for path in LLAMA_SERVER_UI_PATHS[1:]:
         response = httpx.get(server.url + path)
         assert response.status_code == 404
         assert response.json()["error"]["message"] == f"File Not Found: {path}"
+    page = httpx.get(server.url + "/", headers={"Accept": "text/html"})  # Ollama's probe answer, even to a browser
+    assert (page.status_code, page.text) == (200, "Ollama is running")
 
 
-def test_no_file_shadows_an_api_route_and_all_of_them_gzip_under_300_kb() -> None:
+def test_no_file_but_the_page_shadows_an_api_route_and_all_of_them_gzip_under_300_kb() -> None:
     assets = load_assets()
     routes = set(route_paths(create_app(Settings(), lambda: pytest.fail("not loaded")).routes))
     assert {"/v1/chat/completions", "/health", "/slots"} <= routes
-    assert set(assets) & routes == set()
+    assert set(assets) & routes == {"/"}  # browsers get the page, Ollama's clients the probe answer
     assert {"/", "/index.html", "/sw.js", "/manifest.webmanifest", "/_app/version.json"} <= set(assets)
     assert sum(len(asset.gzipped) for asset in assets.values()) < 300_000

@@ -163,6 +163,7 @@ def test_in_process_chat(tiny_gguf: Path) -> None:
         child.close(force=True)
 
 
+@pytest.mark.slow  # the refused connection is retried with backoff for about 12 s before the error
 def test_errors_before_the_chat_are_one_line(tmp_path: Path) -> None:
     for flags, message in [
         (["-m", str(tmp_path / "missing.gguf")], "missing.gguf"),

@@ -9,7 +9,6 @@ index order; then ``message_delta`` (stop reason, output tokens) and ``message_s
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -31,7 +30,7 @@ def message(serving: Serving, done: Collected, parser: AssistantOutputParser) ->
         content.append({"type": "thinking", "thinking": parsed.reasoning, "signature": ""})
     if parsed.content:
         content.append({"type": "text", "text": parsed.content})
-    content += [{**_tool_use_header(call), "input": _input(call)} for call in parsed.calls]
+    content += [{**_tool_use_header(call), "input": call.arguments_object()} for call in parsed.calls]
     return {
         "id": completion_id("chatcmpl-"),
         "type": "message",
@@ -144,14 +143,6 @@ class _Blocks:
 
 def _tool_use_header(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": call.id, "name": call.name}
-
-
-def _input(call: ToolCall) -> Any:
-    """The call's arguments as an object; ones that do not parse are ``{}``, as in llama-server."""
-    try:
-        return json.loads(call.arguments)
-    except json.JSONDecodeError:
-        return {}
 
 
 def _stop_reason(out: EngineOutput, has_calls: bool) -> str:
