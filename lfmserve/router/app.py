@@ -1,6 +1,6 @@
 """The router's HTTP app: its own routes (``/health``, ``/models``, ``/models/load|unload|sse``, ``/props``
-without a model, llama-swap's ``/running``, ``/unload`` and ``/upstream/{model}/...``), and every other route
-passed to the child of the model the request names.
+without a model, llama-swap's ``/running``, ``/unload`` and ``/upstream/{model}/...``, Ollama's API in
+:mod:`~lfmserve.router.ollama`), and every other route passed to the child of the model the request names.
 
 The model is named by the JSON body's ``model`` (POST), the multipart form's ``model`` field
 (``/v1/audio/transcriptions``), or ``?model=`` (GET, and any route when the body has none); aliases count.
@@ -32,6 +32,7 @@ from .catalog import ModelSpec, build_catalog
 from .events import Events
 from .instance import Instance
 from .listing import model_list, router_props, running
+from .ollama import add_ollama_routes
 from .pool import Pool
 from .proxy import Proxy
 from .spawn import Spawner
@@ -65,6 +66,11 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     install_error_handlers(app)
     app.add_middleware(Cors, origins=settings.server.cors_origins)
     _add_model_routes(app, settings, pool, events)
+
+    async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:
+        return await _send(request, proxy, instance, path, autoload=_autoload(request, settings), body=body)
+
+    add_ollama_routes(app, pool, send)
     _add_proxied_routes(app, settings, pool, proxy)
     return app
 
@@ -165,9 +171,15 @@ def _split_upstream(pool: Pool, model_and_path: str) -> tuple[str, str, str]:
 async def _forward(request: Request, pool: Pool, proxy: Proxy, settings: Settings) -> Response:
     body = await request.body()
     name = _required_name(await _model_name(request, body))
+    return await _send(
+        request, proxy, pool.get(name), request.url.path, autoload=_autoload(request, settings), body=body
+    )
+
+
+def _autoload(request: Request, settings: Settings) -> bool:
+    """``?autoload=`` for this request, else ``--models-autoload``."""
     autoload = request.query_params.get("autoload")
-    allowed = settings.router.models_autoload if autoload is None else autoload.lower() in ("1", "true")
-    return await _send(request, proxy, pool.get(name), request.url.path, autoload=allowed, body=body)
+    return settings.router.models_autoload if autoload is None else autoload.lower() in ("1", "true")
 
 
 async def _send(
@@ -238,7 +250,7 @@ class RouterGate:
         if scope["type"] == "http":
             error = request_refusal(scope, self.keys, self.max_body)
             if error is not None:
-                await error_response(error)(scope, receive, send)
+                await error_response(error, scope["path"])(scope, receive, send)
                 return
             receive = bounded(receive, self.max_body)
         await self.app(scope, receive, send)

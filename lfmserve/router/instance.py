@@ -33,6 +33,9 @@ class Instance:
     wanted: bool = False
     #: The child's own ``/v1/models`` entry, once it is ready.
     info: dict[str, Any] | None = None
+    #: How long it stays loaded once idle, as an Ollama request's ``keep_alive`` last said (seconds; negative:
+    #: for ever); None: its time-to-live (``--models-ttl``, a preset's ``ttl``).
+    keep_alive_s: float | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -46,6 +49,20 @@ class Instance:
     @property
     def running(self) -> bool:
         return self.status in (LOADING, LOADED)
+
+    def expired(self, now: float) -> bool:
+        """Idle for longer than it is kept: its ``keep_alive``, else its time-to-live (0: no limit)."""
+        if not self.idle:
+            return False
+        keep = self.keep_alive_s
+        if keep is None:
+            return self.spec.ttl_s > 0 and now - self.last_active >= self.spec.ttl_s
+        return keep >= 0 and now - self.last_active >= keep
+
+    def kept_for(self, now: float) -> float:
+        """Seconds until it expires if it stays idle (negative: it never does)."""
+        keep = self.keep_alive_s if self.keep_alive_s is not None else (self.spec.ttl_s or -1.0)
+        return -1.0 if keep < 0 else max(keep - (now - self.last_active), 0.0)
 
     @property
     def idle(self) -> bool:

@@ -260,7 +260,7 @@ class Pool:
                 logger.error("model %s stopped: %s", instance.name, instance.error)
             instance.child = None
             instance.stopping = False
-            self._set(instance, UNLOADED, exit_code=code)
+            self._set(instance, UNLOADED, exit_code=code, keep_alive_s=None)  # a keep_alive lasts one load
 
     async def _stop(self, instance: Instance) -> None:
         child = instance.child
@@ -277,8 +277,7 @@ class Pool:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             for instance in self.instances.values():
-                ttl = instance.spec.ttl_s
-                if ttl > 0 and instance.idle and now - instance.last_active >= ttl:
+                if instance.expired(now):
                     logger.info("unloading %s: idle for %.0f s", instance.name, now - instance.last_active)
                     self._spawn_task(self._stop(instance))
 

@@ -6,8 +6,8 @@ child sends it. The client's API key stays at the router: the child gets the rou
 
 When the child dies under a request: if nothing of the answer had arrived, the request is sent again to a fresh
 child (the model loads again); once the answer has begun, a stream ends with an error event in its API's shape
-(Anthropic's ``event: error``, OpenAI's ``data: {"error": ...}``), so no client hangs or reads a cut answer as
-whole.
+(Anthropic's ``event: error``, OpenAI's ``data: {"error": ...}``, Ollama's last ``{"error": ...}`` line), so no
+client hangs or reads a cut answer as whole.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 from starlette.responses import Response, StreamingResponse
 
+from ..api.ndjson import MEDIA_TYPE as NDJSON
+from ..api.ndjson import error_line
 from ..errors import LfmError, Unavailable
 from .child import Child
 from .instance import Instance
@@ -123,7 +125,10 @@ def _for_client(headers: httpx.Headers) -> dict[str, str]:
 
 def _stream_error(upstream: httpx.Response, path: str, message: str) -> bytes:
     """The last event of a stream whose child died, in the stream's API shape (nothing for a non-stream answer)."""
-    if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
+    kind = upstream.headers.get("content-type", "")
+    if kind.startswith(NDJSON):
+        return error_line(message)
+    if not kind.startswith("text/event-stream"):
         return b""
     if path.startswith("/v1/messages"):
         body = {"type": "error", "error": {"type": "api_error", "message": message}}

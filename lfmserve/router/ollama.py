@@ -1,0 +1,143 @@
+"""Ollama's API on the router: the listings answered from the catalog and the pool, generation and embeddings
+passed to the named model's child, and ``keep_alive`` given its meaning.
+
+``/api/tags`` lists every model (read from its files, loaded or not), ``/api/ps`` the loaded ones with when
+they expire, ``/api/show`` describes one without loading it. A request's model may be named ``name``,
+``name:latest`` or by an alias. Its ``keep_alive`` sets how long the model stays loaded once idle (0: unloaded
+as soon as the answer is done; negative: for ever; absent: the model's ``--models-ttl``); an empty request
+(no messages, no prompt) only loads the model, or with ``keep_alive: 0`` unloads it, as Ollama's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from ..api.ollama import cards
+from ..api.ollama.lifecycle import RUNNING, keep_alive_seconds, lifecycle_answer, management_refusal, pull_success
+from ..errors import InvalidRequest, NotFound, NotSupported
+from .gguf_card import model_card
+from .instance import LOADED, Instance
+from .pool import Pool
+
+#: Passes a request on to an instance's child: (request, instance, path, body) -> the child's answer.
+Send = Callable[[Request, Instance, str, bytes], Awaitable[Response]]
+#: The routes a model's child answers.
+_GENERATION = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
+
+
+def add_ollama_routes(app: FastAPI, pool: Pool, send: Send) -> None:
+    @app.api_route("/", methods=["GET", "HEAD"])
+    async def probe() -> PlainTextResponse:
+        return PlainTextResponse(RUNNING)
+
+    @app.api_route("/api/version", methods=["GET", "HEAD"])
+    async def version() -> dict[str, str]:
+        return {"version": cards.OLLAMA_VERSION}
+
+    @app.get("/api/tags")
+    async def tags() -> dict[str, Any]:
+        listed = sorted((i for i in pool.instances.values() if not i.spec.hidden), key=lambda i: i.name)
+        return {"models": [cards.tags_entry(card) for card in await _cards(listed)]}
+
+    @app.get("/api/ps")
+    async def ps() -> dict[str, Any]:
+        loaded = sorted((i for i in pool.instances.values() if i.status == LOADED), key=lambda i: i.name)
+        now, clock = time.time(), time.monotonic()
+        return {
+            "models": [
+                cards.ps_entry(card, now=now, keep_s=instance.kept_for(clock))
+                for instance, card in zip(loaded, await _cards(loaded), strict=True)
+            ]
+        }
+
+    @app.post("/api/show")
+    async def show(request: Request) -> dict[str, Any]:
+        body = await _body(request)
+        instance = _named(pool, body.get("model") or body.get("name"))
+        return cards.show((await _cards([instance]))[0])
+
+    @app.post("/api/pull")
+    async def pull(request: Request) -> Response:
+        body = await _body(request)
+        _named(pool, body.get("model") or body.get("name"))
+        return pull_success(stream=body.get("stream", True) is not False)
+
+    for path in _GENERATION:
+        app.add_api_route(path, _generation_route(pool, send, path), methods=["POST"])
+
+    @app.api_route("/api/{route:path}", methods=["GET", "POST", "PUT", "DELETE", "HEAD"])
+    async def management(route: str) -> None:
+        raise NotSupported(management_refusal(route))
+
+
+def _generation_route(pool: Pool, send: Send, path: str) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        raw = await request.body()
+        body = await _parsed(raw)
+        instance = _named(pool, body.get("model"))
+        keep = keep_alive_seconds(body.get("keep_alive"))
+        if _empty(path, body):
+            return JSONResponse(await _load_or_unload(pool, instance, body["model"], keep, chat=path == "/api/chat"))
+        instance.keep_alive_s = keep
+        return await send(request, instance, path, raw)
+
+    return route
+
+
+async def _load_or_unload(pool: Pool, instance: Instance, name: str, keep: float | None, *, chat: bool) -> Any:
+    if keep == 0:
+        if instance.running:
+            await pool.unload(instance.name)
+        while instance.running:  # Ollama answers once the model is gone
+            await instance.changed.wait()
+        return lifecycle_answer(name, "unload", chat=chat)
+    await pool.acquire(instance, autoload=True, touch=True)
+    pool.release(instance)
+    instance.keep_alive_s = keep
+    return lifecycle_answer(name, "load", chat=chat)
+
+
+def _empty(path: str, body: dict[str, Any]) -> bool:
+    """A request that asks for nothing but the model's lifecycle (embeddings always ask for something)."""
+    if path == "/api/chat":
+        return not body.get("messages")
+    if path == "/api/generate":
+        return not body.get("prompt") and not body.get("images")
+    return False
+
+
+async def _cards(instances: list[Instance]) -> list[cards.ModelCard]:
+    """The instances' cards, read off the event loop (a GGUF header not read before takes a moment)."""
+    return await asyncio.to_thread(lambda: [model_card(instance.spec) for instance in instances])
+
+
+def _named(pool: Pool, name: Any) -> Instance:
+    """The model a request names, in any of Ollama's forms; 400 without a name, 404 for an unknown one."""
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("model is required", param="model")
+    for form in cards.name_forms(name):
+        instance = pool.find(form)
+        if instance is not None:
+            return instance
+    raise NotFound(f"model '{name}' not found")
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    return await _parsed(await request.body())
+
+
+async def _parsed(raw: bytes) -> dict[str, Any]:
+    try:
+        body = await asyncio.to_thread(json.loads, raw) if len(raw) > 1 << 20 else json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise InvalidRequest(f"invalid JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
