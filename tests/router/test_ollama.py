@@ -87,8 +87,12 @@ def test_generation_and_embeddings_reach_the_named_child(router: Running, client
     assert lines.headers["content-type"] == "application/x-ndjson"
     parsed = [json.loads(line) for line in lines.text.splitlines()]
     assert [line["done"] for line in parsed] == [False] * (len(parsed) - 1) + [True]
+    streamed = list(client.generate(model="lfm-text", prompt="hi", options=GREEDY, stream=True))
+    assert "".join(part.response or "" for part in streamed) == "".join(line["response"] for line in parsed)
     vectors = client.embed(model="embedder", input=["a", "b"]).embeddings
     assert len(vectors) == 2 and np.allclose(np.linalg.norm(np.array(vectors), axis=1), 1.0)
+    legacy = client.embeddings(model="embed:latest", prompt="a").embedding
+    assert np.allclose(np.array(legacy) / np.linalg.norm(legacy), vectors[0], atol=1e-5)
     with pytest.raises(ollama.ResponseError) as missing:
         client.chat(model="nope", messages=ASK)
     assert missing.value.status_code == 404

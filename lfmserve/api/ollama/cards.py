@@ -126,8 +126,15 @@ def digest(card: ModelCard) -> str:
 
 
 def timestamp(seconds: float) -> str:
-    """RFC 3339 in UTC with fractional seconds, as Ollama writes times."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 in UTC with fractional seconds, as Ollama writes times (every line of a stream has one: the date
+    part is formatted once a second)."""
+    whole = int(seconds)
+    return f"{_date_and_time(whole)}.{int((seconds - whole) * 1e6):06d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _date_and_time(whole_seconds: int) -> str:
+    return datetime.fromtimestamp(whole_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def details(card: ModelCard) -> dict[str, Any]:
