@@ -57,7 +57,9 @@ def test_files_are_gzipped_when_the_browser_takes_it_and_revalidated_with_an_eta
     assert head.status_code == 200 and head.content == b"" and head.headers["content-type"].startswith("text/css")
 
 
-def test_no_ui_answers_404_for_the_files_and_ollamas_probe_at_the_root(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+def test_no_ui_answers_404_for_the_files_and_the_probe_at_the_root(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path
+) -> None:
     server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, ui=False))
     for path in LLAMA_SERVER_UI_PATHS[1:]:
         response = httpx.get(server.url + path)
