@@ -7,9 +7,11 @@ until the next piece decides it, so markup never leaks into ``content``.
 - Reasoning: ``<think>…</think>`` (at the start or later) goes to ``reasoning``; whitespace right
   after ``<think>``, before ``</think>`` and right after ``</think>`` is dropped. A think block cut
   off by the token limit is all reasoning.
-- Tool calls: ``<|tool_call_start|>…<|tool_call_end|>`` blocks are held whole and parsed with
-  :func:`~lfmserve.tool_calls.parse_call_block`; a block that does not parse, or is never closed,
-  comes back as content, markers included.
+- Tool calls: in a ``<|tool_call_start|>…<|tool_call_end|>`` block, each call is parsed with
+  :func:`~lfmserve.tool_calls.parse_call_block` and handed on as soon as its brackets close
+  (:mod:`~lfmserve.chat.call_list`). A closed block none of whose calls parse comes back as content,
+  markers included; in a block that gave calls, the items that are no calls come back as text. A block the
+  token limit cut keeps the calls written before the cut; its unfinished tail is dropped.
 
 Example::
 
@@ -27,6 +29,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from .call_list import CallListScanner
 from .tool_calls import CALL_END, CALL_START, ParsedCall, parse_call_block
 
 THINK_START = "<think>"
@@ -142,12 +145,19 @@ class _ReasoningSplitter:
 
 
 class _ToolCallSplitter:
-    """Call blocks out of the content, parsed when they close."""
+    """Call blocks out of the content. Each call is handed on as soon as it is whole; a closed block none of whose
+    calls parse is content, markers included; a block the token limit cut keeps the calls written before the cut,
+    and its unfinished tail is dropped (no marker reaches the content)."""
 
     def __init__(self) -> None:
         self._buffer = ""
         self._in_call = False
         self._n_calls = 0
+        self._block = ""
+        self._scanner = CallListScanner()
+        self._emitted = 0
+        #: Items of the open block that are not calls (given back as text when the block closes).
+        self._unparsed: list[str] = []
 
     def feed(self, text: str) -> list[OutputDelta]:
         self._buffer += text
@@ -156,10 +166,14 @@ class _ToolCallSplitter:
             if self._in_call:
                 at = self._buffer.find(CALL_END)
                 if at < 0:
+                    keep = _partial_marker(self._buffer, CALL_END)
+                    out += self._grow(self._buffer[: len(self._buffer) - keep])
+                    self._buffer = self._buffer[len(self._buffer) - keep :]
                     return out
-                block, self._buffer = self._buffer[:at], self._buffer[at + len(CALL_END) :]
+                out += self._grow(self._buffer[:at])
+                self._buffer = self._buffer[at + len(CALL_END) :]
                 self._in_call = False
-                out += self._block(block)
+                out += self._close()
                 continue
             at = self._buffer.find(CALL_START)
             if at < 0:
@@ -171,18 +185,42 @@ class _ToolCallSplitter:
             if at:
                 out.append(OutputDelta(content=self._buffer[:at]))
             self._buffer = self._buffer[at + len(CALL_START) :]
-            self._in_call = True
+            self._open()
 
     def finish(self) -> list[OutputDelta]:
-        text = (CALL_START if self._in_call else "") + self._buffer
+        """The end of the answer: text held back is content; an open block was cut, and only its calls count."""
+        text = "" if self._in_call else self._buffer
         self._buffer, self._in_call = "", False
         return [OutputDelta(content=text)] if text else []
 
-    def _block(self, block: str) -> list[OutputDelta]:
-        calls = parse_call_block(block)
-        if calls is None:
-            return [OutputDelta(content=CALL_START + block + CALL_END)]
-        return [OutputDelta(call=self._numbered(call)) for call in calls]
+    def _open(self) -> None:
+        self._in_call = True
+        self._block, self._scanner, self._emitted, self._unparsed = "", CallListScanner(), 0, []
+
+    def _grow(self, text: str) -> list[OutputDelta]:
+        """More of the open block: the calls it completes."""
+        if not text:
+            return []
+        self._block += text
+        out: list[OutputDelta] = []
+        for item in self._scanner.feed(text):
+            calls = parse_call_block(item)
+            if calls is None or len(calls) != 1 or self._unparsed:
+                self._unparsed.append(item)
+            else:
+                self._emitted += 1
+                out.append(OutputDelta(call=self._numbered(calls[0])))
+        return out
+
+    def _close(self) -> list[OutputDelta]:
+        """The block's end: a block that gave no call is parsed whole (or is content, markers included); one that
+        gave calls gives back the items that were no calls as text."""
+        if not self._emitted:
+            calls = parse_call_block(self._block)
+            if calls is None:
+                return [OutputDelta(content=CALL_START + self._block + CALL_END)]
+            return [OutputDelta(call=self._numbered(call)) for call in calls]
+        return [OutputDelta(content=", ".join(self._unparsed))] if self._unparsed else []
 
     def _numbered(self, call: ParsedCall) -> ToolCall:
         self._n_calls += 1

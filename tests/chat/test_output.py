@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from lfmserve.chat.output import AssistantMessage, AssistantOutputParser
+from lfmserve.chat.output import AssistantMessage, AssistantOutputParser, OutputDelta
 from tests.conftest import ASK, ServerThread
 
 S, E = "<|tool_call_start|>", "<|tool_call_end|>"
@@ -59,8 +59,35 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         {"content": f"not a call {S}[f(x=y)]{E} end", "reasoning": "", "calls": []},
     ),
     (
-        f"truncated (not a call) {S}[f(x=1",
-        {"content": f"truncated (not a call) {S}[f(x=1", "reasoning": "", "calls": []},
+        f"truncated {S}[f(x=1",  # cut before one call was whole: the tail is dropped, no marker is content
+        {"content": "truncated ", "reasoning": "", "calls": []},
+    ),
+    (  # call after call until the limit cut the list: the whole calls count, the cut one is dropped
+        f'{S}[cam(camera="front_door"), cam(camera="back"), cam(camera="ga',
+        {
+            "content": "",
+            "reasoning": "",
+            "calls": [(0, "cam", {"camera": "front_door"}), (1, "cam", {"camera": "back"})],
+        },
+    ),
+    (  # brackets, quotes and escapes inside strings do not end a call; Python and JSON literals both read
+        S + r"""[run(code="print(')')\n\"", ok=True, none=None, j=null), f(d={"a": [1, {"b": "]"}]})]""" + E,
+        {
+            "content": "",
+            "reasoning": "",
+            "calls": [
+                (0, "run", {"code": "print(')')\n\"", "ok": True, "none": None, "j": None}),
+                (1, "f", {"d": {"a": [1, {"b": "]"}]}}),
+            ],
+        },
+    ),
+    (  # a list whose second item is no call: the first counts, the second comes back as text
+        f"{S}[a(x=1), b(x=y)]{E}",
+        {"content": "b(x=y)", "reasoning": "", "calls": [(0, "a", {"x": 1})]},
+    ),
+    (  # JSON objects, cut in the second one
+        f'{S}[{{"name": "w", "arguments": {{"c": "P"}}}}, {{"name": "w", "argu',
+        {"content": "", "reasoning": "", "calls": [(0, "w", {"c": "P"})]},
     ),
     (
         "a < b and <|tool_call_sta is just text <|",
@@ -153,3 +180,13 @@ def test_a_think_block_cut_off_is_all_reasoning(tools_server: ServerThread) -> N
     choice = httpx.post(tools_server.url + "/v1/chat/completions", json=body).json()["choices"][0]
     assert choice["finish_reason"] == "length"
     assert choice["message"]["content"] == "" and choice["message"]["reasoning_content"]
+
+
+def test_each_call_is_handed_on_as_soon_as_its_brackets_close() -> None:
+    parser = AssistantOutputParser(split_reasoning=False, parse_tool_calls=True)
+    assert parser.feed(f'{S}[a(x="),"') == []
+    first = parser.feed("), b(")
+    assert [(d.call.name, d.call.arguments) for d in first if d.call] == [("a", '{"x": "),"}')]
+    second = parser.feed("y=[1])")
+    assert [(d.call.index, d.call.name) for d in second if d.call] == [(1, "b")]
+    assert parser.feed(f"]{E} ok") + parser.finish() == [OutputDelta(content=" ok")]
