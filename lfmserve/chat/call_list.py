@@ -62,7 +62,8 @@ class CallListScanner:
                 self._depth = 1
                 return None
         if self._item_start < 0:
-            return self._between_items(char)
+            self._between_items(char)
+            return None
         if char in "\"'":
             self._quote = char
         elif char in _OPENERS:
