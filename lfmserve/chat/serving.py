@@ -140,12 +140,10 @@ class Serving:
         in_reasoning = continuation(request) == "reasoning"
         return [
             (
-                replace(
-                    self.engine_request(request.generation, tokens, plan, media=spans), return_progress=return_progress
-                ),
+                _choice(self.engine_request(request.generation, tokens, plan, media=spans), index, return_progress),
                 plan.parser(prompt, continues_reasoning=in_reasoning),
             )
-            for plan in plans
+            for index, plan in enumerate(plans)
         ]
 
     def history_tokens(
@@ -335,6 +333,15 @@ class Serving:
                 f"Invalid token id {bad[0]} (vocabulary has {self.model.n_vocab} tokens)", param="tokens"
             )
         return self.model.join_pieces(tokens)
+
+
+def _choice(request: EngineRequest, index: int, return_progress: bool) -> EngineRequest:
+    """The request of choice ``index``: a seed given is the first choice's, the next ones take the seeds after it
+    (as llama-server seeds its child tasks), so choices differ and each is still reproducible."""
+    seed = request.sampling.seed
+    if index and seed != -1:
+        request = replace(request, sampling=request.sampling.updated({"seed": (seed + index) % 2**32}))
+    return replace(request, return_progress=return_progress)
 
 
 def _bias_value(bias: Any) -> float:

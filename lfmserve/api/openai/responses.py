@@ -7,9 +7,11 @@ on the last chunk (on every chunk with ``timings_per_token``), then ``[DONE]`` (
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...chat.logprobs import chat_logprobs, legacy_logprobs
@@ -25,11 +27,13 @@ def completion_id(prefix: str) -> str:
     return prefix + secrets.token_urlsafe(24).replace("-", "a").replace("_", "b")[:32]
 
 
-def usage(out: EngineOutput) -> dict[str, Any]:
+def usage(out: EngineOutput, *more: EngineOutput) -> dict[str, Any]:
+    """One generation's usage; with ``n`` choices, the completions of all of them over the one prompt."""
+    completion = out.n_decoded + sum(other.n_decoded for other in more)
     return {
-        "completion_tokens": out.n_decoded,
+        "completion_tokens": completion,
         "prompt_tokens": out.n_prompt_tokens,
-        "total_tokens": out.n_decoded + out.n_prompt_tokens,
+        "total_tokens": completion + out.n_prompt_tokens,
         "prompt_tokens_details": {"cached_tokens": out.n_cached_tokens},
     }
 
@@ -76,7 +80,7 @@ def chat_completion(
     serving: Serving, body: ChatCompletionRequest, prepared: Sequence[Prepared], results: Sequence[Collected]
 ) -> dict[str, Any]:
     """The whole answer, a choice per generation (``n``), each message split into content, reasoning and tool
-    calls; usage, timings and ``__verbose`` are the first generation's, as llama-server merges them."""
+    calls; usage counts every choice's tokens; timings and ``__verbose`` are the first generation's."""
     choices = [
         _choice(serving, body, parser, done, index)
         for index, ((_, parser), done) in enumerate(zip(prepared, results, strict=True))
@@ -85,7 +89,7 @@ def chat_completion(
     out: dict[str, Any] = {
         "choices": choices,
         **_envelope(serving, completion_id("chatcmpl-"), "chat.completion", int(time.time())),
-        "usage": usage(first.last),
+        "usage": usage(*(done.last for done in results)),
         "timings": first.last.timings.to_json(),
     }
     if serving.options.verbose if body.verbose is None else body.verbose:
@@ -109,20 +113,33 @@ def _choice(
     return choice
 
 
+@dataclass(frozen=True, slots=True)
+class StreamIds:
+    """What every chunk of one answer shares (its id and time), and which choice a chunk belongs to."""
+
+    cid: str = field(default_factory=lambda: completion_id("chatcmpl-"))
+    created: int = field(default_factory=lambda: int(time.time()))
+    index: int = 0
+
+
 async def chat_chunks(
     serving: Serving,
     body: ChatCompletionRequest,
     parser: AssistantOutputParser,
     outputs: AsyncIterator[EngineOutput],
+    ids: StreamIds | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last (and, with
     ``timings_per_token``, on the last chunk of each step). A prefill report (``return_progress``) is a role
-    chunk with ``prompt_progress``."""
-    cid, created = completion_id("chatcmpl-"), int(time.time())
+    chunk with ``prompt_progress``. ``ids`` given: one choice of several, whose usage :func:`choices_chunks`
+    sends once for all."""
+    own = ids is None
+    ids = ids or StreamIds()
+    cid, created = ids.cid, ids.created
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
-            "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+            "choices": [{"finish_reason": finish, "index": ids.index, "delta": delta}],
             **_envelope(serving, cid, "chat.completion.chunk", created),
         }
 
@@ -149,7 +166,7 @@ async def chat_chunks(
             pending.append(chunk({}, _finish_reason(out, any_calls)))
             if unsent:
                 pending[-1]["choices"][0]["logprobs"] = _chat_logprobs(serving, body, unsent)
-            if body.include_usage:
+            if body.include_usage and own:
                 pending.append(
                     {"choices": [], **_envelope(serving, cid, "chat.completion.chunk", created), "usage": usage(out)}
                 )
@@ -157,6 +174,46 @@ async def chat_chunks(
             pending[-1]["timings"] = out.timings.to_json()
         for item in pending:
             yield item
+
+
+async def choices_chunks(
+    serving: Serving,
+    body: ChatCompletionRequest,
+    prepared: Sequence[Prepared],
+    start: Callable[[EngineRequest], AsyncIterator[EngineOutput]],
+) -> AsyncIterator[dict[str, Any]]:
+    """``n`` choices streamed together: each choice's chunks (with its ``index``) as they come, then one usage
+    chunk counting every choice. Leaving early ends every choice's generation."""
+    ids = StreamIds()
+    queue: asyncio.Queue[tuple[int, dict[str, Any] | BaseException | None]] = asyncio.Queue()
+    last: dict[int, EngineOutput] = {}
+
+    async def follow(index: int, engine_request: EngineRequest, parser: AssistantOutputParser) -> None:
+        async def recorded() -> AsyncIterator[EngineOutput]:
+            async for out in start(engine_request):
+                last[index] = out
+                yield out
+
+        try:
+            async for item in chat_chunks(serving, body, parser, recorded(), replace(ids, index=index)):
+                await queue.put((index, item))
+            await queue.put((index, None))
+        except BaseException as exc:  # the stream's error reaches the client once, from here
+            await queue.put((index, exc))
+
+    tasks = [asyncio.ensure_future(follow(i, request, parser)) for i, (request, parser) in enumerate(prepared)]
+    try:
+        for _ in range(len(tasks)):
+            while (got := await queue.get())[1] is not None:
+                if isinstance(got[1], BaseException):
+                    raise got[1]
+                yield got[1]
+    finally:
+        for task in tasks:
+            task.cancel()
+    if body.include_usage:
+        envelope = _envelope(serving, ids.cid, "chat.completion.chunk", ids.created)
+        yield {"choices": [], **envelope, "usage": usage(*(last[i] for i in range(len(prepared))))}
 
 
 def _opens_message(item: dict[str, Any]) -> bool:

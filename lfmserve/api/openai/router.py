@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...errors import InvalidRequest
 from ..chat_route import prepared_chat
 from ..native.protocol import CompletionRequest
 from ..native.router import prepare_completion
@@ -43,7 +42,7 @@ async def chat_completions(request: Request) -> Response:
     )
     if body.stream:
         if len(prepared) > 1:
-            raise InvalidRequest("streaming is supported for n = 1 only", param="n")
+            return sse(responses.choices_chunks(served, body, prepared, served.start), done_marker=True)
         engine_request, parser = prepared[0]
         return sse(responses.chat_chunks(served, body, parser, served.start(engine_request)), done_marker=True)
     results = await until_disconnect(request, served.run_all([engine_request for engine_request, _ in prepared]))

@@ -21,20 +21,45 @@ def llama_server(server_factory: Callable[..., ServerThread], tiny_llama_gguf: P
     return server_factory(settings)
 
 
-def test_n_choices_are_answered_with_one_usage(tiny_server: ServerThread) -> None:
+def test_n_choices_are_answered_with_one_usage_counting_them_all(tiny_server: ServerThread) -> None:
     data = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, **GREEDY, "n": 3}).json()
     assert [c["index"] for c in data["choices"]] == [0, 1, 2]
     assert all(c["finish_reason"] == "length" and c["message"]["role"] == "assistant" for c in data["choices"])
     texts = {c["message"]["content"] for c in data["choices"]}
     assert len(texts) == 1  # greedy: the same answer three times
-    assert data["usage"]["completion_tokens"] == 16  # the first generation's, as llama-server merges them
+    assert (
+        data["usage"]["completion_tokens"] == 48
+        and data["usage"]["total_tokens"] == 48 + data["usage"]["prompt_tokens"]
+    )
 
 
-def test_n_beyond_the_slots_or_streamed_is_a_400(tiny_server: ServerThread) -> None:
+def test_seeded_choices_differ_and_each_is_the_single_answer_of_its_seed(tiny_server: ServerThread) -> None:
+    sampled = {"messages": SEED_CHAT["messages"], "temperature": 1.5, "max_tokens": 12, "seed": 40}
+    choices = post(tiny_server, "/v1/chat/completions", {**sampled, "n": 3}).json()["choices"]
+    texts = [c["message"]["content"] for c in choices]
+    assert len(set(texts)) == 3
+    singles = [post(tiny_server, "/v1/chat/completions", {**sampled, "seed": 40 + i}).json() for i in range(3)]
+    assert texts == [single["choices"][0]["message"]["content"] for single in singles]
+
+
+def test_n_choices_stream_together_with_their_indexes(tiny_server: ServerThread) -> None:
+    sampled = {"messages": SEED_CHAT["messages"], "temperature": 1.5, "max_tokens": 12, "seed": 40, "n": 2}
+    whole = post(tiny_server, "/v1/chat/completions", sampled).json()
+    body = {**sampled, "stream": True, "stream_options": {"include_usage": True}}
+    events = [json.loads(e) for e in sse_events(tiny_server, "/v1/chat/completions", body) if e != "[DONE]"]
+    texts = {0: "", 1: ""}
+    for event in events[:-1]:
+        (choice,) = event["choices"]
+        texts[choice["index"]] += choice["delta"].get("content") or ""
+    assert [texts[0], texts[1]] == [c["message"]["content"] for c in whole["choices"]]
+    finishes = [e["choices"][0]["index"] for e in events[:-1] if e["choices"][0]["finish_reason"]]
+    assert sorted(finishes) == [0, 1] and len({e["id"] for e in events}) == 1
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 24
+
+
+def test_n_beyond_the_slots_is_a_400(tiny_server: ServerThread) -> None:
     too_many = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, "n": 5})
     assert too_many.status_code == 400 and too_many.json()["error"]["message"] == "n is 5, but the server has 4 slots"
-    streamed = post(tiny_server, "/v1/chat/completions", {**SEED_CHAT, "n": 2, "stream": True})
-    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "n"
 
 
 def test_verbose_adds_the_prompt_and_native_result(tiny_server: ServerThread) -> None:
