@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..engine.core import Engine
+from ..engine.histograms import Histogram, RequestHistograms
 from ..engine.records import EngineStats, SlotTask
 
 #: llama-server's ``Content-Type`` for /metrics.
@@ -122,6 +123,8 @@ class MetricsReporter:
                 f"# TYPE {metric.name} {metric.kind}",
                 f"{metric.name} {_number(metric.value)}",
             ]
+        for name, doc, histogram in _histograms(stats.requests):
+            lines += _histogram_lines(name, doc, histogram)
         return "\n".join(lines) + "\n"
 
     def _gauges(self, s: EngineStats, last: _Window) -> list[_Metric]:
@@ -231,6 +234,31 @@ def _lfmserve_metrics(engine: Engine) -> list[_Metric]:
         counter("context_shifts", "Full slots that dropped their older half (--context-shift).", s.n_context_shifts),
         _Metric("lfmserve:ram_cache_bytes", "gauge", "Host RAM held by the prompt cache.", engine.ram_cache.n_bytes),
     ]
+
+
+def _histograms(requests: RequestHistograms) -> list[tuple[str, str, Histogram]]:
+    """vLLM's request histograms, under llama-server's prefix."""
+    return [
+        ("llamacpp:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+         requests.time_to_first_token),
+        ("llamacpp:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+         requests.e2e_latency),
+        ("llamacpp:request_queue_time_seconds", "Histogram of time spent waiting for a slot in seconds.",
+         requests.queue_time),
+        ("llamacpp:request_prompt_tokens", "Number of prefill tokens processed.", requests.prompt_tokens),
+        ("llamacpp:request_generation_tokens", "Number of generation tokens processed.", requests.generation_tokens),
+    ]  # fmt: skip
+
+
+def _histogram_lines(name: str, doc: str, histogram: Histogram) -> list[str]:
+    """Prometheus' histogram: cumulative ``_bucket`` counts by ``le``, then ``_sum`` and ``_count``."""
+    lines = [f"# HELP {name} {doc}", f"# TYPE {name} histogram"]
+    cumulative = 0
+    for bound, count in zip((*histogram.bounds, math.inf), histogram.counts, strict=True):
+        cumulative += count
+        label = "+Inf" if math.isinf(bound) else repr(float(bound))
+        lines.append(f'{name}_bucket{{le="{label}"}} {cumulative}')
+    return [*lines, f"{name}_sum {_number(float(histogram.total))}", f"{name}_count {cumulative}"]
 
 
 def _number(value: float) -> str:

@@ -12,7 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +48,8 @@ class Submission:
     sink: OutputSink
     #: It had to wait at least once (counted once, for /metrics).
     deferred: bool = False
+    #: When the caller submitted it (its queue time and latency count from here).
+    t_submitted: float = field(default_factory=time.perf_counter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class Generation:
         stats: EngineStats,
     ) -> None:
         self.id = submission.id
+        self._t_submitted = submission.t_submitted
         self.request = submission.request
         self.slot = slot
         self.sampler = sampler
@@ -255,6 +258,13 @@ class Generation:
         self._stats.n_predicted_tokens += self.n_decoded
         self._stats.n_predicted_steps += t.n_predicted_steps
         self._stats.predicted_seconds += t.predicted_ms / 1e3
+        self._stats.requests.observe(
+            queued_s=self.t_prompt_start - self._t_submitted,
+            first_token_s=self._t_generation_start - self._t_submitted if self.n_decoded else None,
+            total_s=time.perf_counter() - self._t_submitted,
+            n_prompt=len(self.prompt),
+            n_generated=self.n_decoded,
+        )
         logger.info(
             "request %d done: slot %d, prompt %d (cached %d), completion %d, ttft %.0f ms, %.1f tok/s (%s)",
             self.id,

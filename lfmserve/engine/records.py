@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from .histograms import RequestHistograms
 from .speculation import SpeculationConfig
 
 #: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it (checkpoints, the RAM cache).
@@ -354,3 +355,5 @@ class EngineStats:
     n_draft_tokens: int = 0
     n_draft_tokens_accepted: int = 0
     media_encode_seconds: float = 0.0
+    #: Per finished generation: time to first token, latency, queue time, prompt and generated tokens.
+    requests: RequestHistograms = field(default_factory=RequestHistograms)

@@ -84,15 +84,43 @@ def test_slots_show_llama_servers_fields_for_the_running_and_the_last_request() 
     assert (shown[2]["n_prompt_tokens_processed"], shown[2]["n_prompt_tokens_cache"]) == (0, 0)
 
 
-def _samples(text: str) -> dict[str, tuple[str, float]]:
-    """``{name: (type, value)}``, each sample checked to follow its own HELP and TYPE lines."""
+def _families(text: str) -> dict[str, tuple[str, list[str]]]:
+    """``{name: (type, sample lines)}``, each family checked to start with its own HELP and TYPE lines."""
+    out: dict[str, tuple[str, list[str]]] = {}
     lines = text.splitlines()
+    at = 0
+    while at < len(lines):
+        help_line, type_line = lines[at : at + 2]
+        name, kind = type_line.split(" ")[2:4]
+        assert help_line.startswith(f"# HELP {name} ")
+        end = next((i for i in range(at + 2, len(lines)) if lines[i].startswith("# HELP ")), len(lines))
+        out[name] = (kind, lines[at + 2 : end])
+        at = end
+    return out
+
+
+def _samples(text: str) -> dict[str, tuple[str, float]]:
+    """``{name: (type, value)}`` of the counters and gauges (one sample each, named as the family)."""
     out = {}
-    for i in range(0, len(lines), 3):
-        help_line, type_line, sample = lines[i : i + 3]
-        name, value = sample.split(" ")
-        assert help_line.startswith(f"# HELP {name} ") and type_line.startswith(f"# TYPE {name} ")
-        out[name] = (type_line.split(" ")[3], float(value))
+    for name, (kind, samples) in _families(text).items():
+        if kind != "histogram":
+            ((sample_name, value),) = (line.split(" ") for line in samples)
+            assert sample_name == name
+            out[name] = (kind, float(value))
+    return out
+
+
+def _histograms(text: str) -> dict[str, dict[str, float]]:
+    """``{name: {"le=...": cumulative count, ..., "sum": s, "count": n}}`` of the histograms."""
+    out = {}
+    for name, (kind, samples) in _families(text).items():
+        if kind == "histogram":
+            values = {}
+            for line in samples:
+                sample, value = line.split(" ")
+                key = sample.removeprefix(name + "_")
+                values[key.replace('bucket{le="', "le=").rstrip('"}')] = float(value)
+            out[name] = values
     return out
 
 
@@ -157,8 +185,33 @@ def test_the_rates_average_over_the_time_since_the_last_scrape() -> None:
 
 
 def test_an_engine_that_never_decoded_reports_zeros() -> None:
-    samples = _samples(MetricsReporter(_Engine((Slot(0),))).render())  # type: ignore[arg-type]
-    assert all(value == 0.0 for name, (_, value) in samples.items())
+    text = MetricsReporter(_Engine((Slot(0),))).render()  # type: ignore[arg-type]
+    assert all(value == 0.0 for name, (_, value) in _samples(text).items())
+    assert all(v == 0.0 for histogram in _histograms(text).values() for v in histogram.values())
+
+
+def test_request_histograms_are_vllms_under_llama_servers_prefix() -> None:
+    stats = EngineStats()
+    stats.requests.observe(queued_s=0.2, first_token_s=0.03, total_s=1.2, n_prompt=300, n_generated=20)
+    stats.requests.observe(queued_s=0.0, first_token_s=None, total_s=0.1, n_prompt=7, n_generated=0)
+    text = MetricsReporter(_Engine((Slot(0),), stats=stats)).render()  # type: ignore[arg-type]
+    histograms = _histograms(text)
+    assert list(histograms) == [
+        "llamacpp:time_to_first_token_seconds",
+        "llamacpp:e2e_request_latency_seconds",
+        "llamacpp:request_queue_time_seconds",
+        "llamacpp:request_prompt_tokens",
+        "llamacpp:request_generation_tokens",
+    ]
+    ttft = histograms["llamacpp:time_to_first_token_seconds"]
+    assert (ttft["le=0.02"], ttft["le=0.04"], ttft["le=+Inf"], ttft["count"], ttft["sum"]) == (0, 1, 1, 1, 0.03)
+    e2e = histograms["llamacpp:e2e_request_latency_seconds"]
+    assert (e2e["le=0.3"], e2e["le=1.0"], e2e["le=1.5"], e2e["count"]) == (1, 1, 2, 2)
+    prompt = histograms["llamacpp:request_prompt_tokens"]
+    assert (prompt["le=5.0"], prompt["le=10.0"], prompt["le=200.0"], prompt["le=500.0"], prompt["sum"]) == (
+        0, 1, 1, 2, 307
+    )  # fmt: skip
+    assert 'llamacpp:time_to_first_token_seconds_bucket{le="0.001"} 0' in text.splitlines()
 
 
 # -- over HTTP, on the tiny attention-only model ----------------------------------------------------------
@@ -192,6 +245,12 @@ def test_metrics_count_what_the_requests_timings_report(metrics_server: ServerTh
     # one decode for each prompt (whole, then only its last token: the rest is cached), one per token after the first
     assert samples["llamacpp:n_decode_total"][1] == (1 + 0) + (1 + 3) + (1 + 15)
     assert samples["llamacpp:requests_processing"][1] == 0 and samples["llamacpp:n_busy_slots_per_decode"][1] == 1
+    histograms = _histograms(response.text)
+    served = {name: values["count"] for name, values in histograms.items()}
+    assert set(served.values()) == {3}  # one observation per request served
+    assert histograms["llamacpp:request_generation_tokens"]["sum"] == 21
+    ttft, e2e = (histograms[f"llamacpp:{n}_seconds"]["sum"] for n in ("time_to_first_token", "e2e_request_latency"))
+    assert 0 < ttft < e2e
 
 
 def test_slots_show_the_last_request_with_its_budget_reset(metrics_server: ServerThread) -> None:
