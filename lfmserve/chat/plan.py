@@ -39,12 +39,17 @@ class ChatPlan:
     def parser(self, prompt: str, *, continues_reasoning: bool = False) -> AssistantOutputParser:
         """A fresh output parser; a prompt that ends by opening a think block, or continues a message's
         reasoning, starts in reasoning."""
-        in_reasoning = continues_reasoning or prompt.rstrip().endswith(THINK_START)
+        in_reasoning = continues_reasoning or opens_thinking(prompt)
         return AssistantOutputParser(
             split_reasoning=self.split_reasoning,
             parse_tool_calls=self.parse_tool_calls,
             starts_in_reasoning=self.split_reasoning and in_reasoning,
         )
+
+
+def opens_thinking(prompt: str) -> bool:
+    """The prompt ends by opening a think block (the template writes ``<think>`` for the model)."""
+    return prompt.rstrip().endswith(THINK_START)
 
 
 def native_constraint(options: GenerationOptions, grammars: Grammars) -> TokenMask | None:

@@ -135,6 +135,10 @@ class ChatRequest:
     #: None: the server's ``--reasoning-format``.
     reasoning_format: ReasoningFormat | None = None
     reasoning_effort: ReasoningEffort | None = None
+    #: Thinking tokens allowed before the end of thinking is written by force (-1: no limit; None: the server's
+    #: ``--reasoning-budget``), and the message written before it (None: ``--reasoning-budget-message``).
+    reasoning_budget: int | None = None
+    reasoning_budget_message: str | None = None
     #: Extra template variables (``chat_template_kwargs``).
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     add_generation_prompt: bool = True

@@ -17,7 +17,14 @@ from typing import Any
 from ..engine.constraints import Grammars
 from ..engine.core import Engine
 from ..engine.media import prompt_from_chunks
-from ..engine.records import EngineOutput, EngineRequest, MediaSpan, ResolvedDefaults, TokenLogprob
+from ..engine.records import (
+    EngineOutput,
+    EngineRequest,
+    MediaSpan,
+    ResolvedDefaults,
+    ThinkingBudget,
+    TokenLogprob,
+)
 from ..engine.stream import AsyncStream, CollectingStream
 from ..errors import InvalidRequest
 from ..llama.model import NativeModel
@@ -25,8 +32,8 @@ from ..llama.mtmd import Media
 from ..media.sources import MediaPolicy
 from .embedding_serving import EmbeddingServing
 from .media import MediaReader, chat_media_sources, process_media_marker
-from .output import AssistantOutputParser
-from .plan import ChatPlan, native_constraint, plan_chat
+from .output import THINK_END, THINK_START, AssistantOutputParser
+from .plan import ChatPlan, native_constraint, opens_thinking, plan_chat
 from .prompt_tokens import prompt_tokens
 from .render import continuation, render_chat, render_history
 from .request import ChatRequest, GenerationOptions, MediaPrompt, Prompt
@@ -55,6 +62,9 @@ class ServingOptions:
     reverse_prompts: tuple[str, ...] = ()
     #: ``--verbose``: answers carry llama-server's ``__verbose`` unless a request says otherwise.
     verbose: bool = False
+    #: ``--reasoning-budget`` (-1: no limit) and ``--reasoning-budget-message``.
+    reasoning_budget: int = -1
+    reasoning_budget_message: str = ""
 
 
 @dataclass(slots=True)
@@ -138,9 +148,14 @@ class Serving:
         prompt = render_chat(self.template, request, plans[0], media_marker=self.media_marker)
         tokens, spans = self.tokenize_with_media(prompt, media, chat=True)
         in_reasoning = continuation(request) == "reasoning"
+        thinking = thinking_budget(self.model, request, self.options, inside=in_reasoning or opens_thinking(prompt))
         return [
             (
-                _choice(self.engine_request(request.generation, tokens, plan, media=spans), index, return_progress),
+                replace(
+                    _choice(self.engine_request(request.generation, tokens, plan, media=spans), index),
+                    return_progress=return_progress,
+                    thinking_budget=thinking,
+                ),
                 plan.parser(prompt, continues_reasoning=in_reasoning),
             )
             for index, plan in enumerate(plans)
@@ -335,13 +350,30 @@ class Serving:
         return self.model.join_pieces(tokens)
 
 
-def _choice(request: EngineRequest, index: int, return_progress: bool) -> EngineRequest:
+def _choice(request: EngineRequest, index: int) -> EngineRequest:
     """The request of choice ``index``: a seed given is the first choice's, the next ones take the seeds after it
     (as llama-server seeds its child tasks), so choices differ and each is still reproducible."""
     seed = request.sampling.seed
     if index and seed != -1:
-        request = replace(request, sampling=request.sampling.updated({"seed": (seed + index) % 2**32}))
-    return replace(request, return_progress=return_progress)
+        return replace(request, sampling=request.sampling.updated({"seed": (seed + index) % 2**32}))
+    return request
+
+
+def thinking_budget(
+    model: NativeModel, request: ChatRequest, options: ServingOptions, *, inside: bool
+) -> ThinkingBudget | None:
+    """The request's reasoning budget (its own, else ``--reasoning-budget``) in the model's tokens; None without a
+    limit, or for a model whose vocabulary cannot write ``<think>`` and ``</think>``."""
+    budget = options.reasoning_budget if request.reasoning_budget is None else request.reasoning_budget
+    if budget < 0:
+        return None
+    start, end = (tuple(model.tokenize(tag, add_special=False, parse_special=True)) for tag in (THINK_START, THINK_END))
+    if not start or not end:
+        return None
+    message = request.reasoning_budget_message
+    message = options.reasoning_budget_message if message is None else message
+    written = tuple(model.tokenize(message, add_special=False, parse_special=True)) if message else ()
+    return ThinkingBudget(budget, start, end, written, starts_inside=inside)
 
 
 def _bias_value(bias: Any) -> float:

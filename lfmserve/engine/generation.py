@@ -35,6 +35,7 @@ from .speculation import Acceptance
 from .speculation.ngram import Drafter
 from .stop import StopMatcher
 from .stream import OutputSink
+from .thinking import ThinkingTracker
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class Generation:
         self._limits = limits
         self._stats = stats
         self._detokenizer = StreamingDetokenizer(piece)
+        self._thinking = ThinkingTracker.of(self.request.thinking_budget)
         self._stopper = StopMatcher(self.request.stop)
         #: Prompt tokens the slot already held when the generation started.
         self.n_cached = len(slot.tokens)
@@ -167,7 +169,11 @@ class Generation:
 
     def sample(self, ctx: NativeContext, stored_logits: npt.NDArray[np.float32] | None = None) -> None:
         """Sample the next token from this step's logits (or kept ones) and emit its text, or finish."""
-        token = self.sampler.sample(ctx, self.batch_index, stored_logits)
+        thinking = self._thinking
+        force = thinking.forced_token() if thinking is not None else None
+        token = self.sampler.sample(ctx, self.batch_index, stored_logits, force=force)
+        if thinking is not None:
+            thinking.accept(token)
         now = time.perf_counter()
         self.n_decoded += 1
         if self.n_decoded == 1:  # generation's time runs from its first token, which the prompt's decode gave

@@ -151,6 +151,27 @@ class EngineRequest:
     draft_max: int | None = None
     #: Report the prefill as it goes: an output with ``progress`` when it starts and after each prompt chunk.
     return_progress: bool = False
+    #: How many tokens the model may think for, and how thinking is written (None: as long as it likes).
+    thinking_budget: ThinkingBudget | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingBudget:
+    """A reasoning budget: once ``budget`` tokens of thinking are spent, ``forced`` (a message, then the tokens that
+    end thinking) is written in place of sampling, and the answer follows."""
+
+    budget: int
+    #: The tokens that open thinking (``<think>``), and those that end it (``</think>``).
+    start: tuple[int, ...]
+    end: tuple[int, ...]
+    #: Written before ``end`` when the budget ends the thinking (``--reasoning-budget-message``).
+    message: tuple[int, ...] = ()
+    #: The prompt itself opened the thinking (its template writes ``<think>`` for the model).
+    starts_inside: bool = False
+
+    @property
+    def forced(self) -> tuple[int, ...]:
+        return self.message + self.end
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,8 +50,16 @@ class Sampler:
     def grammar_finished(self) -> bool:
         return self._constraint is not None and self._constraint.finished
 
-    def sample(self, ctx: NativeContext, batch_index: int, stored_logits: npt.NDArray[np.float32] | None = None) -> int:
-        """The next token from the logits at ``batch_index`` (adjusted in place), or from ``stored_logits``."""
+    def sample(
+        self,
+        ctx: NativeContext,
+        batch_index: int,
+        stored_logits: npt.NDArray[np.float32] | None = None,
+        *,
+        force: int | None = None,
+    ) -> int:
+        """The next token from the logits at ``batch_index`` (adjusted in place), or from ``stored_logits``;
+        ``force``: that token instead (a reasoning budget ending the thinking), taken as if it had been sampled."""
         constrained = self._constraint is not None and self._constraint.active
         raw = None
         logits = stored_logits
@@ -64,7 +72,9 @@ class Sampler:
             if constrained:
                 self._constraint.apply(logits)  # type: ignore[union-attr]
         kept = None
-        if self._chain is None:
+        if force is not None:
+            token = force
+        elif self._chain is None:
             assert logits is not None  # greedy always reads the row
             token = int(np.argmax(logits))
         elif logits is not None and (stored_logits is not None or self._post_sampling):
@@ -77,7 +87,7 @@ class Sampler:
         if raw is not None:
             self.last_logprob = token_logprob(raw, token, self._n_probs)
         elif self._post_sampling:
-            self.last_logprob = kept_logprob(kept, token, self._n_probs)
+            self.last_logprob = kept_logprob(kept if force is None else None, token, self._n_probs)
         return token
 
     def close(self) -> None:

@@ -138,6 +138,8 @@ def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -
         cache_prompt=settings.engine.cache_prompt,
         reverse_prompts=settings.sampling.reverse_prompt,
         verbose=settings.server.verbose,
+        reasoning_budget=settings.chat.reasoning_budget,
+        reasoning_budget_message=settings.chat.reasoning_budget_message,
     )
 
 

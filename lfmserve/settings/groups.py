@@ -117,6 +117,13 @@ class ChatSettings:
             "--reasoning-budget", help="thinking tokens allowed (-1 = unrestricted, 0 = end thinking at once)", type=int
         ),
     )
+    reasoning_budget_message: str = field(
+        default="",
+        metadata=flag(
+            "--reasoning-budget-message",
+            help="text written before the end of thinking when the reasoning budget ends it",
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

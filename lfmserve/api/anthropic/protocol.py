@@ -23,6 +23,8 @@ from ..body import Body, SamplingFields, TokenCount
 
 #: llama-server's ``max_tokens`` when the body has none (Anthropic requires one; llama-server is permissive).
 DEFAULT_MAX_TOKENS = 4096
+#: llama-server's thinking budget for ``thinking: {"type": "enabled"}`` without ``budget_tokens``.
+DEFAULT_THINKING_BUDGET = 10_000
 #: Claude Code's system prompt starts with this line, whose ``cch=`` stamp changes on every request.
 _BILLING_HEADER = "x-anthropic-billing-header:"
 
@@ -154,12 +156,22 @@ class ToolChoiceParam(Body):
 
 
 class ThinkingParam(Body):
-    """Extended thinking: accepted; the budget has no effect (lfmserve has no reasoning budget), and whether
-    the model thinks is its template's default, as in llama-server. Any ``type`` is taken (``enabled``,
-    ``disabled``, ``adaptive``, …): none changes the answer, so a newer one need not be refused."""
+    """Extended thinking: ``enabled`` turns the template's thinking on with a budget of ``budget_tokens``
+    (llama-server's default, 10,000, when absent), ``disabled`` turns it off; any other ``type`` (``adaptive``...)
+    leaves the template's default, so a newer one need not be refused."""
 
     type: str
     budget_tokens: TokenCount | None = None
+
+    def switch(self) -> dict[str, Any]:
+        if self.type in ("enabled", "disabled"):
+            return {"enable_thinking": self.type == "enabled"}
+        return {}
+
+    def budget(self) -> int | None:
+        if self.type != "enabled":
+            return None
+        return DEFAULT_THINKING_BUDGET if self.budget_tokens is None else self.budget_tokens
 
 
 class Metadata(Body):
@@ -197,7 +209,8 @@ class MessagesRequest(SamplingFields):
             tools=tuple(tool.to_tool() for tool in self.tools or ()),
             tool_choice=choice.to_choice() if choice else "auto",
             parallel_tool_calls=not (choice and choice.disable_parallel_tool_use),
-            template_kwargs=self.chat_template_kwargs or {},
+            template_kwargs=(self.thinking.switch() if self.thinking else {}) | (self.chat_template_kwargs or {}),
+            reasoning_budget=self.thinking.budget() if self.thinking else None,
             generation=self.generation_options(),
         )
 

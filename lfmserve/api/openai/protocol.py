@@ -166,6 +166,16 @@ class ResponseFormat(Body):
         return None
 
 
+class ReasoningParam(Body):
+    """``reasoning`` as OpenRouter and others send it: an ``effort``, a switch, a budget of thinking tokens."""
+
+    effort: ReasoningEffort | None = None
+    enabled: bool | None = None
+    max_tokens: int | None = Field(default=None, ge=-1)
+    #: Accepted: the thinking is answered apart from the content anyway (``reasoning_content``).
+    exclude: bool = False
+
+
 class ChatPrompt(Body):
     """The fields that decide a chat prompt: chat completions have them, and so has ``/apply-template``."""
 
@@ -173,6 +183,7 @@ class ChatPrompt(Body):
     tools: list[Tool] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: ReasoningEffort | None = None
+    reasoning: ReasoningParam | None = None
     add_generation_prompt: bool = True
     #: vLLM's (and transformers') explicit prefill: ``true``, or which part of the message to continue.
     continue_final_message: bool | Literal["content", "reasoning_content"] | None = None
@@ -182,11 +193,16 @@ class ChatPrompt(Body):
         return {
             "messages": tuple(m.to_message() for m in self.messages),
             "tools": tuple(tool.model_dump(exclude_none=True) for tool in self.tools or ()),
-            "reasoning_effort": self.reasoning_effort,
-            "template_kwargs": self.chat_template_kwargs or {},
+            "reasoning_effort": self.reasoning_effort or (self.reasoning.effort if self.reasoning else None),
+            "template_kwargs": self._switch() | (self.chat_template_kwargs or {}),
             "add_generation_prompt": self.add_generation_prompt,
             "continue_final_message": self._continuation(),
         }
+
+    def _switch(self) -> dict[str, Any]:
+        """``reasoning.enabled`` as the template's ``enable_thinking`` (``chat_template_kwargs`` say last)."""
+        enabled = self.reasoning.enabled if self.reasoning else None
+        return {} if enabled is None else {"enable_thinking": enabled}
 
     def _continuation(self) -> Continuation:
         value = self.continue_final_message
@@ -209,6 +225,10 @@ class ChatCompletionRequest(ChatPrompt, SamplingFields):
     n: int = Field(default=1, ge=1)
     #: Add llama-server's ``__verbose`` (the prompt and the native result); None: the server's ``--verbose``.
     verbose: bool | None = None
+    #: llama-server's reasoning budget (both names), and the message written when it ends the thinking.
+    reasoning_budget_tokens: int | None = Field(default=None, ge=-1)
+    thinking_budget_tokens: int | None = Field(default=None, ge=-1)
+    reasoning_budget_message: str | None = None
 
     def requested_max_tokens(self) -> int | None:
         if self.max_completion_tokens is not None:
@@ -225,8 +245,17 @@ class ChatCompletionRequest(ChatPrompt, SamplingFields):
             parallel_tool_calls=self.parallel_tool_calls,
             response_schema=self.response_format.output_schema() if self.response_format else None,
             reasoning_format=self.reasoning_format,
+            reasoning_budget=self._budget(),
+            reasoning_budget_message=self.reasoning_budget_message,
             generation=self.generation_options(),
         )
+
+    def _budget(self) -> int | None:
+        """The first budget given (llama-server's names, then ``reasoning.max_tokens``); -1 is the server's."""
+        asked = self.reasoning.max_tokens if self.reasoning else None
+        given = (self.reasoning_budget_tokens, self.thinking_budget_tokens, asked)
+        budget = next((value for value in given if value is not None), None)
+        return None if budget == -1 else budget
 
     def _tool_choice(self) -> ToolChoice:
         choice = self.tool_choice
