@@ -20,9 +20,11 @@ Example::
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
 import time
+from importlib.metadata import version
 
 from ..errors import EngineError, NotSupported, RequestCancelled, Unavailable
 from ..llama.context import NativeContext
@@ -30,6 +32,7 @@ from ..llama.embedding import EmbeddingContext
 from ..llama.model import NativeModel
 from ..llama.mtmd import Projector
 from .admission import Admission
+from .disk_cache import DiskPromptCache
 from .embeddings import EmbeddingQueue, EmbeddingRequest, ResultSink, check_embedding_request
 from .generation import Generation, Submission
 from .inbox import Inbox
@@ -67,7 +70,14 @@ class Engine:
         )
         self.n_ctx = self._ctx.n_ctx
         self.stats = EngineStats()
-        self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints)
+        disk = (
+            DiskPromptCache(config.cache_disk, config.cache_disk_bytes, _cache_identity(model, self._ctx, config))
+            if config.cache_disk
+            else None
+        )
+        self._memory = SlotMemory(
+            self._ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints, disk=disk
+        )
         if projector is not None and self._memory.shifts_context:
             logger.warning("--context-shift is not supported with a multimodal projector: it is off")
             self._memory.shifts_context = False  # a media chunk's positions cannot be cut in half
@@ -140,6 +150,7 @@ class Engine:
         if not self._inbox.close(self._stop):
             return
         self._thread.join()
+        self._memory.persist()
         self._ctx.close()
         if self._step.speculator is not None:
             self._step.speculator.close()
@@ -294,6 +305,15 @@ class Engine:
             slot.busy = False
             slot.last_used = time.monotonic()
         submission.sink.put(error)
+
+
+def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig) -> str:
+    """What a saved sequence state fits: this llama.cpp, this model, a slot of this size, these KV cache types."""
+    info, kv = model.info, config.kv
+    return json.dumps(
+        [version("llama-cpp-python"), info.architecture, info.name, info.n_params, info.size_bytes, info.n_vocab]
+        + [info.n_embd, ctx.n_ctx // config.n_slots, kv.type_k, kv.type_v, kv.swa_full, kv.flash_attn]
+    )
 
 
 def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int) -> Speculator:

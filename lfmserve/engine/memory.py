@@ -17,6 +17,7 @@ from typing import Literal
 
 from ..errors import EngineError
 from ..llama.context import NativeContext
+from .disk_cache import DiskPromptCache
 from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineStats
 from .scheduler import CachedSequence, Checkpoint, ReusePlan, Slot, common_prefix_length, plan_reuse, shifted_chunks
@@ -34,7 +35,15 @@ class SlotMemory:
     tokens and checkpoints always describe what its sequence in the context holds.
     """
 
-    def __init__(self, ctx: NativeContext, config: EngineConfig, stats: EngineStats, *, exact_truncation: bool) -> None:
+    def __init__(
+        self,
+        ctx: NativeContext,
+        config: EngineConfig,
+        stats: EngineStats,
+        *,
+        exact_truncation: bool,
+        disk: DiskPromptCache | None = None,
+    ) -> None:
         self._ctx = ctx
         self._config = config
         self._stats = stats
@@ -42,6 +51,11 @@ class SlotMemory:
         self.n_ctx_slot: int = ctx.n_ctx // config.n_slots
         self.slots = tuple(Slot(i, n_ctx=self.n_ctx_slot) for i in range(config.n_slots))
         self.ram = RamPromptCache(config.cache_ram_bytes)
+        #: ``--cache-disk``: the RAM cache's entries are written there too, and read back now.
+        self.disk = disk
+        if disk is not None:
+            loaded = [entry for entry in reversed(disk.load()) if self.ram.put(entry)]
+            logger.info("prompt cache: %d entries read from %s", len(loaded), disk.folder)
         #: The memory can drop a sequence's tail by position (no recurrent state, no sliding window).
         self.can_truncate = exact_truncation
         #: ``--cache-reuse`` applies to attention-only models whose memory can shift (not hybrid or SWA ones).
@@ -196,9 +210,22 @@ class SlotMemory:
         entry = CachedSequence(tuple(slot.tokens), self._ctx.get_state(slot.id, partial=False), tuple(slot.checkpoints))
         if not self.ram.put(entry):
             return "refused"
+        if self.disk is not None:
+            self.disk.save(entry)
         self._stats.n_ram_saves += 1
         logger.debug("slot %d: %d tokens kept in RAM (%.1f MiB)", slot.id, len(slot.tokens), entry.n_bytes / 2**20)
         return "saved"
+
+    def persist(self) -> None:
+        """``--cache-disk`` at shutdown: every slot's sequence is written too (engine thread stopped), then the
+        writer finishes."""
+        if self.disk is None:
+            return
+        for slot in self.slots:
+            if len(slot.tokens) >= MIN_RAM_TOKENS and not self.ram.covers(slot.tokens):
+                state = self._ctx.get_state(slot.id, partial=False)
+                self.disk.save(CachedSequence(tuple(slot.tokens), state, tuple(slot.checkpoints)))
+        self.disk.close()
 
     # -- whole slots --------------------------------------------------------------------------------
     def reset(self, slot: Slot) -> None:

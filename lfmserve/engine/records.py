@@ -316,6 +316,9 @@ class EngineConfig:
     max_checkpoint_bytes: int = 256 * 2**20
     #: Host RAM for sequences evicted from slots (0 = off).
     cache_ram_bytes: int = 8192 * 2**20
+    #: ``--cache-disk``: where the RAM cache's entries are also written, to be found again after a restart.
+    cache_disk: str | None = None
+    cache_disk_bytes: int = 8192 * 2**20
     #: ``--cache-reuse``: shortest cached run moved by KV shifting (0 = off; attention-only models).
     cache_reuse: int = 0
     #: ``--cache-idle-slots``: when a request starts, idle slots move to the RAM cache and leave the KV cache.

@@ -319,6 +319,17 @@ class EngineSettings:
         default=8192,
         metadata=flag("-cram", "--cache-ram", help="MiB of host RAM for evicted prompt caches (0 = off)", type=int),
     )
+    cache_disk: str | None = field(
+        default=None,
+        metadata=flag(
+            "--cache-disk",
+            help="folder where the RAM cache's prompts are also kept, to be found again after a restart",
+        ),
+    )
+    cache_disk_size: int = field(
+        default=8192,
+        metadata=flag("--cache-disk-size", help="MiB the --cache-disk folder may hold", type=int),
+    )
     cache_reuse: int = field(
         default=0,
         metadata=flag(
