@@ -31,8 +31,9 @@ class CallListScanner:
         self._quote = ""
         self._escaped = False
         self._item_start = -1
-        #: The list's closing ``]`` was seen.
+        #: The list's closing ``]`` was seen; ``end`` is where the text after it starts.
         self.closed = False
+        self.end = 0
         #: Text that is no item and no list punctuation was seen (the block is not a plain call list).
         self.stray = False
 
@@ -86,7 +87,7 @@ class CallListScanner:
             self.stray = True
             return
         if char == "]" and self._base == 1:
-            self.closed = True
+            self.closed, self.end = True, self._at + 1
             self._depth = 0
             return
         if char in _CLOSERS or char in "\"'":

@@ -149,10 +149,14 @@ class _ToolCallSplitter:
     calls parse is content, markers included; a block the token limit cut keeps the calls written before the cut,
     and its unfinished tail is dropped (no marker reaches the content)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool_names: frozenset[str] = frozenset()) -> None:
         self._buffer = ""
         self._in_call = False
         self._n_calls = 0
+        #: The tools' names, and whether the answer's start could still be a call list without markers.
+        self._names = tool_names
+        self._at_start = bool(tool_names)
+        self._markers = True
         self._block = ""
         self._scanner = CallListScanner()
         self._emitted = 0
@@ -163,6 +167,15 @@ class _ToolCallSplitter:
         self._buffer += text
         out: list[OutputDelta] = []
         while True:
+            if self._in_call and not self._markers:
+                out += self._grow(self._buffer)
+                self._buffer = ""
+                if not self._scanner.closed:
+                    return out
+                self._buffer, self._block = self._block[self._scanner.end :], self._block[: self._scanner.end]
+                self._in_call = False
+                out += self._close()
+                continue
             if self._in_call:
                 at = self._buffer.find(CALL_END)
                 if at < 0:
@@ -175,6 +188,15 @@ class _ToolCallSplitter:
                 self._in_call = False
                 out += self._close()
                 continue
+            if self._at_start:
+                starts_list = _starts_call_list(self._buffer, self._names)
+                if starts_list is None:
+                    return out  # too little text yet to tell
+                self._at_start = False
+                if starts_list:
+                    self._buffer = self._buffer.lstrip()
+                    self._open(markers=False)
+                    continue
             at = self._buffer.find(CALL_START)
             if at < 0:
                 keep = _partial_marker(self._buffer, CALL_START)
@@ -193,8 +215,8 @@ class _ToolCallSplitter:
         self._buffer, self._in_call = "", False
         return [OutputDelta(content=text)] if text else []
 
-    def _open(self) -> None:
-        self._in_call = True
+    def _open(self, *, markers: bool = True) -> None:
+        self._in_call, self._markers = True, markers
         self._block, self._scanner, self._emitted, self._unparsed = "", CallListScanner(), 0, []
 
     def _grow(self, text: str) -> list[OutputDelta]:
@@ -218,7 +240,8 @@ class _ToolCallSplitter:
         if not self._emitted:
             calls = parse_call_block(self._block)
             if calls is None:
-                return [OutputDelta(content=CALL_START + self._block + CALL_END)]
+                text = CALL_START + self._block + CALL_END if self._markers else self._block
+                return [OutputDelta(content=text)]
             return [OutputDelta(call=self._numbered(call)) for call in calls]
         return [OutputDelta(content=", ".join(self._unparsed))] if self._unparsed else []
 
@@ -227,12 +250,34 @@ class _ToolCallSplitter:
         return ToolCall(self._n_calls - 1, call_id(), call.name, call.arguments_json())
 
 
+def _starts_call_list(text: str, names: frozenset[str]) -> bool | None:
+    """Whether the answer starts with a call list written without its markers (``[get_weather(``, a tool's name
+    after the bracket), as LFM models may when their template lists the tools without list tokens; None while
+    the text so far could still become one."""
+    head = text.lstrip()
+    if not head:
+        return None
+    if head[0] != "[":
+        return False
+    rest = head[1:].lstrip()
+    if any(rest.startswith(name + "(") for name in names):
+        return True
+    return None if any((name + "(").startswith(rest) for name in names) else False
+
+
 class AssistantOutputParser:
     """Reasoning split first, then tool calls out of the content; either stage may be off."""
 
-    def __init__(self, *, split_reasoning: bool, parse_tool_calls: bool, starts_in_reasoning: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        split_reasoning: bool,
+        parse_tool_calls: bool,
+        tool_names: frozenset[str] = frozenset(),
+        starts_in_reasoning: bool = False,
+    ) -> None:
         self._reasoning = _ReasoningSplitter(in_reasoning=starts_in_reasoning) if split_reasoning else None
-        self._calls = _ToolCallSplitter() if parse_tool_calls else None
+        self._calls = _ToolCallSplitter(tool_names) if parse_tool_calls else None
 
     def feed(self, text: str) -> list[OutputDelta]:
         if self._reasoning is None:

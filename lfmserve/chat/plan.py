@@ -34,6 +34,8 @@ class ChatPlan:
     constraint: TokenMask | None = None
     split_reasoning: bool = True
     parse_tool_calls: bool = False
+    #: The tools' names: a call list at the start of the answer is read without its markers too.
+    tool_names: frozenset[str] = frozenset()
     keep_special: frozenset[int] = frozenset()
 
     def parser(self, prompt: str, *, continues_reasoning: bool = False) -> AssistantOutputParser:
@@ -43,6 +45,7 @@ class ChatPlan:
         return AssistantOutputParser(
             split_reasoning=self.split_reasoning,
             parse_tool_calls=self.parse_tool_calls,
+            tool_names=self.tool_names,
             starts_in_reasoning=self.split_reasoning and in_reasoning,
         )
 
@@ -104,6 +107,7 @@ def _plan_tools(plan: ChatPlan, request: ChatRequest, choice: ToolChoice, gramma
         raise InvalidRequest("tools cannot be combined with a response format or grammar", param="tools")
     plan.tools = [dict(tool) for tool in request.tools]
     plan.parse_tool_calls = True
+    plan.tool_names = frozenset(str(tool["function"]["name"]) for tool in plan.tools)
     start, end = grammars.special_token(CALL_START), grammars.special_token(CALL_END)
     plan.keep_special |= _known(grammars, CALL_START, CALL_END)
     markers_are_tokens = start is not None and end is not None

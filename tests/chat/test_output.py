@@ -190,3 +190,33 @@ def test_each_call_is_handed_on_as_soon_as_its_brackets_close() -> None:
     second = parser.feed("y=[1])")
     assert [(d.call.index, d.call.name) for d in second if d.call] == [(1, "b")]
     assert parser.feed(f"]{E} ok") + parser.finish() == [OutputDelta(content=" ok")]
+
+
+MARKERLESS: list[tuple[str, dict[str, Any]]] = [
+    ('[get_weather(city="Paris")] Done.', {"content": " Done.", "calls": [(0, "get_weather", {"city": "Paris"})]}),
+    ('  [ get_weather(city="A"), get_weather(city="B")]', {"content": "", "calls": [
+        (0, "get_weather", {"city": "A"}), (1, "get_weather", {"city": "B"})]}),
+    ('<think>hm</think>[get_weather(city="Oslo")]', {"content": "", "calls": [(0, "get_weather", {"city": "Oslo"})]}),
+    ('Sure: [get_weather(city="Paris")]', {"content": 'Sure: [get_weather(city="Paris")]', "calls": []}),
+    ("[1, 2, 3] are numbers", {"content": "[1, 2, 3] are numbers", "calls": []}),
+    ("[getting started]", {"content": "[getting started]", "calls": []}),
+    ('[get_weather(city="Pa', {"content": "", "calls": []}),  # cut: dropped, as a cut block with markers
+    ("[get_weather(city=x)] no", {"content": "[get_weather(city=x)] no", "calls": []}),
+    ("[", {"content": "[", "calls": []}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "expected"), MARKERLESS)
+def test_a_call_list_without_markers_at_the_start_is_read_when_it_names_a_tool(
+    text: str, expected: dict[str, Any]
+) -> None:
+    names = frozenset({"get_weather"})
+    for pieces in ([text], list(text)):
+        parser = AssistantOutputParser(split_reasoning=True, parse_tool_calls=True, tool_names=names)
+        message = AssistantMessage()
+        for delta in [d for piece in pieces for d in parser.feed(piece)] + parser.finish():
+            message.add(delta)
+        calls = [(c.index, c.name, json.loads(c.arguments)) for c in message.calls]
+        assert {"content": message.content, "calls": calls} == expected, pieces[:3]
+    plain = AssistantOutputParser(split_reasoning=True, parse_tool_calls=True).parse(MARKERLESS[0][0])
+    assert plain.calls == [] and plain.content == MARKERLESS[0][0]  # without the tools' names, text stays text
