@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from lfmserve.settings import Settings
@@ -132,3 +133,19 @@ def test_return_progress_on_the_native_completion_stream(llama_server: ServerThr
     assert reports[0]["timings"]["prompt_ms"] == 0.0
     plain = [json.loads(e) for e in sse_events(llama_server, "/completion", {**body, "return_progress": False})]
     assert not any("prompt_progress" in c for c in plain)
+
+
+def test_n_choices_share_one_prefill(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
+    server = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=4096, parallel=3, threads=2, metrics=True))
+    system = " ".join(f"Rule {i}: be brief." for i in range(60))
+    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": "hi"}], "n": 3}
+    data = post(server, "/v1/chat/completions", {**body, "max_tokens": 4, "seed": 3, "temperature": 1}).json()
+    n_prompt = data["usage"]["prompt_tokens"]
+    lines = httpx.get(server.url + "/metrics").text.splitlines()
+    metrics = {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in lines if line.startswith(("llamacpp:p", "lfm"))
+    }
+    # The two other choices copy the first one's prefix (a hybrid model redoes the tail after its last checkpoint).
+    assert metrics["lfmserve:slot_copies_total"] == 2
+    assert metrics["llamacpp:prompt_tokens_total"] < 1.1 * n_prompt
+    assert metrics["llamacpp:prompt_tokens_total"] + metrics["llamacpp:prompt_tokens_cached_total"] == 3 * n_prompt
