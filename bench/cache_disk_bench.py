@@ -26,7 +26,7 @@ import httpx
 from common import Server, bench_arguments, bench_model, lfmserve_command, llama_server_binary, results_log
 
 RULES = [
-    f"Rule {i}: describe what the camera sees in one calm sentence, naming people, cars and animals." for i in range(95)
+    f"Rule {i}: describe what the camera sees in one calm sentence, naming people, cars and animals." for i in range(39)
 ]
 BODY: dict[str, Any] = {
     "messages": [{"role": "system", "content": " ".join(RULES)}, {"role": "user", "content": "What is at the door?"}],
