@@ -145,3 +145,14 @@ class ChatRequest:
     #: "none" still continues a final assistant message (a prefill), as llama-server does by default.
     continue_final_message: Continuation = "none"
     generation: GenerationOptions = field(default_factory=GenerationOptions)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InfillRequest:
+    """``/infill``: the code before and after the gap (text, or token ids and text), other files as
+    ``(filename, text)``, and the start of the middle already written (``prompt``)."""
+
+    prefix: str | Sequence[int | str]
+    suffix: str | Sequence[int | str]
+    extra: tuple[tuple[str, str], ...] = ()
+    prompt: str = ""

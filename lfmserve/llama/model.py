@@ -210,6 +210,13 @@ class NativeModel:
         bos = self.info.bos_token
         return self.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
 
+    def fim_tokens(self) -> dict[str, int]:
+        """The vocabulary's fill-in-the-middle tokens that it has, by role (``pre``, ``suf``, ``mid``, ``pad``,
+        ``rep``, ``sep``): what ``/infill`` writes around the code."""
+        roles = ("pre", "suf", "mid", "pad", "rep", "sep")
+        ids = {role: int(getattr(llama, f"llama_vocab_fim_{role}")(self._vocab)) for role in roles}
+        return {role: token for role, token in ids.items() if token >= 0}
+
     def token_for(self, text: str) -> int | None:
         """The id of the one token spelled ``text`` (special tokens included), or None when no token is."""
         ids = self.tokenize(text, add_special=False, parse_special=True)

@@ -129,6 +129,9 @@ class TinyLfm2:
     #: llama-server's fallback reranking prompt reads.
     add_eos: bool = False
     add_sep: bool = False
+    #: Name LFM2's ``<|fim_pre|>``, ``<|fim_suf|>`` and ``<|fim_mid|>`` as the fill-in-the-middle tokens
+    #: (``tokenizer.ggml.fim_*_token_id``), as a code model's vocabulary does (``/infill``).
+    fim: bool = False
 
 
 def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
@@ -287,6 +290,9 @@ def _write_tokenizer(writer: gguf.GGUFWriter, spec: TinyLfm2) -> int:
     writer.add_pad_token_id(PAD_ID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(spec.add_eos)
+    if spec.fim:
+        for key, token in (("FIM_PRE_ID", "<|fim_pre|>"), ("FIM_SUF_ID", "<|fim_suf|>"), ("FIM_MID_ID", "<|fim_mid|>")):
+            writer.add_uint32(getattr(gguf.Keys.Tokenizer, key), LFM2_SPECIAL_TOKENS.index(token))
     if spec.add_sep:
         writer.add_add_sep_token(True)
         writer.add_sep_token_id(LFM2_SPECIAL_TOKENS.index("<|endoftext|>"))

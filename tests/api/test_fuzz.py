@@ -128,6 +128,7 @@ OPERATIONS = [
     "GET /props",
     "POST /completion",
     "POST /completions",
+    "POST /infill",
     "POST /tokenize",
     "POST /detokenize",
     "POST /apply-template",

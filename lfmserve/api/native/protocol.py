@@ -1,13 +1,16 @@
-"""llama-server's native request bodies: ``/completion``, ``/tokenize``, ``/detokenize``, slot files.
+"""llama-server's native request bodies: ``/completion``, ``/infill``, ``/tokenize``, ``/detokenize``, slot files.
 
 ``/apply-template`` takes OpenAI's chat fields: its body is in :mod:`lfmserve.api.openai.protocol`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
-from ...chat.request import MediaPrompt, Prompt
+from ...chat.request import InfillRequest, MediaPrompt, Prompt
+from ...errors import InvalidRequest
 from ..body import Body, SamplingFields
 
 
@@ -69,3 +72,39 @@ class SlotFileRequest(Body):
     """``POST /slots/{id}?action=save|restore``: a plain file name inside ``--slot-save-path``."""
 
     filename: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,200}$")
+
+
+class InfillBody(SamplingFields):
+    """``POST /infill``: ``input_prefix`` and ``input_suffix`` (text, or token ids and text), ``input_extra`` files,
+    and ``prompt``, the start of the middle. Missing or mistyped fields get llama-server's messages (as 400s)."""
+
+    input_prefix: str | list[int | str] | None = None
+    input_suffix: str | list[int | str] | None = None
+    input_extra: Any = None
+    prompt: str = ""
+
+    def to_infill(self) -> InfillRequest:
+        for name in ("input_prefix", "input_suffix"):
+            if getattr(self, name) is None:
+                raise InvalidRequest(f'"{name}" is required', param=name)
+        assert self.input_prefix is not None and self.input_suffix is not None  # checked above
+        return InfillRequest(
+            prefix=self.input_prefix, suffix=self.input_suffix, extra=self._extra(), prompt=self.prompt
+        )
+
+    def _extra(self) -> tuple[tuple[str, str], ...]:
+        extra = [] if self.input_extra is None else self.input_extra
+        if not isinstance(extra, list):
+            raise InvalidRequest(
+                '"input_extra" must be an array of {"filename": string, "text": string}', param="input_extra"
+            )
+        chunks = []
+        for chunk in extra:
+            if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
+                message = 'extra_context chunk must contain a "text" field with a string value'
+                raise InvalidRequest(message, param="input_extra")
+            filename = chunk.get("filename", "tmp")
+            if not isinstance(filename, str):
+                raise InvalidRequest('extra_context chunk\'s "filename" field must be a string', param="input_extra")
+            chunks.append((filename, chunk["text"]))
+        return tuple(chunks)

@@ -9,7 +9,6 @@ from ...chat.logprobs import native_probabilities
 from ...chat.serving import Collected, Serving
 from ...engine.records import EngineOutput, EngineRequest, TokenLogprob
 from ..body import SamplingFields
-from .protocol import CompletionRequest
 
 
 def props(serving: Serving, *, is_sleeping: bool) -> dict[str, Any]:
@@ -123,7 +122,7 @@ def _generation_settings(serving: Serving, body: SamplingFields, request: Engine
 
 
 async def completion_chunks(
-    serving: Serving, body: CompletionRequest, request: EngineRequest, outputs: AsyncIterator[EngineOutput]
+    serving: Serving, body: SamplingFields, request: EngineRequest, outputs: AsyncIterator[EngineOutput]
 ) -> AsyncIterator[dict[str, Any]]:
     """A partial chunk per output, then the final object (llama-server's stream has no ``[DONE]``); a prefill
     report (``return_progress``) is an empty partial chunk with ``prompt_progress`` (and, with ``timings_per_token``,
@@ -138,7 +137,7 @@ async def completion_chunks(
             yield completion_result(serving, body, request, None, out)
 
 
-def _partial(serving: Serving, body: CompletionRequest, request: EngineRequest, out: EngineOutput) -> dict[str, Any]:
+def _partial(serving: Serving, body: SamplingFields, request: EngineRequest, out: EngineOutput) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "index": 0,
         "content": out.text,

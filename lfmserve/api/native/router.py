@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...chat.infill import check_infill, prepare_infill
 from ...chat.serving import Serving
 from ...engine.records import EngineRequest
 from ...errors import NotSupported
@@ -16,7 +17,7 @@ from ..openapi import request_body
 from ..sse import sse, until_disconnect
 from ..state import app_state, serving
 from . import responses
-from .protocol import CompletionRequest, DetokenizeRequest, TokenizeRequest
+from .protocol import CompletionRequest, DetokenizeRequest, InfillBody, TokenizeRequest
 
 router = APIRouter()
 
@@ -56,6 +57,20 @@ async def completion(request: Request) -> Response:
         for i, (engine_request, done) in enumerate(zip(engine_requests, results, strict=True))
     ]
     return JSONResponse(out[0] if len(out) == 1 else out)
+
+
+@router.post("/infill", openapi_extra=request_body(InfillBody))
+async def infill(request: Request) -> Response:
+    """llama-server's fill-in-the-middle: a completion of the FIM prompt around the request's code."""
+    body, offload = await read_body(request, InfillBody)
+    served = serving(request)
+    check_infill(served.model)
+    engine_request = await offload(prepare_infill, served, body.to_infill(), body.generation_options())
+    if body.stream:
+        chunks = responses.completion_chunks(served, body, engine_request, served.start(engine_request))
+        return sse(chunks, done_marker=False)
+    done = await until_disconnect(request, served.run(engine_request))
+    return JSONResponse(responses.completion_result(served, body, engine_request, done, done.last))
 
 
 async def prepare_completion(served: Serving, body: CompletionRequest, offload: Offload) -> list[EngineRequest]:
