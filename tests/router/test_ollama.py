@@ -98,6 +98,7 @@ def test_generation_and_embeddings_reach_the_named_child(router: Running, client
     assert missing.value.status_code == 404
 
 
+@pytest.mark.slow  # a fault test, as the router's others in test_faults.py
 def test_a_stream_whose_child_dies_ends_with_an_error_line(router: Running) -> None:
     # A schema the answer cannot end within: a thousand integers, so the child is still writing when it dies.
     endless = {"type": "array", "items": {"type": "integer", "minimum": 1000000}, "minItems": 1000}
