@@ -18,6 +18,8 @@ from .serving import Serving
 
 #: The separator between extra chunks for a vocabulary without ``FIM_SEP`` (llama-server's, as text).
 _CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"
+#: The FIM tokens /infill cannot do without, and how llama-server names them when they are missing.
+_REQUIRED = (("pre", "prefix"), ("suf", "suffix"), ("mid", "middle"))
 
 
 def check_infill(model: NativeModel) -> dict[str, int]:
@@ -27,9 +29,6 @@ def check_infill(model: NativeModel) -> dict[str, int]:
     if missing:
         raise NotSupported(f"Infill is not supported by this model: {missing}")
     return fim
-
-
-_REQUIRED = (("pre", "prefix"), ("suf", "suffix"), ("mid", "middle"))
 
 
 def prepare_infill(serving: Serving, request: InfillRequest, options: GenerationOptions) -> EngineRequest:
