@@ -125,6 +125,7 @@ def test_a_directory_or_an_empty_file_is_refused_before_serving(tmp_path: Path) 
         assert (result.returncode, result.stderr) == (1, message + "\n")
 
 
+@pytest.mark.slow  # about 5 s: a real process drained under load
 def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tiny_gguf: Path) -> None:
     """Four requests run when SIGTERM arrives: the one that can finish within the grace does, with [DONE];
     the endless ones end with a 503 (an error event in a stream, the error body otherwise); exit 0, no traceback."""

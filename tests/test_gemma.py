@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from lfmserve.settings import Settings
 from tests.conftest import ServerThread
@@ -40,6 +41,7 @@ def test_stop_string_on_real_text(server_factory, gemma_gguf: Path) -> None:  # 
     assert (stopped["stop_type"], stopped["stopping_word"]) == ("word", "France")
 
 
+@pytest.mark.slow  # about 10 s: a real model writing JSON under a schema until it ends
 def test_constrained_output_from_a_real_model_ends(server_factory, gemma_gguf: Path) -> None:  # type: ignore[no-untyped-def]
     """Unbounded JSON numbers let a real model write ``10.5000000…`` until the limit; bounded ones end."""
     server = server_factory(Settings.of(model=str(gemma_gguf), ctx_size=2048, parallel=1, threads=2))

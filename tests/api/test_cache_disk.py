@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from lfmserve.settings import Settings
 from tests.conftest import serve
@@ -47,6 +48,7 @@ def test_a_restarted_server_finds_its_prompt_on_disk(tiny_gguf: Path, tmp_path: 
     assert again["timings"]["prompt_n"] == 0  # nothing decoded again: the prompt's last logits were kept too
 
 
+@pytest.mark.slow  # three more server starts
 def test_another_context_or_a_corrupt_file_starts_cold(tiny_gguf: Path, tmp_path: Path) -> None:
     folder = tmp_path / "cache"
     first = _answer(tiny_gguf, folder)

@@ -95,6 +95,7 @@ def test_the_message_is_written_before_the_end(server: ServerThread) -> None:
     assert told["reasoning"].startswith(budgeted["reasoning"]) and told["reasoning"].endswith("\r Time to answer.")
 
 
+@pytest.mark.slow  # a second server
 def test_the_servers_budget_holds_unless_a_request_sets_its_own(
     server_factory: Callable[..., ServerThread],
     tiny_gguf: Path,

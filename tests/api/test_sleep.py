@@ -149,6 +149,7 @@ def wait_asleep_with_key(server: ServerThread, key: dict[str, str]) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # about 5 s: a generation that outlasts the idle time
 def test_a_generation_longer_than_the_idle_time_is_not_unloaded_under_it(start: Callable[..., ServerThread]) -> None:
     server = start(ctx_size=4096)
     t0 = time.monotonic()

@@ -78,6 +78,7 @@ def test_split_spec_and_quant_choice() -> None:
         pick_gguf(files, "F16")
 
 
+@pytest.mark.slow  # about 9 s: two real server processes
 def test_hf_downloads_the_quant_then_serves_from_the_cache_offline(tmp_path: Path, running: list[Running]) -> None:
     assert LFMSERVE is not None
     q4 = write_lfm2_gguf(tmp_path / "q4.gguf", TinyLfm2(seed=11, vision_tokens=True)).read_bytes()

@@ -80,6 +80,7 @@ def test_keep_alive_decides_when_the_model_unloads(router: Running, client: olla
     assert client.chat(model="text", messages=[], keep_alive=0).done_reason == "unload"  # already gone: still said
 
 
+@pytest.mark.slow  # a router and two children
 def test_generation_and_embeddings_reach_the_named_child(router: Running, client: ollama.Client) -> None:
     lines = httpx.post(
         router.url + "/api/generate", json={"model": "text", "prompt": "hi", "options": GREEDY}, timeout=60
