@@ -46,17 +46,17 @@ def _vector(server: ServerThread, text: str, **options: Any) -> np.ndarray:
 def test_the_openai_client_gets_one_normalised_vector_per_input_with_exact_usage(
     served: ServerThread, model: NativeModel
 ) -> None:
-    client = openai.OpenAI(base_url=served.url + "/v1", api_key="unused")
-    texts = ["a person at the front door", "an empty driveway", "a cat"]
-    reply = client.embeddings.create(model="tiny", input=texts, encoding_format="float")
-    assert [item.index for item in reply.data] == [0, 1, 2] and reply.model == "tiny"
-    vectors = [np.array(item.embedding) for item in reply.data]
-    assert all(v.shape == (64,) and abs(np.linalg.norm(v) - 1) < 1e-5 for v in vectors)
-    assert len({round(float(v[0]), 6) for v in vectors}) == 3  # three inputs, three vectors
-    expected = sum(len(model.tokenize(t, add_special=True, parse_special=True)) for t in texts)
-    assert reply.usage.prompt_tokens == reply.usage.total_tokens == expected
-    one = client.embeddings.create(model="tiny", input=texts[1])  # the client asks for base64 by default
-    np.testing.assert_allclose(np.array(one.data[0].embedding), vectors[1], atol=1e-6)
+    with openai.OpenAI(base_url=served.url + "/v1", api_key="unused") as client:
+        texts = ["a person at the front door", "an empty driveway", "a cat"]
+        reply = client.embeddings.create(model="tiny", input=texts, encoding_format="float")
+        assert [item.index for item in reply.data] == [0, 1, 2] and reply.model == "tiny"
+        vectors = [np.array(item.embedding) for item in reply.data]
+        assert all(v.shape == (64,) and abs(np.linalg.norm(v) - 1) < 1e-5 for v in vectors)
+        assert len({round(float(v[0]), 6) for v in vectors}) == 3  # three inputs, three vectors
+        expected = sum(len(model.tokenize(t, add_special=True, parse_special=True)) for t in texts)
+        assert reply.usage.prompt_tokens == reply.usage.total_tokens == expected
+        one = client.embeddings.create(model="tiny", input=texts[1])  # the client asks for base64 by default
+        np.testing.assert_allclose(np.array(one.data[0].embedding), vectors[1], atol=1e-6)
 
 
 def test_input_shapes_are_llama_servers(served: ServerThread, model: NativeModel) -> None:

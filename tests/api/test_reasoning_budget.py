@@ -60,24 +60,24 @@ def test_every_dialects_budget_ends_the_thinking_after_that_many_tokens(server: 
     assert budgeted["content"]
     for fields in ({"thinking_budget_tokens": 5}, {"reasoning": {"max_tokens": 5}}):
         assert chat(server, **fields) == budgeted, fields
-    client = anthropic.Anthropic(base_url=server.url, api_key="none")
-    message = client.messages.create(
-        model="m",
-        max_tokens=16,
-        messages=ASK,  # type: ignore[arg-type]
-        thinking={"type": "enabled", "budget_tokens": 5},
-        extra_body={"temperature": 0},
-    )
-    blocks = {block.type: block for block in message.content}
-    assert blocks["thinking"].thinking == budgeted["reasoning"]  # type: ignore[union-attr]
-    assert blocks["text"].text == budgeted["content"]  # type: ignore[union-attr]
-    streamed = {"reasoning_content": "", "content": ""}
-    body = {"messages": ASK, "max_tokens": 16, "temperature": 0, "stream": True, "reasoning_budget_tokens": 5}
-    for event in sse_events(server, "/v1/chat/completions", body)[:-1]:
-        delta = json.loads(event)["choices"][0]["delta"]
-        for key in streamed:
-            streamed[key] += delta.get(key) or ""
-    assert (streamed["reasoning_content"], streamed["content"]) == (budgeted["reasoning"], budgeted["content"])
+    with anthropic.Anthropic(base_url=server.url, api_key="none") as client:
+        message = client.messages.create(
+            model="m",
+            max_tokens=16,
+            messages=ASK,  # type: ignore[arg-type]
+            thinking={"type": "enabled", "budget_tokens": 5},
+            extra_body={"temperature": 0},
+        )
+        blocks = {block.type: block for block in message.content}
+        assert blocks["thinking"].thinking == budgeted["reasoning"]  # type: ignore[union-attr]
+        assert blocks["text"].text == budgeted["content"]  # type: ignore[union-attr]
+        streamed = {"reasoning_content": "", "content": ""}
+        body = {"messages": ASK, "max_tokens": 16, "temperature": 0, "stream": True, "reasoning_budget_tokens": 5}
+        for event in sse_events(server, "/v1/chat/completions", body)[:-1]:
+            delta = json.loads(event)["choices"][0]["delta"]
+            for key in streamed:
+                streamed[key] += delta.get(key) or ""
+        assert (streamed["reasoning_content"], streamed["content"]) == (budgeted["reasoning"], budgeted["content"])
 
 
 def test_budget_zero_answers_as_a_prompt_that_closed_the_thinking(server: ServerThread) -> None:
