@@ -53,32 +53,25 @@ def test_openai_whole_and_streamed(tools_server: ServerThread, client: openai.Op
 
 
 def test_anthropic_messages(tools_server: ServerThread) -> None:
+    tool = {
+        "name": "get_camera_status",
+        "description": "Camera status",
+        "input_schema": CAMERA["function"]["parameters"],
+    }  # type: ignore[index]
+    request: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 90,
+        "messages": ASK,
+        "tools": [tool],
+        "tool_choice": {"type": "any"},
+        "extra_body": {"temperature": 0},
+    }
     with anthropic.Anthropic(base_url=tools_server.url, api_key="none") as client:
-        tool = {
-            "name": "get_camera_status",
-            "description": "Camera status",
-            "input_schema": CAMERA["function"]["parameters"],
-        }  # type: ignore[index]
-        message = client.messages.create(
-            model="m",
-            max_tokens=90,
-            messages=ASK,
-            tools=[tool],
-            tool_choice={"type": "any"},
-            extra_body={"temperature": 0},  # type: ignore[arg-type, list-item]
-        )
+        message = client.messages.create(**request)
         assert message.stop_reason == "max_tokens"
         assert [(b.name, b.input) for b in message.content if b.type == "tool_use"] == CALLS
         assert [b for b in message.content if b.type == "text"] == []
-        events = []
-        with client.messages.stream(
-            model="m",
-            max_tokens=90,
-            messages=ASK,
-            tools=[tool],
-            tool_choice={"type": "any"},
-            extra_body={"temperature": 0},  # type: ignore[arg-type, list-item]
-        ) as stream:
+        with client.messages.stream(**request) as stream:
             events = list(stream)
             final = stream.get_final_message()
         assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == CALLS
