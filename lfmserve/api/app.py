@@ -27,6 +27,7 @@ from .cors import Cors
 from .embeddings import router as embeddings_router
 from .gate import Gate
 from .handlers import install_error_handlers
+from .lora import router as lora_router
 from .native.router import router as native_router
 from .ollama.router import router as ollama_router
 from .openai.router import router as openai_router
@@ -89,6 +90,7 @@ def create_app(
         rerank_router,
         transcriptions_router,
         slots_router,
+        lora_router,
         ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
     )
     for router in routers:

@@ -38,6 +38,13 @@ class StreamOptions(Body):
     include_usage: bool = False
 
 
+class LoraScale(Body):
+    """One entry of a ``lora`` list (a request's, or ``POST /lora-adapters``'s body)."""
+
+    id: int
+    scale: float = 0.0
+
+
 class SamplingFields(Body):
     """The sampling and generation fields shared by every generation route (named as SamplingParams' fields)."""
 
@@ -80,6 +87,8 @@ class SamplingFields(Body):
     #: Speculative decoding for this request: ``false`` turns it off, ``speculative.n_max`` caps a draft.
     speculative: bool = True
     speculative_n_max: int | None = Field(default=None, ge=0, le=INT32_MAX, alias="speculative.n_max")
+    #: LoRA adapters for this request, ``[{"id": 0, "scale": 0.5}]``; the ones not listed at 0.
+    lora: list[LoraScale] | None = None
 
     @model_validator(mode="after")
     def _one_constraint(self) -> SamplingFields:
@@ -119,6 +128,7 @@ class SamplingFields(Body):
             n_probs=self.top_probs(),
             post_sampling_probs=self.post_sampling_probs,
             draft_max=0 if not self.speculative else self.speculative_n_max,
+            lora=None if self.lora is None else tuple((entry.id, entry.scale) for entry in self.lora),
         )
 
     def _logit_bias_pairs(self) -> tuple[tuple[Any, ...], ...]:

@@ -121,6 +121,8 @@ class GenerationOptions:
     post_sampling_probs: bool = False
     #: Most tokens drafted per step (speculative decoding); None = the server's, 0 = none for this request.
     draft_max: int | None = None
+    #: LoRA adapters as ``(id, scale)`` pairs, the others at 0; None or empty = the server's scales.
+    lora: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

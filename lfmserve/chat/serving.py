@@ -253,6 +253,7 @@ class Serving:
             n_probs=0 if options.n_probs is None else max(options.n_probs, 1),
             post_sampling_probs=options.post_sampling_probs,
             draft_max=options.draft_max,
+            lora=options.lora,
         )
 
     def _logit_bias(self, entries: Sequence[tuple[Any, ...]]) -> tuple[tuple[int, float], ...]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from ..llama.context import NativeContext
 from ..llama.model import NativeModel
+from .adapters import Adapters
 from .generation import Generation, Limits, Submission
 from .media import media_ends
 from .memory import SlotMemory
@@ -45,8 +46,10 @@ class Admission:
         step: BatchStep,
         stats: EngineStats,
         config: EngineConfig,
+        adapters: Adapters,
     ) -> None:
         self._model = model
+        self._adapters = adapters
         self._ctx = ctx
         self._memory = memory
         self._step = step
@@ -62,10 +65,14 @@ class Admission:
         slot = choose_slot(self._memory.slots, prompt, request.id_slot, self._similarity)
         if slot is None:
             return None
-        plan = self._memory.plan(slot, prompt, cache_prompt=request.cache_prompt, needs_logits=request.max_tokens != 0)
+        adapters = self._adapters.scales_of(request.lora)
+        needs_logits = request.max_tokens != 0
+        plan = self._memory.plan(
+            slot, prompt, cache_prompt=request.cache_prompt, needs_logits=needs_logits, adapters=adapters
+        )
         if request.cache_prompt:
             for other in running:
-                if other.prefilling:
+                if other.prefilling and other.slot.adapters == adapters:
                     shared = common_prefix_length(other.prompt, prompt)
                     if shared > max(plan.keep, len(other.slot.tokens)) + SHARED_PREFIX_WAIT:
                         return None  # compute the shared prefix once: wait for it, then copy it
@@ -74,7 +81,8 @@ class Admission:
     def start(self, submission: Submission, slot: Slot, plan: ReusePlan, running: dict[int, Generation]) -> None:
         """Begin ``submission`` in ``slot`` from the plan's prefix, as a generation in ``running``."""
         request = submission.request
-        self._memory.prepare(slot, plan, request.prompt_tokens, needs_logits=request.max_tokens != 0)
+        adapters = self._adapters.scales_of(request.lora)
+        self._memory.prepare(slot, plan, request.prompt_tokens, needs_logits=request.max_tokens != 0, adapters=adapters)
         slot.busy = True
         self._memory.park_idle()
         sampler = Sampler(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import threading
 import time
 from importlib.metadata import version
@@ -31,6 +32,7 @@ from ..llama.context import NativeContext
 from ..llama.embedding import EmbeddingContext
 from ..llama.model import NativeModel
 from ..llama.mtmd import Projector
+from .adapters import Adapters
 from .admission import Admission
 from .disk_cache import DiskPromptCache
 from .embeddings import EmbeddingQueue, EmbeddingRequest, ResultSink, check_embedding_request
@@ -58,17 +60,10 @@ class Engine:
     def __init__(self, model: NativeModel, config: EngineConfig, *, projector: Projector | None = None) -> None:
         self.model = model
         self.config = config
-        self._ctx = NativeContext(
-            model,
-            n_ctx=config.n_ctx,
-            n_batch=config.n_batch,
-            n_ubatch=config.n_ubatch,
-            n_seq_max=config.n_slots,
-            n_threads=config.n_threads,
-            n_threads_batch=config.n_threads_batch or config.n_threads,
-            kv=config.kv,
-        )
+        self._ctx = _context(model, config)
         self.n_ctx = self._ctx.n_ctx
+        #: ``--lora``: the adapters, their server-wide scales, and which generations share a decode.
+        self.adapters = Adapters(model, config.lora)
         self.stats = EngineStats()
         disk = (
             DiskPromptCache(config.cache_disk, config.cache_disk_bytes, _cache_identity(model, self._ctx, config))
@@ -103,7 +98,7 @@ class Engine:
             encoder=self.media,
             speculator=_speculator(model, self._ctx, config, self.n_ctx_slot) if config.speculation.enabled else None,
         )
-        self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config)
+        self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config, self.adapters)
         self._bounds = RequestBounds(
             n_ctx_slot=self.n_ctx_slot, n_vocab=model.n_vocab, n_slots=config.n_slots, media=self.media is not None
         )
@@ -119,6 +114,7 @@ class Engine:
     def submit(self, request: EngineRequest, sink: OutputSink) -> int:
         """Queue a request; its outputs arrive on ``sink``. Invalid requests raise here, at once."""
         self._bounds.check(request)
+        self.adapters.scales_of(request.lora)
         if len(self._waiting) >= self.config.max_queue:
             raise Unavailable(f"the server is busy: {len(self._waiting)} requests are waiting for a slot")
         submission = Submission(next(self._ids), request, sink)
@@ -222,7 +218,7 @@ class Engine:
             stalled = embedding_waits = False
             try:
                 self._start_waiting()
-                running = self._live()
+                running = self.adapters.batch(self._ctx, self._live())
                 if running:
                     progressed = self._step.run(running)
                     stalled = not progressed and self.media is not None and self.media.encoding_beside
@@ -307,12 +303,27 @@ class Engine:
         submission.sink.put(error)
 
 
+def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
+    """The shared context of the slots: one sequence per slot."""
+    return NativeContext(
+        model,
+        n_ctx=config.n_ctx,
+        n_batch=config.n_batch,
+        n_ubatch=config.n_ubatch,
+        n_seq_max=config.n_slots,
+        n_threads=config.n_threads,
+        n_threads_batch=config.n_threads_batch or config.n_threads,
+        kv=config.kv,
+    )
+
+
 def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig) -> str:
     """What a saved sequence state fits: this llama.cpp, this model, a slot of this size, these KV cache types."""
     info, kv = model.info, config.kv
+    adapters = [[os.path.abspath(path), os.path.getsize(path)] for path, _ in config.lora]
     return json.dumps(
         [version("llama-cpp-python"), info.architecture, info.name, info.n_params, info.size_bytes, info.n_vocab]
-        + [info.n_embd, ctx.n_ctx // config.n_slots, kv.type_k, kv.type_v, kv.swa_full, kv.flash_attn]
+        + [info.n_embd, ctx.n_ctx // config.n_slots, kv.type_k, kv.type_v, kv.swa_full, kv.flash_attn, adapters]
     )
 
 

@@ -92,9 +92,11 @@ class DiskPromptCache:
             "n_tokens": len(entry.tokens),
             "state": len(entry.state),
             "checkpoints": checkpoints,
+            "adapters": list(entry.adapters),
             "sha256": digest.hexdigest(),
         }
-        name = hashlib.sha256(self.identity.encode() + tokens).hexdigest()[:32] + SUFFIX
+        key = json.dumps(header["adapters"]).encode()
+        name = hashlib.sha256(self.identity.encode() + key + tokens).hexdigest()[:32] + SUFFIX
         target = self.folder / name
         partial = target.with_suffix(".tmp")
         encoded = json.dumps(header).encode()
@@ -146,7 +148,8 @@ def _entry(header: dict[str, Any], payload: memoryview) -> CachedSequence:
         checkpoints.append(Checkpoint(int(n), saved, bool(boundary), logits))
     if at != len(payload) or len(tokens) != n_tokens:
         raise ValueError("the payload does not match its header")
-    return CachedSequence(tokens, state, tuple(checkpoints))
+    adapters = tuple(float(scale) for scale in header.get("adapters", ()))
+    return CachedSequence(tokens, state, tuple(checkpoints), adapters)
 
 
 def _mtime(path: Path) -> float:

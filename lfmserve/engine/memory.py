@@ -69,8 +69,10 @@ class SlotMemory:
             logger.debug("idle slots go to the RAM cache when a request starts (__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__)")
 
     # -- starting a request ----------------------------------------------------------------------
-    def plan(self, slot: Slot, prompt: Sequence[int], *, cache_prompt: bool, needs_logits: bool) -> ReusePlan:
-        """The longest cached prefix ``prompt`` can start from in ``slot``."""
+    def plan(
+        self, slot: Slot, prompt: Sequence[int], *, cache_prompt: bool, needs_logits: bool, adapters: tuple[float, ...]
+    ) -> ReusePlan:
+        """The longest cached prefix ``prompt`` can start from in ``slot``, computed under the LoRA ``adapters``."""
         return plan_reuse(
             slot,
             prompt,
@@ -79,10 +81,14 @@ class SlotMemory:
             cache_prompt=cache_prompt,
             needs_logits=needs_logits,
             can_truncate=self.can_truncate,
+            adapters=adapters,
         )
 
-    def prepare(self, slot: Slot, plan: ReusePlan, prompt: tuple[int, ...], *, needs_logits: bool) -> None:
-        """Bring the slot's memory to the plan's prefix of ``prompt`` (KV-shifting repeated runs in, if on)."""
+    def prepare(
+        self, slot: Slot, plan: ReusePlan, prompt: tuple[int, ...], *, needs_logits: bool, adapters: tuple[float, ...]
+    ) -> None:
+        """Bring the slot's memory to the plan's prefix of ``prompt`` (KV-shifting repeated runs in, if on), to be
+        continued under the LoRA ``adapters``."""
         if plan.keep < len(slot.tokens) / 2:  # most of the slot's cache is about to go (llama-server's rule)
             self._save_to_ram(slot)
         if self.shifts_kv and plan.source in ("own", "ram"):
@@ -91,6 +97,7 @@ class SlotMemory:
                 plan = ReusePlan("own", plan.keep)
             plan = replace(plan, keep=self._shift_cached_chunks(slot, prompt, plan.keep, needs_logits))
         self._apply(slot, plan)
+        slot.adapters = adapters
 
     def _apply(self, slot: Slot, plan: ReusePlan) -> None:
         """Bring the slot's memory to the plan's prefix."""
@@ -201,13 +208,13 @@ class SlotMemory:
         ``needless``: too short to matter, or held already (by RAM or another slot); ``refused``: worth
         keeping, but the RAM cache cannot take it (off, or too big).
         """
-        if len(slot.tokens) < MIN_RAM_TOKENS or self.ram.covers(slot.tokens):
+        if len(slot.tokens) < MIN_RAM_TOKENS or self.ram.covers(slot.tokens, slot.adapters):
             return "needless"
-        if any(o is not slot and common_prefix_length(o.tokens, slot.tokens) == len(slot.tokens) for o in self.slots):
+        if any(o is not slot and _holds(o, slot) for o in self.slots):
             return "needless"  # another slot holds it all
         if self.ram.max_bytes <= 0:
             return "refused"
-        entry = CachedSequence(tuple(slot.tokens), self._ctx.get_state(slot.id, partial=False), tuple(slot.checkpoints))
+        entry = self._sequence(slot)
         if not self.ram.put(entry):
             return "refused"
         if self.disk is not None:
@@ -222,10 +229,14 @@ class SlotMemory:
         if self.disk is None:
             return
         for slot in self.slots:
-            if len(slot.tokens) >= MIN_RAM_TOKENS and not self.ram.covers(slot.tokens):
-                state = self._ctx.get_state(slot.id, partial=False)
-                self.disk.save(CachedSequence(tuple(slot.tokens), state, tuple(slot.checkpoints)))
+            if len(slot.tokens) >= MIN_RAM_TOKENS and not self.ram.covers(slot.tokens, slot.adapters):
+                self.disk.save(self._sequence(slot))
         self.disk.close()
+
+    def _sequence(self, slot: Slot) -> CachedSequence:
+        """The slot's whole sequence, as the RAM and disk caches keep it."""
+        state = self._ctx.get_state(slot.id, partial=False)
+        return CachedSequence(tuple(slot.tokens), state, tuple(slot.checkpoints), slot.adapters)
 
     # -- whole slots --------------------------------------------------------------------------------
     def reset(self, slot: Slot) -> None:
@@ -233,3 +244,8 @@ class SlotMemory:
         self._ctx.seq_clear(slot.id)
         slot.tokens.clear()
         slot.checkpoints = []
+
+
+def _holds(other: Slot, slot: Slot) -> bool:
+    """Whether ``other`` holds all of ``slot``'s sequence, computed under the same LoRA scales."""
+    return other.adapters == slot.adapters and common_prefix_length(other.tokens, slot.tokens) == len(slot.tokens)

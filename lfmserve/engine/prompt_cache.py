@@ -24,15 +24,15 @@ class RamPromptCache:
     def n_bytes(self) -> int:
         return sum(e.n_bytes for e in self._entries)
 
-    def covers(self, tokens: list[int] | tuple[int, ...]) -> bool:
-        """Whether some entry already holds these tokens (or more after them)."""
-        return any(common_prefix_length(e.tokens, tokens) == len(tokens) for e in self._entries)
+    def covers(self, tokens: list[int] | tuple[int, ...], adapters: tuple[float, ...] = ()) -> bool:
+        """Whether some entry already holds these tokens (or more after them), under the same LoRA scales."""
+        return any(_extends(e, tokens, adapters) for e in self._entries)
 
     def put(self, entry: CachedSequence) -> bool:
         """Store an entry, dropping the ones it extends and then the least recently used; False if too big."""
-        if self.max_bytes <= 0 or entry.n_bytes > self.max_bytes or self.covers(entry.tokens):
+        if self.max_bytes <= 0 or entry.n_bytes > self.max_bytes or self.covers(entry.tokens, entry.adapters):
             return False
-        self._entries = [e for e in self._entries if common_prefix_length(e.tokens, entry.tokens) < len(e.tokens)]
+        self._entries = [e for e in self._entries if not _extends(entry, e.tokens, e.adapters)]
         self._entries.append(entry)
         while self.n_bytes > self.max_bytes:
             self._entries.pop(0)
@@ -43,3 +43,7 @@ class RamPromptCache:
         if entry in self._entries:
             self._entries.remove(entry)
             self._entries.append(entry)
+
+
+def _extends(entry: CachedSequence, tokens: tuple[int, ...] | list[int], adapters: tuple[float, ...]) -> bool:
+    return entry.adapters == adapters and common_prefix_length(entry.tokens, tokens) == len(tokens)

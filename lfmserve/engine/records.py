@@ -153,6 +153,8 @@ class EngineRequest:
     return_progress: bool = False
     #: How many tokens the model may think for, and how thinking is written (None: as long as it likes).
     thinking_budget: ThinkingBudget | None = None
+    #: LoRA adapters as ``(id, scale)`` pairs, the others at 0 (None or empty: the server's scales).
+    lora: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +339,8 @@ class EngineConfig:
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     #: ``-fa``, ``-ctk``, ``-ctv``, ``--swa-full``.
     kv: KvCacheOptions = field(default_factory=KvCacheOptions)
+    #: ``--lora`` / ``--lora-scaled``: LoRA adapter files and their starting scales.
+    lora: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(slots=True)

@@ -64,6 +64,8 @@ class Slot:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     busy: bool = False
     last_used: float = 0.0
+    #: The LoRA scales its memory was computed under (:mod:`~lfmserve.engine.adapters`; empty without adapters).
+    adapters: tuple[float, ...] = ()
 
     def truncate(self, n_tokens: int) -> None:
         """Forget tokens (and checkpoints) past ``n_tokens``."""
@@ -108,6 +110,8 @@ class CachedSequence:
     tokens: tuple[int, ...]
     state: StateBuffer
     checkpoints: tuple[Checkpoint, ...] = ()
+    #: The LoRA scales it was computed under.
+    adapters: tuple[float, ...] = ()
 
     @property
     def n_bytes(self) -> int:
@@ -193,21 +197,25 @@ def plan_reuse(
     cache_prompt: bool,
     needs_logits: bool,
     can_truncate: bool,
+    adapters: tuple[float, ...] = (),
 ) -> ReusePlan:
     """The longest cached prefix for ``prompt`` in ``slot``: its own memory, another slot's, or RAM's.
 
-    Ties go to the cheapest source (own memory, then a slot copy, then a RAM restore).
+    Only memory computed under the same LoRA ``adapters`` scales counts. Ties go to the cheapest source (own
+    memory, then a slot copy, then a RAM restore).
     """
     if not cache_prompt:
         return ReusePlan("none")
     options = {"needs_logits": needs_logits, "can_truncate": can_truncate}
-    keep, checkpoint = usable_prefix(slot.tokens, slot.checkpoints, prompt, **options)
-    best = ReusePlan("own", keep, checkpoint) if keep > 0 else ReusePlan("none")
-    for other in others:
+    best = ReusePlan("none")
+    if slot.adapters == adapters:
+        keep, checkpoint = usable_prefix(slot.tokens, slot.checkpoints, prompt, **options)
+        best = ReusePlan("own", keep, checkpoint) if keep > 0 else best
+    for other in (o for o in others if o.adapters == adapters):
         n, cp = usable_prefix(other.tokens, other.checkpoints, prompt, **options)
         if n > best.keep:
             best = ReusePlan("slot", n, cp, source_slot=other)
-    for entry in ram:
+    for entry in (e for e in ram if e.adapters == adapters):
         n, cp = usable_prefix(entry.tokens, entry.checkpoints, prompt, **options)
         if n > best.keep:
             best = ReusePlan("ram", n, cp, ram_entry=entry)

@@ -44,7 +44,15 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         embeddings=embedding.embeddings or embedding.reranking,
         pooling=cast(Pooling | None, "rank" if embedding.reranking else embedding.pooling),
         speculation=speculation_config(settings.speculation, draft_model),
+        lora=_lora_adapters(settings),
     )
+
+
+def _lora_adapters(settings: Settings) -> tuple[tuple[str, float], ...]:
+    try:
+        return settings.source.lora_adapters
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
 
 
 def speculation_config(spec: SpeculationSettings, draft_model: str | None = None) -> SpeculationConfig:

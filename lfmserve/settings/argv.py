@@ -30,7 +30,6 @@ REFUSED_FLAGS: dict[tuple[str, ...], str] = {
     ("--spec-ngram-size-n",): "the argument has been removed. use the respective --spec-ngram-*-size-n",
     ("--spec-ngram-size-m",): "the argument has been removed. use the respective --spec-ngram-*-size-m",
     ("--spec-ngram-min-hits",): "the argument has been removed. use the respective --spec-ngram-*-min-hits",
-    ("--lora", "--lora-scaled", "--lora-init-without-apply"): "LoRA adapters are not supported by lfmserve",
     ("-mu", "--model-url", "-mmu", "--mmproj-url"): "downloads by URL are not supported by lfmserve: use -hf or -m",
     ("--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json", "--ui-mcp-proxy", "--agent"): (
         "built-in tools and MCP servers are not supported by lfmserve"
@@ -70,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
 
 def parse_groups(argv: Sequence[str]) -> dict[str, Any]:
     """Each group built from ``argv`` (llama-server style) and the environment; a bad flag exits 2 with one line."""
-    values = vars(parser().parse_args(_dashed(argv)))
+    values = vars(parser().parse_args(_scaled_pairs(_dashed(argv))))
     for _, f in all_fields():
         if f.metadata["argparse"].get("action") == "append" and f.name in values:
             values[f.name] = tuple(values[f.name])  # argparse collects a list; the settings keep a tuple
@@ -173,6 +172,29 @@ def _dashed(argv: Sequence[str]) -> list[str]:
             arg = name.replace("_", "-") + eq + value
         out.append(arg)
     return out
+
+
+def _scaled_pairs(argv: list[str]) -> list[str]:
+    """``--lora-scaled FILE SCALE`` (llama-server's older spelling) as ``--lora-scaled FILE:SCALE``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--lora-scaled" and i + 2 < len(argv) and _is_number(argv[i + 2]) and ":" not in argv[i + 1]:
+            out += [arg, f"{argv[i + 1]}:{argv[i + 2]}"]
+            i += 3
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _environment_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:

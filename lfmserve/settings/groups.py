@@ -61,6 +61,24 @@ class SourceSettings:
     tags: str | None = field(
         default=None, metadata=flag("--tags", help="model tags, comma-separated (shown by /v1/models)")
     )
+    lora: tuple[str, ...] = field(
+        default=(),
+        metadata=flag("--lora", help="LoRA adapter GGUF at scale 1 (repeatable, or comma-separated)", action="append"),
+    )
+    lora_scaled: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "--lora-scaled",
+            help="LoRA adapter GGUF at a scale: FILE:SCALE (comma-separated), or FILE SCALE (repeatable)",
+            action="append",
+        ),
+    )
+    lora_init_without_apply: bool = switch(
+        "--lora-init-without-apply",
+        help="load the LoRA adapters at scale 0 (set their scales with POST /lora-adapters or per request)",
+        default=False,
+        action="store_true",
+    )
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -70,6 +88,24 @@ class SourceSettings:
     @property
     def tag_list(self) -> tuple[str, ...]:
         return _comma_set(self.tags)
+
+    @property
+    def lora_adapters(self) -> tuple[tuple[str, float], ...]:
+        """Each adapter file and its starting scale: ``--lora`` ones first, then ``--lora-scaled`` ones (0 with
+        ``--lora-init-without-apply``). Raises ValueError for a ``--lora-scaled`` entry without a number."""
+        adapters = [(path, 1.0) for value in self.lora for path in _comma_list(value)]
+        for value in self.lora_scaled:
+            for item in _comma_list(value):
+                path, _, scale = item.rpartition(":")
+                try:
+                    adapters.append((path, float(scale)))
+                except ValueError:
+                    raise ValueError(f"--lora-scaled {item!r}: expected FILE:SCALE") from None
+                if not path:
+                    raise ValueError(f"--lora-scaled {item!r}: expected FILE:SCALE")
+        if self.lora_init_without_apply:
+            return tuple((path, 0.0) for path, _ in adapters)
+        return tuple(adapters)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -658,6 +694,10 @@ GROUPS: dict[str, type[Any]] = {
 def sampling_fields() -> tuple[str, ...]:
     """The fields that are sampling defaults (named as the request fields they default)."""
     return tuple(f.name for f in dataclasses.fields(SamplingSettings) if f.metadata["sampling"])
+
+
+def _comma_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 def _comma_set(value: str | None) -> tuple[str, ...]:

@@ -132,6 +132,9 @@ class TinyLfm2:
     #: Name LFM2's ``<|fim_pre|>``, ``<|fim_suf|>`` and ``<|fim_mid|>`` as the fill-in-the-middle tokens
     #: (``tokenizer.ggml.fim_*_token_id``), as a code model's vocabulary does (``/infill``).
     fim: bool = False
+    #: Whole words added at the end of the vocabulary (``Ġ`` for a leading space), as tokens the tokenizer never
+    #: produces and a model may say (:mod:`~lfmserve.testing.scripted`).
+    words: tuple[str, ...] = ()
 
 
 def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
@@ -220,8 +223,8 @@ def _learn_merges(n_merges: int) -> list[tuple[str, str]]:
     return merges
 
 
-def _vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
-    """Tokens, token types and merges: specials first (real ids), then bytes, merges, extras."""
+def vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
+    """Tokens, token types and merges: specials first (real ids), then bytes, merges, extras, words."""
     merges = _learn_merges(spec.n_merges)
     tokens = list(LFM2_SPECIAL_TOKENS)
     types = [gguf.TokenType.CONTROL] * len(tokens)
@@ -234,6 +237,11 @@ def _vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
     for extra in EXTRA_TOKENS + (VISION_TOKENS if spec.vision_tokens else ()):
         tokens.append(extra)
         types.append(gguf.TokenType.USER_DEFINED)
+    existing = set(tokens)
+    for word in dict.fromkeys(spec.words):
+        if word not in existing:  # a word a merge already makes keeps that token
+            tokens.append(word)
+            types.append(gguf.TokenType.NORMAL)
     if spec.n_vocab is not None:
         if spec.n_vocab < len(tokens):
             raise ValueError(f"n_vocab {spec.n_vocab} is smaller than the {len(tokens)} tokens learnt")
@@ -244,7 +252,8 @@ def _vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
     return tokens, [int(t) for t in types], [f"{a} {b}" for a, b in merges]
 
 
-def _write_metadata(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> None:
+def write_metadata(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> None:
+    """The spec's shape as its architecture's GGUF keys (``writer`` was opened with that architecture)."""
     n_layer = len(spec.attention_layers)
     writer.add_name(spec.name)
     if spec.basename:
@@ -278,8 +287,9 @@ def _write_metadata(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> No
         writer.add_classifier_output_labels(list(spec.classifier_labels))
 
 
-def _write_tokenizer(writer: gguf.GGUFWriter, spec: TinyLfm2) -> int:
-    tokens, types, merges = _vocabulary(spec)
+def write_tokenizer(writer: gguf.GGUFWriter, spec: TinyLfm2) -> int:
+    """The spec's vocabulary, special tokens and chat templates; returns the vocabulary's size."""
+    tokens, types, merges = vocabulary(spec)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("lfm2")
     writer.add_token_list(tokens)
@@ -354,8 +364,8 @@ def write_lfm2_gguf(path: str | Path, spec: TinyLfm2 | None = None) -> Path:
     spec = spec or TinyLfm2()
     path = Path(path)
     writer = gguf.GGUFWriter(str(path), "lfm2moe" if spec.n_expert else spec.arch)
-    n_vocab = _write_tokenizer(writer, spec)
-    _write_metadata(writer, spec, n_vocab)
+    n_vocab = write_tokenizer(writer, spec)
+    write_metadata(writer, spec, n_vocab)
     _write_tensors(writer, spec, n_vocab)
     return finish_gguf(writer, path)
 

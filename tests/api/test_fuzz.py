@@ -143,6 +143,8 @@ OPERATIONS = [
     "GET /slots",
     "POST /slots/{id_slot}",
     "GET /metrics",
+    "GET /lora-adapters",
+    "POST /lora-adapters",
     "POST /v1/embeddings",
     "POST /embedding",
     "POST /embeddings",

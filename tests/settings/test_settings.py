@@ -207,7 +207,7 @@ def test_of_and_replace_put_each_field_in_its_group() -> None:
 
 def test_field_names_are_unique_across_the_groups() -> None:
     names = [f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)]
-    assert len(names) == len(set(names)) == 102
+    assert len(names) == len(set(names)) == 105
     assert set(GROUPS) == {f.name for f in dataclasses.fields(Settings)}
 
 
@@ -258,7 +258,6 @@ def test_to_argv_writes_only_what_differs_from_the_defaults_by_the_longest_spell
     ("flag", "message"),
     [
         ("--draft-max", "--draft-max: the argument has been removed. use --spec-draft-n-max or --spec-ngram-mod-n-max"),
-        ("--lora", "--lora: LoRA adapters are not supported by lfmserve"),
         ("--model-url", "--model-url: downloads by URL are not supported by lfmserve: use -hf or -m"),
     ],
 )
@@ -329,3 +328,20 @@ def test_a_cache_type_llama_server_does_not_take_is_refused(capsys: pytest.Captu
     with pytest.raises(SystemExit):
         Settings.from_argv(["-ctk", "q3_k"])
     assert "argument -ctk/--cache-type-k: invalid choice: 'q3_k'" in capsys.readouterr().err
+
+
+def test_lora_adapters_in_flag_order_with_their_scales() -> None:
+    argv = ["--lora", "a.gguf,b.gguf", "--lora-scaled", "c.gguf:0.5,d.gguf:-1", "--lora-scaled", "e.gguf", "2"]
+    source = Settings.from_argv(argv).source
+    assert source.lora_adapters == (
+        ("a.gguf", 1.0),
+        ("b.gguf", 1.0),
+        ("c.gguf", 0.5),
+        ("d.gguf", -1.0),
+        ("e.gguf", 2.0),
+    )
+    assert Settings.from_argv([*argv, "--lora-init-without-apply"]).source.lora_adapters == tuple(
+        (name, 0.0) for name in ("a.gguf", "b.gguf", "c.gguf", "d.gguf", "e.gguf")
+    )
+    with pytest.raises(ValueError, match="^--lora-scaled 'c.gguf': expected FILE:SCALE$"):
+        _ = Settings.from_argv(["--lora-scaled", "c.gguf"]).source.lora_adapters
