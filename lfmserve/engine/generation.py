@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -65,6 +66,9 @@ class Limits:
 
 class Generation:
     """A request that holds a slot: prefilling, then one sampled token per step until it finishes or fails."""
+
+    #: ``--spec-synth-rates``' chances, drawn from the request's seed (made at the first draft).
+    _synthetic_rng: random.Random | None = None
 
     def __init__(
         self,
@@ -167,10 +171,14 @@ class Generation:
             progress = PromptProgress(len(self.prompt), self.n_cached, len(self.slot.tokens), elapsed_ms)
             self._sink.put(replace(self._output("", ()), progress=progress))
 
-    def sample(self, ctx: NativeContext, stored_logits: npt.NDArray[np.float32] | None = None) -> None:
-        """Sample the next token from this step's logits (or kept ones) and emit its text, or finish."""
+    def sample(
+        self, ctx: NativeContext, stored_logits: npt.NDArray[np.float32] | None = None, *, force: int | None = None
+    ) -> None:
+        """Sample the next token from this step's logits (or kept ones) and emit its text, or finish; ``force``:
+        take that token instead (a reasoning budget's own forced tokens come first)."""
         thinking = self._thinking
-        force = thinking.forced_token() if thinking is not None else None
+        if thinking is not None and thinking.forced_token() is not None:
+            force = thinking.forced_token()
         token = self.sampler.sample(ctx, self.batch_index, stored_logits, force=force)
         if thinking is not None:
             thinking.accept(token)
@@ -199,15 +207,16 @@ class Generation:
             self.pending_token = token
             self._sink.put(self._output(text, (token,)))
 
-    def sample_drafted(self, ctx: NativeContext, draft: tuple[int, ...]) -> int:
+    def sample_drafted(self, ctx: NativeContext, draft: tuple[int, ...], synth_rates: Sequence[float] = ()) -> int:
         """Sample at the pending token's position and each drafted one while the samples are the draft: the
         tokens decoding one at a time would give. Returns how many drafted tokens were kept (in the slot's
         tokens now; the memory past them is the caller's to drop). The timings count them as they go: the
-        last sample may finish the generation, with them."""
+        last sample may finish the generation, with them. ``synth_rates``: ``--spec-synth-rates``' chance of
+        keeping each position's drafted token whatever the model says."""
         self.timings.draft_n += len(draft)
         accepted = 0
-        for drafted in draft:
-            self.sample(ctx)
+        for i, drafted in enumerate(draft):
+            self.sample(ctx, force=self._synthetic_keep(synth_rates, i, drafted))
             if self.done or self.pending_token != drafted:
                 break
             self.slot.tokens.append(drafted)  # decoded already, with the sample just taken
@@ -217,6 +226,16 @@ class Generation:
         else:
             self.sample(ctx)  # every drafted token kept: the last position's logits give one more
         return accepted
+
+    def _synthetic_keep(self, rates: Sequence[float], position: int, drafted: int) -> int | None:
+        """The drafted token when chance keeps it (llama-server's synthetic acceptance, seeded by the request's
+        seed), never an end token nor under a grammar; None: sample."""
+        if not rates or drafted in self._limits.end_tokens or self.request.constraint is not None:
+            return None
+        if self._synthetic_rng is None:
+            seed = self.request.sampling.seed
+            self._synthetic_rng = random.Random(None if seed < 0 or seed == 0xFFFFFFFF else seed)
+        return drafted if self._synthetic_rng.random() < rates[position] else None
 
     def leave_unverified(self, draft: tuple[int, ...], acceptance: Acceptance) -> None:
         """Keep ``draft`` unverified, to compare with the tokens sampled next (unless one is being compared);

@@ -153,11 +153,11 @@ class BatchStep:
         draft = gen.draft
         pending_at = len(gen.slot.tokens) - 1  # the pending token is in the slot's tokens already
         decoded_end = pending_at + 1 + len(draft)
-        accepted = gen.sample_drafted(self._ctx, draft)
+        assert self.speculator is not None
+        accepted = gen.sample_drafted(self._ctx, draft, self.speculator.synth_rates)
         self._stats.n_drafts += 1
         self._stats.n_draft_tokens += len(draft)
         self._stats.n_draft_tokens_accepted += accepted
-        assert self.speculator is not None
         self.speculator.verified(gen, accepted)
         kept = len(gen.slot.tokens)
         if kept == decoded_end:

@@ -7,10 +7,11 @@ and checks the speculative sizes as llama-server checks them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal, cast
 
 from ..engine.records import EngineConfig, KvCacheOptions, Pooling
-from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig
+from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig, resolve_synth_rates
 from ..errors import EngineError
 from ..settings import Settings, SpeculationSettings
 
@@ -63,7 +64,9 @@ def speculation_config(spec: SpeculationSettings, draft_model: str | None = None
     if unknown:
         raise EngineError(f"--spec-type {unknown[0]} is not supported (supported: {', '.join(SPEC_TYPES)})")
     _check_sizes(spec)
-    return SpeculationConfig(
+    if not types and (spec.spec_synth_len is not None or spec.spec_synth_rates):
+        raise EngineError("synthetic acceptance requires an initialized speculative decoding context")
+    config = SpeculationConfig(
         types=types,
         n_max=spec.spec_draft_n_max,
         n_min=spec.spec_draft_n_min,
@@ -80,6 +83,11 @@ def speculation_config(spec: SpeculationSettings, draft_model: str | None = None
         ),
         draft_model=draft_model or spec.spec_draft_model,
     )
+    try:
+        rates = resolve_synth_rates(spec.spec_synth_len, spec.synth_rate_values, config.max_draft)
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+    return replace(config, synth_rates=rates) if rates else config
 
 
 def _check_sizes(spec: SpeculationSettings) -> None:

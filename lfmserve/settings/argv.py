@@ -34,7 +34,6 @@ REFUSED_FLAGS: dict[tuple[str, ...], str] = {
     ("--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json", "--ui-mcp-proxy", "--agent"): (
         "built-in tools and MCP servers are not supported by lfmserve"
     ),
-    ("--spec-synth-len", "--spec-synth-rates"): "synthetic speculation is not supported by lfmserve",
 }
 
 

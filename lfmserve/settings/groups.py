@@ -426,6 +426,21 @@ class SpeculationSettings:
             type=float,
         ),
     )
+    spec_synth_len: float | None = field(
+        default=None,
+        metadata=flag(
+            "--spec-synth-len",
+            help="mean synthetic acceptance length, the target token included (drafts kept by chance: benchmarking)",
+            type=float,
+        ),
+    )
+    spec_synth_rates: str | None = field(
+        default=None,
+        metadata=flag(
+            "--spec-synth-rates",
+            help="comma-separated chances of keeping each draft position whatever the model says (benchmarking)",
+        ),
+    )
     spec_ngram_simple_size_n: int = field(
         default=12, metadata=flag("--spec-ngram-simple-size-n", help="tokens looked up (ngram-simple)", type=int)
     )
@@ -464,6 +479,18 @@ class SpeculationSettings:
     spec_ngram_mod_n_max: int = field(
         default=64, metadata=flag("--spec-ngram-mod-n-max", help="longest draft (ngram-mod)", type=int)
     )
+
+    @property
+    def synth_rate_values(self) -> tuple[float, ...]:
+        """``--spec-synth-rates`` as numbers; raises ValueError naming a value that is not one."""
+        values = []
+        for part in (self.spec_synth_rates or "").split(","):
+            if part.strip():
+                try:
+                    values.append(float(part))
+                except ValueError:
+                    raise ValueError(f"--spec-synth-rates: invalid value {part.strip()!r}") from None
+        return tuple(values)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,7 +17,15 @@ The package exports the model-free parts (the request records import the config,
 llama.cpp); the drafter that runs a model and the speculator using it are imported from their modules.
 """
 
-from .config import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig
+from .config import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig, resolve_synth_rates
 from .worth import Acceptance, best_draft_length
 
-__all__ = ["SPEC_TYPES", "Acceptance", "NgramModSizes", "NgramSizes", "SpeculationConfig", "best_draft_length"]
+__all__ = [
+    "SPEC_TYPES",
+    "Acceptance",
+    "NgramModSizes",
+    "NgramSizes",
+    "SpeculationConfig",
+    "best_draft_length",
+    "resolve_synth_rates",
+]

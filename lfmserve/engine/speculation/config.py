@@ -49,6 +49,9 @@ class SpeculationConfig:
     ngram_mod: NgramModSizes = field(default_factory=NgramModSizes)
     #: ``draft-simple``'s model file (``-md``, or resolved from ``-hfd``).
     draft_model: str | None = None
+    #: ``--spec-synth-rates`` / ``--spec-synth-len``: each draft position's chance of being kept whatever the model
+    #: says (llama-server's benchmarking mode; empty: drafts are verified).
+    synth_rates: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if "draft-simple" in self.types and not self.draft_model:
@@ -75,3 +78,32 @@ class SpeculationConfig:
             "draft-simple": self.n_max,
         }
         return max((sizes[t] for t in self.types), default=0)
+
+
+def resolve_synth_rates(length: float | None, rates: tuple[float, ...], n_max: int) -> tuple[float, ...]:
+    """``--spec-synth-len`` or ``--spec-synth-rates`` as each draft position's chance of being kept, checked as
+    llama-server checks them (``n_max``: the longest draft). A mean length ``L`` gives the rates ``p, p**2, ...``
+    whose sum is ``L - 1``."""
+    if length is None and not rates:
+        return ()
+    if length is not None and rates:
+        raise EngineError("synthetic acceptance length and rates are mutually exclusive")
+    if n_max <= 0:
+        raise EngineError("synthetic acceptance requires at least one speculative token")
+    if rates:
+        if len(rates) != n_max:
+            raise EngineError(f"synthetic acceptance rates must contain {n_max} values, got {len(rates)}")
+        if not all(0.0 <= rate <= 1.0 for rate in rates):  # NaN fails this too
+            raise EngineError("synthetic acceptance rates must be finite and within [0, 1]")
+        if any(later > earlier for earlier, later in zip(rates, rates[1:], strict=False)):
+            raise EngineError("synthetic acceptance rates must be monotonically non-increasing")
+        return rates
+    assert length is not None
+    if not 1.0 <= length <= n_max + 1.0:
+        raise EngineError(f"synthetic acceptance length must be finite and within [1, {n_max + 1}]")
+    low, high = 0.0, 1.0
+    for _ in range(32):  # bisection, as llama-server's
+        mid = (low + high) / 2
+        low, high = (mid, high) if sum(mid ** (j + 1) for j in range(n_max)) < length - 1.0 else (low, mid)
+    p = 1.0 if length == n_max + 1.0 else 0.0 if length == 1.0 else (low + high) / 2
+    return tuple(p ** (j + 1) for j in range(n_max))

@@ -87,6 +87,8 @@ class Speculator:
         self._n_ctx_slot = n_ctx_slot
         self._mod_table = NgramModTable(config.ngram_mod) if "ngram-mod" in config.types else None
         self._draft_model = draft_model
+        #: ``--spec-synth-rates``: drafts are verified whole and kept by chance (a benchmark of acceptance).
+        self.synth_rates = config.synth_rates
 
     def _drafters(self, gen: Generation) -> list[Drafter]:
         """The generation's n-gram drafters, in llama-server's order (made at its first draft)."""
@@ -126,8 +128,12 @@ class Speculator:
                     # Only as many guesses as are worth verifying (one at least, to keep measuring): a guess
                     # cut after drafting would roll the draft context back, which llama.cpp's recurrent
                     # rollback gets wrong (drafts kept fell from 100 % to 6 % on the tiny LFM2).
-                    worth = best_draft_length(
-                        gen.acceptance.q, limit, streams=plan.streams, batch=plan.tokens, costs=self._costs
+                    worth = (
+                        limit
+                        if self.synth_rates
+                        else best_draft_length(
+                            gen.acceptance.q, limit, streams=plan.streams, batch=plan.tokens, costs=self._costs
+                        )
                     )
                     for_model.append((gen, max(worth, 1)))
         if for_model:
@@ -170,6 +176,8 @@ class Speculator:
         # the drafter found is verified once it has been right for a few tokens, not once it has ended.
         q = acceptance.q_with(gen.matched_unverified(acceptance))
         worth = best_draft_length(q, len(guess), streams=plan.streams, batch=plan.tokens, costs=self._costs)
+        if self.synth_rates:
+            worth = len(guess)
         if worth < max(self._config.n_min, 1):
             gen.leave_unverified(tuple(guess), acceptance)  # compared with the tokens sampled instead
             return
