@@ -5,11 +5,14 @@ with pip into the cache folder, unpacked there, never committed). Its ``LLAMA_SE
 at a shim that starts ``python -m lfmserve`` with the suite's flags, the suite's ``--hf-repo``
 downloads replaced by local stand-ins written with :mod:`lfmserve.testing`.
 
-The suite's stories260K is a trained model; the stand-in is a random one, so tests that assert the
-text or the token counts stories260K produces cannot pass on either server with the stand-in. Those
-are excluded by name in :data:`EXCLUDED`, each with its reason (docs/testing.md lists them). Running the
-same selection with ``--server llama-server`` (a binary built from the same llama.cpp) shows what the
-suite asks of the stand-in, not of lfmserve.
+Each stand-in has the architecture of the model it replaces (stories260K: llama; bge-small: bert;
+jina-reranker-v1-tiny-en: jina-bert-v2; tinygemma3: gemma3 with a gemma3 vision projector, passed as
+``--mmproj`` unless the suite says ``--no-mmproj``, as llama-server's ``-hf`` fetches a repo's projector), and
+the test pictures the suite downloads from tinygemma3's repo are served from local files. The suite's models are
+trained; the stand-ins are random, so tests that assert the text, the ranking or the token counts a trained
+model produces cannot pass on either server with them. Those are excluded by name in :data:`EXCLUDED`, each
+with its reason (docs/testing.md lists them). Running the same selection with ``--server llama-server`` (a
+binary built from the same llama.cpp) shows what the suite asks of the stand-ins, not of lfmserve.
 
 Usage::
 
@@ -22,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -30,19 +34,35 @@ import sys
 import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lfmserve.testing import TinyLfm2, free_port, write_lfm2_gguf
+from lfmserve.testing import (
+    TinyBert,
+    TinyGemma3,
+    TinyGemma3Projector,
+    TinyLfm2,
+    bge_small_shape,
+    free_port,
+    image_bytes,
+    jina_reranker_tiny_shape,
+    llama_server_weight_flags,
+    write_bert_gguf,
+    write_gemma3_gguf,
+    write_gemma3_mmproj_gguf,
+    write_lfm2_gguf,
+)
+from lfmserve.testing.scripted import ScriptedLlama, write_scripted_gguf, write_scripted_lora
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 SDIST_ROOT = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
-#: What the runner needs of the sdist: the suite and the chat templates its tests read.
-SUITE_MEMBERS = ("tools/server/tests/", "models/templates/")
+#: What the runner needs of the sdist: the suite, the chat templates its tests read, and the picture
+#: test_security.py serves from ``--media-path ../../../tools``.
+SUITE_MEMBERS = ("tools/server/tests/", "models/templates/", "tools/mtmd/test-1.jpeg")
 CACHE = Path(os.environ.get("LFMSERVE_SUITE_CACHE", Path.home() / ".cache" / "lfmserve-suite"))
 
-#: The suite's files this runner selects; the others test what other issues build (embedding, rerank,
-#: vision, MCP and built-in tools, the CORS proxy, LoRA, infill, speculative decoding).
+#: The suite's files this runner selects: every one but test_mcp_servers.py, test_tools_builtin.py and
+#: test_proxy.py (MCP servers, built-in tools, the web UI's CORS proxy: lfmserve has none of them).
 IN_SCOPE = (
     "test_basic.py",
     "test_chat_completion.py",
@@ -51,25 +71,37 @@ IN_SCOPE = (
     "test_compat_oai_responses.py",
     "test_completion.py",
     "test_ctx_shift.py",
+    "test_embedding.py",
     "test_ignore_eos.py",
+    "test_infill.py",
     "test_kv_keep_only_active.py",
+    "test_lora.py",
     "test_metrics.py",
+    "test_rerank.py",
     "test_router.py",
     "test_security.py",
     "test_sleep.py",
     "test_slot_save.py",
+    "test_speculative.py",
     "test_stream.py",
     "test_template.py",
     "test_tokenize.py",
     "test_tool_call.py",
+    "test_vision_api.py",
 )
 
 #: Tests no stand-in can pass, and why: ``file::test`` (with all its cases), or ``file::test[id`` for the cases
 #: whose id starts so.
 _TEXT = "asserts the text stories260K generates (a random stand-in cannot)"
 _COUNTS = "asserts stories260K's tokenizer's prompt token counts, and its generated text"
-_VISION = "needs tinygemma3 (vision): out of scope here"
 _HUB = "downloads from the Hugging Face hub, which this machine cannot reach (llama-server cannot either)"
+_IMAGE_URL = _HUB + ": the server fetches the picture from tinygemma3's repo by URL"
+_PICTURE_WORD = (
+    "asserts the class tinygemma3 (trained on CIFAR-10) names for the picture, 'cat' or 'frog' (a random stand-in "
+    "cannot)"
+)
+_URL_AND_WORD = _IMAGE_URL + "; and " + _PICTURE_WORD
+_RANKING = "asserts jina-reranker-v1-tiny-en's ranking (document 2 first, 3 last): a random stand-in ranks at random"
 EXCLUDED: dict[str, str] = {
     "test_basic.py::test_load_split_model": "downloads stories15M (split in 3) and asserts its text",
     "test_chat_completion.py::test_chat_completion": _COUNTS,
@@ -91,7 +123,6 @@ EXCLUDED: dict[str, str] = {
     "sent to a text model; lfmserve answers 400 with the same message (a client's mistake is a 400)",
     "test_compat_anthropic.py::test_anthropic_vision_format_accepted": "expects llama-server's 500 for an image "
     "sent to a text model; lfmserve answers 400 with the same message (a client's mistake is a 400)",
-    "test_compat_anthropic.py::test_anthropic_vision_base64_with_multimodal_model": _VISION,
     "test_compat_oai_responses.py::test_responses_with_openai_library": _TEXT,
     "test_compat_oai_responses.py::test_responses_stream_with_openai_library": _TEXT,
     "test_ctx_shift.py::test_ctx_shift_enabled": "asserts stories260K's prompt token count (226)",
@@ -99,23 +130,25 @@ EXCLUDED: dict[str, str] = {
     "answer before the context is full (the random stand-in emits an end token first)",
     "test_ctx_shift.py::test_ctx_shift_disabled_stream": "needs a model that does not end its answer before the "
     "context is full (the random stand-in emits an end token first)",
-    "test_metrics.py::test_metrics_embedding_prompt_is_counted": "starts bert-bge-small (embeddings): out of scope",
+    "test_rerank.py::test_rerank": _RANKING,
+    "test_rerank.py::test_rerank_tei_format": _RANKING,
+    "test_rerank.py::test_rerank_usage": "asserts jina-reranker-v1-tiny-en's BPE token counts of the pairs (19, 26); "
+    "the stand-in's vocabulary, learnt from a short text, splits the words differently",
     "test_router.py::test_router_remote_preset": _HUB + ": a preset repo (ggml-org/test-preset-ci)",
     "test_router.py::test_router_download_model": _HUB + ": POST /models downloads a model",
     "test_router.py::test_router_delete_model": _HUB + ": it first downloads the model it deletes",
     "test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": "starts with --tools (built-in "
     "tools): out of scope",
     "test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": "the web UI's CORS proxy: out of scope",
-    "test_security.py::test_local_media_file": _VISION,
     "test_slot_save.py::test_slot_save_restore": "asserts stories260K's text, and that slot 0 re-processes the 6 "
     "prompt tokens slot 1 already holds (lfmserve copies them from slot 1: prompt_n is 1)",
     "test_slot_save.py::test_slot_erase": _TEXT,
-    "test_slot_save.py::test_slot_save_restore_text_only_on_multimodal": _VISION,
-    "test_slot_save.py::test_slot_save_restore_with_image": _VISION,
-    "test_slot_save.py::test_slot_save_restore_with_two_images": _VISION,
-    "test_slot_save.py::test_slot_save_restore_with_image_across_restart": _VISION,
-    "test_slot_save.py::test_slot_save_restore_image_payload_larger_than_context": _VISION,
-    "test_slot_save.py::test_slot_restore_media_file_without_mmproj": _VISION,
+    "test_vision_api.py::test_vision_chat_completion[What is this:\\n-IMG_URL_0-": _URL_AND_WORD,
+    "test_vision_api.py::test_vision_chat_completion[What is this:\\n-IMG_BASE64_URI_0-": _PICTURE_WORD,
+    "test_vision_api.py::test_vision_chat_completion[What is this:\\n-IMG_URL_1-": _URL_AND_WORD,
+    "test_vision_api.py::test_vision_chat_completion[Test test\\n-IMG_URL_1-": _URL_AND_WORD,
+    "test_vision_api.py::test_vision_chat_completion_token_count": _IMAGE_URL,
+    "test_vision_api.py::test_vision_completion[What is this: <__media__>\\n-IMG_BASE64_": _PICTURE_WORD,
 }
 
 #: Selected tests that fail for want of something lfmserve does not have yet; they run, so a fix shows.
@@ -126,29 +159,73 @@ KNOWN_FAILURES: dict[str, str] = {
     "context; lfmserve keeps each slot to -c / -np, so a slot never fails for cells another slot holds",
 }
 
-#: The models the suite's router tests expect in its Hugging Face cache (``LLAMA_CACHE``): repo, file, stand-in.
-#: The router lists them as ``repo:QUANT``; tinygemma3's stand-in has a chat template (its tests chat with it).
-ROUTER_CACHE: tuple[tuple[str, str, TinyLfm2], ...] = (
-    ("ggml-org/tinygemma3-GGUF", "tinygemma3-Q8_0.gguf", TinyLfm2(seed=3, name="TinyGemma3-Stand-In")),
-    (
-        "ggml-org/test-model-stories260K",
-        "stories260K-F32.gguf",
-        TinyLfm2(seed=260, arch="llama", name="Stories260K-Stand-In", chat_template=None, context_length=2048),
+#: What a stand-in GGUF is written from.
+Spec = TinyLfm2 | TinyBert | TinyGemma3 | TinyGemma3Projector | ScriptedLlama
+
+
+@dataclass(frozen=True, slots=True)
+class StandIn:
+    """A model the runner writes in place of a download, and the projector that comes with it (llama-server's
+    ``-hf`` fetches a repo's mmproj with its model)."""
+
+    model: TinyLfm2 | TinyBert | TinyGemma3 | ScriptedLlama
+    mmproj: TinyGemma3Projector | None = None
+
+
+#: stories260K: a llama-architecture model without a chat template; attention-only, so context shifting works
+#: on the stand-in as on it.
+STORIES260K = TinyLfm2(seed=260, arch="llama", name="Stories260K-Stand-In", chat_template=None, context_length=2048)
+#: tinygemma3: Gemma 3 with Gemma 3's chat template, and a Gemma 3 vision projector.
+TINYGEMMA3_MMPROJ = TinyGemma3Projector(seed=3)
+TINYGEMMA3 = StandIn(TinyGemma3(seed=3, name="TinyGemma3-Stand-In"), TINYGEMMA3_MMPROJ)
+
+#: stories15M_MOE, a llama MoE telling bedtime stories, and its Shakespeare LoRA (test_lora.py): scripted
+#: (:mod:`lfmserve.testing.scripted`) to say the words the suite looks for, its own at scale 0 and the adapter's
+#: cycles at 0.3, 0.7 and 1.0, so that a word shows up only when the adapter runs at the scale the test asked for.
+STORIES15M_MOE = ScriptedLlama(
+    words=("little", "bright", "wise", "day"),
+    lora_groups=(
+        (0.3, ("special", "thing", "gifted", "friend")),
+        (0.7, ("far", "from", "home", "away")),
+        (1.0, ("eye", "love", "glass", "sun")),
     ),
-    (
-        "ggml-org/test-model-stories260K-infill",
-        "stories260K-infill-F32.gguf",
-        TinyLfm2(seed=261, arch="llama", name="Stories260K-Infill-Stand-In", chat_template=None),
-    ),
+    n_expert=4,
+    name="Stories15M-MoE-Stand-In",
 )
+#: stories15M, test_speculative.py's draft model: the same words without experts (it guesses what the MoE says).
+STORIES15M = replace(STORIES15M_MOE, n_expert=0, name="Stories15M-Stand-In")
+#: stories260K-infill (test_infill.py): a llama model whose vocabulary names the FIM tokens, saying story words.
+STORIES260K_INFILL = ScriptedLlama(words=("Jimmy", "park", "Daddy", "excited"), fim=True, name="Infill-Stand-In")
+#: What the suite fetches with ``download_file`` into its ``tmp`` folder (which skips a file already there).
+DOWNLOADS: dict[str, tuple[ScriptedLlama, bool]] = {
+    "moe_shakespeare15M.gguf": (STORIES15M_MOE, True),  # the LoRA adapter
+    "stories15M-q4_0.gguf": (STORIES15M, False),
+}
 
 #: The suite's ``--hf-repo`` values (with ``--hf-file``, joined by ``/``) and the stand-in each maps to.
-STAND_INS: dict[str, TinyLfm2] = {
-    # stories260K: a llama-architecture model without a chat template; attention-only, so context
-    # shifting works on the stand-in as on it.
-    "ggml-org/test-model-stories260K": TinyLfm2(
-        seed=260, arch="llama", name="Stories260K-Stand-In", chat_template=None, context_length=2048
-    ),
+STAND_INS: dict[str, StandIn] = {
+    "ggml-org/stories15M_MOE/stories15M_MOE-F16.gguf": StandIn(STORIES15M_MOE),
+    "ggml-org/test-model-stories260K-infill": StandIn(STORIES260K_INFILL),
+    "ggml-org/test-model-stories260K": StandIn(STORIES260K),
+    "ggml-org/models/bert-bge-small/ggml-model-f16.gguf": StandIn(bge_small_shape(seed=1)),
+    "ggml-org/models/jina-reranker-v1-tiny-en/ggml-model-f16.gguf": StandIn(jina_reranker_tiny_shape(seed=1)),
+    "ggml-org/tinygemma3-GGUF:Q8_0": TINYGEMMA3,
+}
+
+#: The files the suite's router tests expect in its Hugging Face cache (``LLAMA_CACHE``): repo, file, stand-in.
+#: The router lists a repo as ``repo:QUANT`` and finds its projector as a file with ``mmproj`` in its name.
+ROUTER_CACHE: tuple[tuple[str, str, Spec], ...] = (
+    ("ggml-org/tinygemma3-GGUF", "tinygemma3-Q8_0.gguf", TINYGEMMA3.model),
+    ("ggml-org/tinygemma3-GGUF", "mmproj-tinygemma3.gguf", TINYGEMMA3_MMPROJ),
+    ("ggml-org/test-model-stories260K", "stories260K-F32.gguf", STORIES260K),
+    ("ggml-org/test-model-stories260K-infill", "stories260K-infill-F32.gguf", STORIES260K_INFILL),
+)
+
+#: The test pictures the suite downloads from tinygemma3's repo, and the seeds of the tinted stand-ins served for
+#: them (32x32 PNG, as CIFAR-10's pictures are).
+TEST_IMAGES = {
+    "https://huggingface.co/ggml-org/tinygemma3-GGUF/resolve/main/test/11_truck.png": 11,
+    "https://huggingface.co/ggml-org/tinygemma3-GGUF/resolve/main/test/91_cat.png": 91,
 }
 
 
@@ -165,7 +242,7 @@ def unpack_suite(cache: Path) -> Path:
     """The suite's folder (``tools/server/tests``), downloaded and unpacked into ``cache`` once."""
     root = cache / "llama.cpp"
     tests = root / "tools" / "server" / "tests"
-    if (tests / "utils.py").is_file():
+    if (tests / "utils.py").is_file() and all((root / member).exists() for member in SUITE_MEMBERS):
         return tests
     cache.mkdir(parents=True, exist_ok=True)
     sdists = sorted(cache.glob("llama_cpp_python-*.tar.gz"))
@@ -185,16 +262,47 @@ def unpack_suite(cache: Path) -> Path:
     return tests
 
 
-def write_stand_ins(folder: Path) -> dict[str, str]:
-    """Each stand-in written once; the map from the suite's repo names to their paths."""
+def write_spec(folder: Path, spec: Spec) -> Path:
+    """``spec``'s GGUF in ``folder``, written once: the file is named by a digest of the spec, so a changed spec
+    writes a new file instead of reusing a stale one."""
+    path = folder / f"{type(spec).__name__}-{hashlib.sha256(repr(spec).encode()).hexdigest()[:16]}.gguf"
+    if path.is_file():
+        return path
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for repo, spec in STAND_INS.items():
-        path = folder / (repo.replace("/", "--") + f"-seed{spec.seed}.gguf")
-        if not path.is_file():
-            write_lfm2_gguf(path, spec)
-        paths[repo] = str(path)
-    return paths
+    partial = path.with_suffix(".partial")
+    match spec:
+        case TinyLfm2():
+            write_lfm2_gguf(partial, spec)
+        case TinyBert():
+            write_bert_gguf(partial, spec)
+        case TinyGemma3():
+            write_gemma3_gguf(partial, spec)
+        case TinyGemma3Projector():
+            write_gemma3_mmproj_gguf(partial, spec)
+        case ScriptedLlama():
+            write_scripted_gguf(partial, spec)
+    return partial.rename(path)
+
+
+def write_downloads(folder: Path) -> None:
+    """The files the suite downloads into its ``tmp`` folder: the LoRA adapter and the draft model."""
+    folder.mkdir(exist_ok=True)
+    for name, (spec, adapter) in DOWNLOADS.items():
+        if adapter:
+            write_scripted_lora(folder / name, spec)
+        else:
+            shutil.copyfile(write_spec(CACHE / "models", spec), folder / name)
+
+
+def write_stand_ins(folder: Path) -> dict[str, dict[str, str | None]]:
+    """Each stand-in written once; the map from the suite's repo names to their model and projector paths."""
+    return {
+        repo: {
+            "model": str(write_spec(folder, stand_in.model)),
+            "mmproj": str(write_spec(folder, stand_in.mmproj)) if stand_in.mmproj else None,
+        }
+        for repo, stand_in in STAND_INS.items()
+    }
 
 
 def write_router_cache(cache: Path) -> None:
@@ -204,15 +312,26 @@ def write_router_cache(cache: Path) -> None:
     for repo, filename, spec in ROUTER_CACHE:
         folder = cache / ("models--" + repo.replace("/", "--"))
         snapshot = folder / "snapshots" / revision
-        if (snapshot / filename).is_file():
+        link = snapshot / filename
+        target = os.path.relpath(write_spec(folder / "blobs", spec), snapshot)
+        if link.is_symlink() and os.readlink(link) == target:
             continue
-        blob = folder / "blobs" / f"stand-in-seed{spec.seed}"
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        write_lfm2_gguf(blob, spec)
         snapshot.mkdir(parents=True, exist_ok=True)
-        (snapshot / filename).symlink_to(os.path.relpath(blob, snapshot))
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
         (folder / "refs").mkdir(exist_ok=True)
         (folder / "refs" / "main").write_text(revision)
+
+
+def write_test_images(folder: Path) -> dict[str, str]:
+    """The stand-ins for the suite's test pictures; the map from their URLs to their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for url, seed in TEST_IMAGES.items():
+        path = folder / url.rsplit("/", 1)[1]
+        path.write_bytes(image_bytes(32, 32, seed=seed, format="PNG"))
+        paths[url] = str(path)
+    return paths
 
 
 SHIM = '''#!{python}
@@ -232,29 +351,49 @@ for arg in argv:
 if repo is not None:
     key = repo if hf_file is None else repo + "/" + hf_file
     if key in stand_ins:
-        args = ["--model", stand_ins[key], *args]
+        files = stand_ins[key]
+        args = ["--model", files["model"], *args]
+        if files["mmproj"] and "--no-mmproj" not in args:  # -hf brings the repo's projector unless told not to
+            args += ["--mmproj", files["mmproj"]]
     else:  # a model the runner has no stand-in for: asked of the (offline) hub, as the suite does
         args = ["--hf-repo", repo, *(["--hf-file", hf_file] if hf_file else []), *args]
 server = os.environ.get("LFMSERVE_SUITE_SERVER")
 if server:
-    os.execv(server, [server, *args])
+    flags = json.loads(os.environ.get("LFMSERVE_SUITE_SERVER_FLAGS", "[]"))
+    os.execv(server, [server, *args, *flags])
 os.execv(sys.executable, [sys.executable, "-m", "lfmserve", *args])
 '''
 
 
 #: A pytest plugin the runner adds: the suite's session fixture first starts every preset server once so
-#: that their models are downloaded, and the stand-ins are local files, so there is nothing to download; and
-#: the excluded tests are deselected by their exact ids (pytest's own ``--deselect`` matches prefixes, which
-#: would take ``test_chat_template_assistant_prefill`` with ``test_chat_template``).
+#: that their models are downloaded, and the stand-ins are local files, so there is nothing to download; the
+#: test pictures the tests fetch with ``requests.get`` are served from local files (a URL the tests send to the
+#: server is still the server's to fetch); and the excluded tests are deselected by their exact ids (pytest's
+#: own ``--deselect`` matches prefixes, which would take ``test_chat_template_assistant_prefill`` with
+#: ``test_chat_template``).
 PLUGIN = """
 import json
 import os
+import pathlib
 
 
 def pytest_sessionstart(session):
+    import requests
     import utils
 
     utils.ServerPreset.load_all = staticmethod(lambda: None)
+    images = json.loads(os.environ.get("LFMSERVE_SUITE_IMAGES", "{}"))
+    download = requests.get
+
+    def get(url, *args, **kwargs):
+        if url not in images:
+            return download(url, *args, **kwargs)
+        response = requests.Response()
+        response.status_code, response.url = 200, url
+        response._content = pathlib.Path(images[url]).read_bytes()
+        return response
+
+    requests.get = get
 
 
 def pytest_collection_modifyitems(config, items):
@@ -345,11 +484,12 @@ def main() -> int:
         return 0
 
     tests = unpack_suite(CACHE)
-    (tests / "tmp").mkdir(exist_ok=True)  # the suite's TMP_DIR, made by the downloads the runner skips
+    write_downloads(tests / "tmp")  # the suite's TMP_DIR, where its download_file finds them
     env = {
         **os.environ,
         "LLAMA_SERVER_BIN_PATH": str(write_shim(CACHE)),
         "LFMSERVE_SUITE_STAND_INS": json.dumps(write_stand_ins(CACHE / "models")),
+        "LFMSERVE_SUITE_IMAGES": json.dumps(write_test_images(CACHE / "images")),
         "LLAMA_CACHE": str(CACHE / "hf"),  # the router's cache models (write_router_cache)
         "HF_HUB_OFFLINE": "1",
         "PORT": str(free_port()),  # the suite's default 8080 may be taken; runs side by side never collide
@@ -359,6 +499,8 @@ def main() -> int:
     write_router_cache(CACHE / "hf")
     if options.server:
         env["LFMSERVE_SUITE_SERVER"] = str(Path(options.server).expanduser())
+        # llama-server places weights as lfmserve does (no AMX repacking, whose kernels crash where built in)
+        env["LFMSERVE_SUITE_SERVER_FLAGS"] = json.dumps(llama_server_weight_flags())
     extra = ["-k", options.k] if options.k else []
     results = {}
     for name in options.files or IN_SCOPE:

@@ -216,8 +216,10 @@ class Generation:
         self.timings.draft_n += len(draft)
         accepted = 0
         for i, drafted in enumerate(draft):
-            self.sample(ctx, force=self._synthetic_keep(synth_rates, i, drafted))
-            if self.done or self.pending_token != drafted:
+            kept_by_chance = self._synthetic_keep(synth_rates, i, drafted)
+            self.sample(ctx, force=kept_by_chance)
+            # Under synthetic acceptance only chance keeps a drafted token, even one the model samples too.
+            if self.done or self.pending_token != drafted or (synth_rates and kept_by_chance is None):
                 break
             self.slot.tokens.append(drafted)  # decoded already, with the sample just taken
             self.batch_index += 1

@@ -13,12 +13,13 @@ Example::
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+from .vocab import byte_alphabet, learn_merges
 
 #: LFM2's special tokens, at the ids the real LFM2 vocabulary gives them.
 LFM2_SPECIAL_TOKENS: tuple[str, ...] = (
@@ -178,49 +179,11 @@ def tiny_reranker(seed: int = 0, *, template: bool = True) -> TinyLfm2:
     )
 
 
-def _byte_alphabet() -> list[str]:
-    """GPT-2's printable stand-ins for the 256 bytes, in byte order."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    chars = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
-
-
 def _learn_merges(n_merges: int) -> list[tuple[str, str]]:
     """Byte-level BPE training on the fixed corpus: the most frequent pair wins, ties by order."""
-    alphabet = _byte_alphabet()
-    words = collections.Counter(
-        tuple(alphabet[b] for b in (" " + w if i else w).encode()) for i, w in enumerate(_MERGE_CORPUS.split(" "))
-    )
-    merges: list[tuple[str, str]] = []
-    for _ in range(n_merges):
-        pairs: collections.Counter[tuple[str, str]] = collections.Counter()
-        for word, count in words.items():
-            for pair in zip(word, word[1:], strict=False):
-                pairs[pair] += count
-        if not pairs:
-            break
-        best = max(pairs.items(), key=lambda item: item[1])[0]
-        merges.append(best)
-        merged: collections.Counter[tuple[str, ...]] = collections.Counter()
-        for word, count in words.items():
-            out: list[str] = []
-            i = 0
-            while i < len(word):
-                if i + 1 < len(word) and (word[i], word[i + 1]) == best:
-                    out.append(word[i] + word[i + 1])
-                    i += 2
-                else:
-                    out.append(word[i])
-                    i += 1
-            merged[tuple(out)] += count
-        words = merged
-    return merges
+    alphabet = byte_alphabet()
+    words = [tuple(alphabet[b] for b in (" " + w if i else w).encode()) for i, w in enumerate(_MERGE_CORPUS.split(" "))]
+    return learn_merges(words, n_merges)
 
 
 def vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
@@ -229,7 +192,7 @@ def vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
     tokens = list(LFM2_SPECIAL_TOKENS)
     types = [gguf.TokenType.CONTROL] * len(tokens)
     seen = set(tokens)
-    for piece in _byte_alphabet() + [a + b for a, b in merges]:
+    for piece in byte_alphabet() + [a + b for a, b in merges]:
         if piece not in seen:
             seen.add(piece)
             tokens.append(piece)

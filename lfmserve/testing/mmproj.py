@@ -115,12 +115,14 @@ def _encoder_keys(writer: gguf.GGUFWriter, prefix: str, spec: TinyProjector, n_f
     writer.add_float32(f"{prefix}.attention.layer_norm_epsilon", eps)
 
 
-def _norm(add: Add, name: str, width: int) -> None:
+def add_norm(add: Add, name: str, width: int) -> None:
+    """A layer norm's weight (ones) and bias."""
     add(f"{name}.weight", width, ones=True)
     add(f"{name}.bias", width)
 
 
-def _linear(add: Add, name: str, n_out: int, n_in: int) -> None:
+def add_linear(add: Add, name: str, n_out: int, n_in: int) -> None:
+    """A linear layer's weight and bias."""
     add(f"{name}.weight", n_out, n_in)
     add(f"{name}.bias", n_out)
 
@@ -140,17 +142,17 @@ def _write_vision(writer: gguf.GGUFWriter, spec: TinyProjector, add: Add) -> Non
     add("v.position_embd.weight", 256, d)
     for i in range(spec.n_layer):
         p = f"v.blk.{i}"
-        _norm(add, f"{p}.ln1", d)
-        _norm(add, f"{p}.ln2", d)
+        add_norm(add, f"{p}.ln1", d)
+        add_norm(add, f"{p}.ln2", d)
         for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            _linear(add, f"{p}.{name}", d, d)
-        _linear(add, f"{p}.ffn_up", ff, d)
-        _linear(add, f"{p}.ffn_down", d, ff)
-    _norm(add, "v.post_ln", d)
+            add_linear(add, f"{p}.{name}", d, d)
+        add_linear(add, f"{p}.ffn_up", ff, d)
+        add_linear(add, f"{p}.ffn_down", d, ff)
+    add_norm(add, "v.post_ln", d)
     if spec.input_norm:
-        _norm(add, "mm.input_norm", 4 * d)
-    _linear(add, "mm.1", hidden, 4 * d)
-    _linear(add, "mm.2", spec.n_embd_text, hidden)
+        add_norm(add, "mm.input_norm", 4 * d)
+    add_linear(add, "mm.1", hidden, 4 * d)
+    add_linear(add, "mm.2", spec.n_embd_text, hidden)
 
 
 def _write_audio(writer: gguf.GGUFWriter, spec: TinyProjector, add: Add) -> None:
@@ -163,29 +165,29 @@ def _write_audio(writer: gguf.GGUFWriter, spec: TinyProjector, add: Add) -> None
         add(f"a.conv1d.{layer}.bias", c, 1, 1)
     add("a.conv1d.6.weight", c, c, 1, 1)
     add("a.conv1d.6.bias", c, 1, 1)
-    _linear(add, "a.pre_encode.out", d, c * spec.n_mel // 8)
+    add_linear(add, "a.pre_encode.out", d, c * spec.n_mel // 8)
     # Not read by the graph, but its width is the projector's output width and its rows bound the audio length.
     add("a.position_embd.weight", spec.position_rows, spec.n_embd_text, f16=True)
     for i in range(spec.n_layer):
         p = f"a.blk.{i}"
-        _norm(add, f"{p}.ffn_norm", d)
-        _linear(add, f"{p}.ffn_up", ff, d)
-        _linear(add, f"{p}.ffn_down", d, ff)
-        _norm(add, f"{p}.ln1", d)
+        add_norm(add, f"{p}.ffn_norm", d)
+        add_linear(add, f"{p}.ffn_up", ff, d)
+        add_linear(add, f"{p}.ffn_down", d, ff)
+        add_norm(add, f"{p}.ln1", d)
         for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            _linear(add, f"{p}.{name}", d, d)
+            add_linear(add, f"{p}.{name}", d, d)
         add(f"{p}.linear_pos.weight", d, 512)  # the relative-position width is fixed at 512
         add(f"{p}.pos_bias_u", spec.n_head, d // spec.n_head)
         add(f"{p}.pos_bias_v", spec.n_head, d // spec.n_head)
-        _norm(add, f"{p}.norm_conv", d)
-        _linear(add, f"{p}.conv_pw1", 2 * d, d)
-        _linear(add, f"{p}.conv_dw", d, 9)  # the depthwise kernel must be 9 wide
-        _norm(add, f"{p}.conv_norm", d)
-        _linear(add, f"{p}.conv_pw2", d, d)
-        _norm(add, f"{p}.ffn_norm_1", d)
-        _linear(add, f"{p}.ffn_up_1", ff, d)
-        _linear(add, f"{p}.ffn_down_1", d, ff)
-        _norm(add, f"{p}.ln2", d)
-    _norm(add, "mm.a.mlp.0", d)
-    _linear(add, "mm.a.mlp.1", hidden, d)
-    _linear(add, "mm.a.mlp.3", spec.n_embd_text, hidden)
+        add_norm(add, f"{p}.norm_conv", d)
+        add_linear(add, f"{p}.conv_pw1", 2 * d, d)
+        add_linear(add, f"{p}.conv_dw", d, 9)  # the depthwise kernel must be 9 wide
+        add_norm(add, f"{p}.conv_norm", d)
+        add_linear(add, f"{p}.conv_pw2", d, d)
+        add_norm(add, f"{p}.ffn_norm_1", d)
+        add_linear(add, f"{p}.ffn_up_1", ff, d)
+        add_linear(add, f"{p}.ffn_down_1", d, ff)
+        add_norm(add, f"{p}.ln2", d)
+    add_norm(add, "mm.a.mlp.0", d)
+    add_linear(add, "mm.a.mlp.1", hidden, d)
+    add_linear(add, "mm.a.mlp.3", spec.n_embd_text, hidden)
