@@ -47,8 +47,9 @@ class SlotMemory:
         self._ctx = ctx
         self._config = config
         self._stats = stats
-        #: Each slot's limit: the context divided among the slots, as llama-server's -np.
-        self.n_ctx_slot: int = ctx.n_ctx // config.n_slots
+        #: Each slot's limit: the context divided among the slots, as llama-server's -np; with ``--kv-unified``
+        #: the whole context, which the slots share (a decode that finds no room fails every generation in it).
+        self.n_ctx_slot: int = ctx.n_ctx if config.shared_context else ctx.n_ctx // config.n_slots
         self.slots = tuple(Slot(i, n_ctx=self.n_ctx_slot) for i in range(config.n_slots))
         self.ram = RamPromptCache(config.cache_ram_bytes)
         #: ``--cache-disk``: the RAM cache's entries are written there too, and read back now.

@@ -339,6 +339,8 @@ class EngineConfig:
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     #: ``-fa``, ``-ctk``, ``-ctv``, ``--swa-full``.
     kv: KvCacheOptions = field(default_factory=KvCacheOptions)
+    #: ``--kv-unified``: each slot may fill the whole context, which they share (default: ``n_ctx / n_slots`` each).
+    shared_context: bool = False
     #: ``--lora`` / ``--lora-scaled``: LoRA adapter files and their starting scales.
     lora: tuple[tuple[str, float], ...] = ()
 

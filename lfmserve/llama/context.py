@@ -115,8 +115,10 @@ class NativeContext:
             batch = self.batch
         batch.struct.n_tokens = batch.n_tokens
         rc = llama.llama_decode(self._ctx, batch.struct)
+        if rc == 1:  # llama-server's words for it
+            raise EngineError("Context size has been exceeded: no room in the KV cache (llama_decode code 1)")
         if rc != 0:
-            reason = {1: "no room in the KV cache", 2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
+            reason = {2: "aborted", -1: "invalid batch"}.get(rc, "fatal error")
             raise EngineError(f"llama_decode failed: {reason} (code {rc})")
 
     def seq_rm(self, seq_id: int, p0: int, p1: int = -1) -> bool:

@@ -29,6 +29,7 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         cache_reuse=engine.cache_reuse,
         cache_idle_slots=engine.cache_idle_slots,
         context_shift=engine.context_shift,
+        shared_context=engine.kv_unified,
         kv=KvCacheOptions(
             flash_attn=cast(Literal["auto", "on", "off"], engine.flash_attn),
             type_k=engine.cache_type_k,

@@ -311,8 +311,9 @@ class EngineSettings:
         "--kv-unified",
         "-no-kvu",
         "--no-kv-unified",
-        help="one KV pool shared by all slots (default; lfmserve divides it between slots itself)",
-        default=True,
+        help="let any slot fill the whole context, which the slots share; when it runs out, every generation in the "
+        "decode fails (default: each slot gets -c / -np)",
+        default=False,
         action=OnOffAction,
     )
     cont_batching: bool = switch(

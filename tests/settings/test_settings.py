@@ -313,7 +313,7 @@ def test_the_llama_server_suites_spellings() -> None:
         ("User:", "###"),
     )
     defaults = Settings()
-    assert (defaults.server.cors_origins, defaults.server.ui, defaults.engine.kv_unified) == ("*", True, True)
+    assert (defaults.server.cors_origins, defaults.server.ui, defaults.engine.kv_unified) == ("*", True, False)
     assert defaults.engine.cache_prompt is True
 
 
