@@ -34,6 +34,7 @@ import sys
 import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -237,6 +238,12 @@ class FileResult:
     skipped: int
     excluded: int
     failures: tuple[str, ...]
+
+    @property
+    def share(self) -> float:
+        """The share of the file's tests that passed, exclusions counted as not passed (skips left out)."""
+        counted = self.passed + self.failed + self.excluded
+        return self.passed / counted if counted else 1.0
 
 
 def unpack_suite(cache: Path) -> Path:
@@ -472,6 +479,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*", help="test files (default: every in-scope file)")
     parser.add_argument("--server", help="run another server binary instead of lfmserve (e.g. llama-server)")
+    parser.add_argument("--beside", help="also run each file against this binary (e.g. llama-server), one table")
     parser.add_argument("-k", help="pytest's -k expression")
     parser.add_argument("--verbose", action="store_true", help="show pytest's output")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -485,8 +493,38 @@ def main() -> int:
         return 0
 
     tests = unpack_suite(CACHE)
+    env = suite_environment(tests)
+    servers = {"lfmserve": None} if options.server is None else {Path(options.server).name: options.server}
+    if options.beside:
+        servers[Path(options.beside).name] = options.beside
+    extra = ["-k", options.k] if options.k else []
+    results: dict[str, dict[str, FileResult]] = {server: {} for server in servers}
+    for name in options.files or IN_SCOPE:
+        for server, binary in servers.items():  # one file on each server in turn: the machine's drift hits both
+            r = run_file(tests, name, server_environment(env, binary), extra, options.verbose)
+            results[server][name] = r
+            print(
+                f"{name} on {server}: {r.passed} passed, {r.failed} failed, {r.skipped} skipped, {r.excluded} "
+                f"excluded ({r.share:.0%})",
+                flush=True,
+            )
+            for failure in r.failures:
+                known = [why for node, why in KNOWN_FAILURES.items() if f"{name}::{failure}".startswith(node)]
+                print(f"    FAILED {failure}" + (f" (known: {known[0]})" if known else ""), flush=True)
+    print_table(results)
+    if options.json:
+        options.json.write_text(
+            json.dumps({s: {n: vars_of(r) for n, r in by_file.items()} for s, by_file in results.items()}, indent=1)
+        )
+    return 0 if all(r.failed == 0 for by_file in results.values() for r in by_file.values()) else 1
+
+
+def suite_environment(tests: Path) -> dict[str, str]:
+    """The suite's environment: the shim, the stand-ins, the pictures, the router's cache; written once."""
     write_downloads(tests / "tmp")  # the suite's TMP_DIR, where its download_file finds them
-    env = {
+    write_plugin(CACHE)
+    write_router_cache(CACHE / "hf")
+    return {
         **os.environ,
         "LLAMA_SERVER_BIN_PATH": str(write_shim(CACHE)),
         "LFMSERVE_SUITE_STAND_INS": json.dumps(write_stand_ins(CACHE / "models")),
@@ -496,31 +534,34 @@ def main() -> int:
         "PORT": str(free_port()),  # the suite's default 8080 may be taken; runs side by side never collide
         "PYTHONPATH": os.pathsep.join([str(CACHE), os.environ.get("PYTHONPATH", "")]),
     }
-    write_plugin(CACHE)
-    write_router_cache(CACHE / "hf")
-    if options.server:
-        env["LFMSERVE_SUITE_SERVER"] = str(Path(options.server).expanduser())
-        # llama-server places weights as lfmserve does (no AMX repacking, whose kernels crash where built in)
-        env["LFMSERVE_SUITE_SERVER_FLAGS"] = json.dumps(llama_server_weight_flags())
-    extra = ["-k", options.k] if options.k else []
-    results = {}
-    for name in options.files or IN_SCOPE:
-        results[name] = run_file(tests, name, env, extra, options.verbose)
-        r = results[name]
-        print(f"{name}: {r.passed} passed, {r.failed} failed, {r.skipped} skipped, {r.excluded} excluded", flush=True)
-        for failure in r.failures:
-            known = [why for node, why in KNOWN_FAILURES.items() if f"{name}::{failure}".startswith(node)]
-            print(f"    FAILED {failure}" + (f" (known: {known[0]})" if known else ""), flush=True)
 
-    columns = ("passed", "failed", "skipped", "excluded")
-    print("\n| file | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns))
-    for name, r in results.items():
-        print(f"| {name} | " + " | ".join(str(getattr(r, c)) for c in columns) + " |")
-    total = {c: sum(getattr(r, c) for r in results.values()) for c in columns}
-    print("| **all** | " + " | ".join(str(total[c]) for c in columns) + " |")
-    if options.json:
-        options.json.write_text(json.dumps({n: vars_of(r) for n, r in results.items()}, indent=1))
-    return 0 if total["failed"] == 0 else 1
+
+def server_environment(env: dict[str, str], binary: str | None) -> dict[str, str]:
+    """``env`` for lfmserve (``binary`` None) or for another server binary."""
+    if binary is None:
+        return env
+    # llama-server places weights as lfmserve does (no AMX repacking, whose kernels crash where built in)
+    flags = json.dumps(llama_server_weight_flags())
+    return {**env, "LFMSERVE_SUITE_SERVER": str(Path(binary).expanduser()), "LFMSERVE_SUITE_SERVER_FLAGS": flags}
+
+
+def print_table(results: dict[str, dict[str, FileResult]]) -> None:
+    """Per file and server: passed / failed / skipped / excluded, and the share passed (exclusions count as not
+    passed, skips are left out)."""
+    servers = list(results)
+    header = " | ".join(f"{s}: passed / failed / skipped / excluded | {s}: share" for s in servers)
+    print(f"\n| file | {header} |\n|---|" + "---:|---:|" * len(servers))
+    for name in [*results[servers[0]], None]:
+        cells = []
+        for server in servers:
+            r = results[server][name] if name else _total(results[server].values())
+            cells += [f"{r.passed} / {r.failed} / {r.skipped} / {r.excluded}", f"{r.share:.0%}"]
+        print(f"| {name or '**all**'} | " + " | ".join(cells) + " |")
+
+
+def _total(results: Iterable[FileResult]) -> FileResult:
+    rows = list(results)
+    return FileResult(*(sum(getattr(r, c) for r in rows) for c in ("passed", "failed", "skipped", "excluded")), ())
 
 
 def vars_of(result: FileResult) -> dict[str, object]:
