@@ -3,8 +3,9 @@
 The engine thread only bumps plain integers; this module turns them into llama-server's ``/slots``
 JSON and, at scrape time, into Prometheus text with llama-server's metrics (``llamacpp:*``, the names,
 types, help and order of ``server_task_result_metrics::to_metrics``) plus lfmserve's prompt-cache
-counters (``lfmserve:*``). The text is written here rather than by ``prometheus_client``, which would
-name the ``# TYPE`` line of a counter without its ``_total`` and cannot type ``n_tokens_max`` a counter.
+counters and request histograms (``lfmserve:*``). The text is written here rather than by
+``prometheus_client``, which would name the ``# TYPE`` line of a counter without its ``_total`` and
+cannot type ``n_tokens_max`` a counter.
 """
 
 from __future__ import annotations
@@ -237,16 +238,20 @@ def _lfmserve_metrics(engine: Engine) -> list[_Metric]:
 
 
 def _histograms(requests: RequestHistograms) -> list[tuple[str, str, Histogram]]:
-    """vLLM's request histograms, under llama-server's prefix."""
+    """vLLM's request histograms, under lfmserve's prefix.
+
+    llama-server has no histograms, and its own test parser wants a ``# TYPE`` line for every unlabelled
+    ``llamacpp:`` sample, which a histogram's ``_sum`` and ``_count`` never have.
+    """
     return [
-        ("llamacpp:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+        ("lfmserve:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
          requests.time_to_first_token),
-        ("llamacpp:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+        ("lfmserve:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
          requests.e2e_latency),
-        ("llamacpp:request_queue_time_seconds", "Histogram of time spent waiting for a slot in seconds.",
+        ("lfmserve:request_queue_time_seconds", "Histogram of time spent waiting for a slot in seconds.",
          requests.queue_time),
-        ("llamacpp:request_prompt_tokens", "Number of prefill tokens processed.", requests.prompt_tokens),
-        ("llamacpp:request_generation_tokens", "Number of generation tokens processed.", requests.generation_tokens),
+        ("lfmserve:request_prompt_tokens", "Number of prefill tokens processed.", requests.prompt_tokens),
+        ("lfmserve:request_generation_tokens", "Number of generation tokens processed.", requests.generation_tokens),
     ]  # fmt: skip
 
 

@@ -70,9 +70,8 @@ class Engine:
             if config.cache_disk
             else None
         )
-        self._memory = SlotMemory(
-            self._ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints, disk=disk
-        )
+        exact = not model.info.needs_checkpoints(swa_full=config.kv.swa_full)
+        self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=exact, disk=disk)
         if projector is not None and self._memory.shifts_context:
             logger.warning("--context-shift is not supported with a multimodal projector: it is off")
             self._memory.shifts_context = False  # a media chunk's positions cannot be cut in half
@@ -86,7 +85,9 @@ class Engine:
         )
         #: ``--embeddings``: inputs embedded on a second context, between generation steps.
         self.embeddings = (
-            EmbeddingQueue(_embedding_context(model, config), self.media, lambda: bool(self._running), stats=self.stats)
+            EmbeddingQueue(
+                _embedding_context(model, config, projector), self.media, lambda: bool(self._running), stats=self.stats
+            )
             if config.embeddings
             else None
         )
@@ -102,7 +103,7 @@ class Engine:
         self._bounds = RequestBounds(
             n_ctx_slot=self.n_ctx_slot, n_vocab=model.n_vocab, n_slots=config.n_slots, media=self.media is not None
         )
-        self._slot_control = SlotControl(self._ctx, self._memory, self._inbox)
+        self._slot_control = SlotControl(self._ctx, self._memory, self._inbox, media=projector is not None)
         self._waiting: list[Submission] = []
         self._running: dict[int, Generation] = {}
         self._ids = itertools.count(1)
@@ -351,7 +352,7 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
     return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs)
 
 
-def _embedding_context(model: NativeModel, config: EngineConfig) -> EmbeddingContext:
+def _embedding_context(model: NativeModel, config: EngineConfig, projector: Projector | None) -> EmbeddingContext:
     """The second context ``--embeddings`` decodes on, so that embedding never touches the slots' memory."""
     return EmbeddingContext(
         model,
@@ -359,4 +360,5 @@ def _embedding_context(model: NativeModel, config: EngineConfig) -> EmbeddingCon
         n_ubatch=config.n_ubatch,
         n_seq_max=config.embedding_sequences,
         n_threads=config.n_threads_batch or config.n_threads,
+        non_causal_media=projector is not None and projector.non_causal_images,
     )

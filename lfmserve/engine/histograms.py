@@ -1,5 +1,5 @@
 """Per-request latency and size histograms, filled by the engine thread when a request finishes and shown by
-``/metrics`` as Prometheus histograms under llama-server's prefix, with vLLM's names and buckets (dashboards made
+``/metrics`` as Prometheus histograms under lfmserve's prefix, with vLLM's names and buckets (dashboards made
 for vLLM read them unchanged).
 
 The engine thread only adds to plain numbers here; the text is written at scrape time

@@ -9,7 +9,7 @@ llama.cpp's sequence files with the slot's tokens packed as llama-server packs t
 
 Example::
 
-    control = SlotControl(ctx, memory, inbox)
+    control = SlotControl(ctx, memory, inbox, media=projector is not None)
     n_saved, n_written = control.save(0, "/srv/slots/chat.bin")  # any thread
     control.erase(0)
     n_restored, n_read = control.restore(0, "/srv/slots/chat.bin")
@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 
 from ..errors import EngineError, InvalidRequest, Unavailable
@@ -29,18 +30,25 @@ from .records import EngineRequest, SlotTask
 from .scheduler import Slot
 from .slot_file import PACKED_OVERHEAD, pack_tokens, unpack_tokens
 
+#: The head of llama.cpp's sequence file (``llama_state_seq_save_file``): magic ``ggsq``, version, token count.
+_SEQ_FILE_HEAD = struct.Struct("=III")
+_SEQ_FILE_MAGIC = 0x67677371
+_SEQ_FILE_VERSION = 3
+
 
 class SlotControl:
     """The slots' reads for ``/slots`` and their file commands, kept apart from the engine's loop.
 
     The engine tells it which generation each slot starts (:meth:`started`); everything else it asks of
-    the slots' memory.
+    the slots' memory. ``media`` says whether the engine has a projector: without one, a file that holds
+    media positions is refused.
     """
 
-    def __init__(self, ctx: NativeContext, memory: SlotMemory, inbox: Inbox) -> None:
+    def __init__(self, ctx: NativeContext, memory: SlotMemory, inbox: Inbox, *, media: bool) -> None:
         self._ctx = ctx
         self._memory = memory
         self._inbox = inbox
+        self._media = media
         #: The generation each slot runs, or ran last (``/slots`` shows its settings, as llama-server does).
         self._generations: dict[int, Generation] = {}
 
@@ -131,7 +139,16 @@ class SlotControl:
         return len(tokens), n_read
 
     def _load(self, slot: Slot, path: str) -> tuple[list[int], int]:
-        """The slot file's state, loaded into the slot's sequence, and its tokens, checked as llama-server does."""
+        """The slot file's state, loaded into the slot's sequence, and its tokens, checked as llama-server does.
+
+        Without a projector, media positions (negative ids) are refused as llama-server refuses them, but from
+        the file's token list read beforehand, so that a refused file's state never reaches llama.cpp.
+        """
+        saved = None if self._media else _saved_words(path, slot.n_ctx + PACKED_OVERHEAD)
+        if saved is not None and any(t < 0 for t in unpack_tokens(saved)):
+            raise InvalidRequest(
+                "Unable to restore slot: Cannot restore media tokens without an mmproj", param="filename"
+            )
         try:
             words, n_read = self._ctx.load_seq_file(slot.id, path, slot.n_ctx + PACKED_OVERHEAD)
         except EngineError:
@@ -145,3 +162,17 @@ class SlotControl:
         if any(t >= self._ctx.model.n_vocab for t in tokens):  # negative ids are media positions (``slot_file``)
             raise InvalidRequest("Unable to restore slot: Invalid tokens in slot save file", param="filename")
         return tokens, n_read
+
+
+def _saved_words(path: str, max_words: int) -> list[int] | None:
+    """The token words at the head of a llama.cpp sequence file, read without llama.cpp; None when the file is
+    not one (or holds more than ``max_words``), for llama.cpp's own load to refuse."""
+    with open(path, "rb") as handle:
+        head = handle.read(_SEQ_FILE_HEAD.size)
+        if len(head) < _SEQ_FILE_HEAD.size:
+            return None
+        magic, version, n_words = _SEQ_FILE_HEAD.unpack(head)
+        if (magic, version) != (_SEQ_FILE_MAGIC, _SEQ_FILE_VERSION) or n_words > max_words:
+            return None
+        data = handle.read(4 * n_words)
+    return list(struct.unpack(f"={n_words}i", data)) if len(data) == 4 * n_words else None

@@ -8,10 +8,12 @@ position, where the state is saved after the decode.
 
 Media positions take embedding rows, which llama.cpp decodes in a batch of their own: after the token
 batch's decode (and its sampling), the same step decodes the media rows of the prompts that have reached
-one, in the room left. Encoding a media chunk costs seconds of CPU for a real projector's image. While
-other generations run it happens beside them, on the encoder's worker with cores the engine lends it
-(decoding goes on with the rest), and the prompt waits for its rows; a generation alone encodes on the
-engine thread with every core, one chunk per step.
+one, in the room left. Rows that mtmd decodes with causal attention off (Gemma 3's images) are decoded as
+mtmd-helper decodes them: a span's rows in one decode (in micro-batch pieces only when longer than one),
+never beside rows that attend causally, so such a span waits for a step with room for all of it. Encoding a
+media chunk costs seconds of CPU for a real projector's image. While other generations run it happens beside
+them, on the encoder's worker with cores the engine lends it (decoding goes on with the rest), and the prompt
+waits for its rows; a generation alone encodes on the engine thread with every core, one chunk per step.
 
 Invariants. A slot's ``tokens`` are the positions its sequence holds after every step: a sampled token waits in
 ``pending_token`` until the next step decodes it, a rejected draft's cells are removed, and the tokens a
@@ -32,6 +34,7 @@ from collections.abc import Sequence
 from ..errors import EngineError
 from ..llama.batch import Batch
 from ..llama.context import NativeContext
+from ..llama.mtmd import attention
 from .generation import Generation
 from .media import MediaEncoder, Rows
 from .memory import SlotMemory
@@ -171,9 +174,9 @@ class BatchStep:
         if not self._ctx.seq_rm(seq, kept, -1):
             raise EngineError(f"could not roll back slot {seq} to {kept} tokens after a draft")
 
-    def _decode(self, batch: Batch, running: Sequence[Generation], *, n_prompt: int) -> bool:
-        """Decode ``batch``, which holds ``n_prompt`` prompt positions; a failure fails every running
-        generation (False).
+    def _decode(self, batch: Batch, running: Sequence[Generation], *, n_prompt: int, causal: bool = True) -> bool:
+        """Decode ``batch``, which holds ``n_prompt`` prompt positions, with causal attention or (media rows that
+        mtmd decodes so) without; a failure fails every running generation (False).
 
         While an encode runs beside, its threads are lent to it; once it has finished, they are back. The
         prompt's metrics count the positions decoded and the time of the decodes that held them; a token
@@ -183,7 +186,8 @@ class BatchStep:
             self._ctx.lend_threads(self._encoder.projector.side_threads if self._encoder.encoding_beside else 0)
         t0 = time.perf_counter()
         try:
-            self._ctx.decode(batch)
+            with attention(self._ctx.handle, non_causal=not causal):
+                self._ctx.decode(batch)
         except EngineError as exc:
             logger.error("%s; failing the %d requests in the batch", exc, len(running))
             for gen in running:
@@ -247,16 +251,17 @@ class BatchStep:
                 if not ready or (encoded and streaming):  # the streams waited for an encode: rows next step
                     continue
             assert gen.media_rows is not None
-            rows = gen.media_rows[1]
-            n = min(_prefill_end(gen, done) - done, budget)
+            rows = gen.media_rows[1][done - span.start :]  # from the first row not decoded yet
+            n = _media_rows_due(gen, span, budget, batch.capacity, chunks)
+            if n == 0:
+                continue  # next step: room for the whole span, or a batch of its own attention
             wants_logits = done + n == len(gen.prompt) and gen.request.max_tokens != 0
-            offset = done - span.start
-            index = batch.add_embeddings(rows[offset : offset + n], done, gen.slot.id, wants_logits)
+            index = batch.add_embeddings(rows[:n], done, gen.slot.id, wants_logits)
             if wants_logits:
                 gen.batch_index = index
             budget -= n
             chunks.append((gen, n))
-        if not chunks or not self._decode(batch, running, n_prompt=sum(n for _, n in chunks)):
+        if not chunks or not self._decode(batch, running, n_prompt=sum(n for _, n in chunks), causal=_causal(chunks)):
             return progressed or bool(chunks)
         now = time.perf_counter()
         for gen, n in chunks:
@@ -308,8 +313,8 @@ class BatchStep:
         if n > 0:
             gen.time_prompt(now)
             gen.report_progress(now)
-        if gen.checkpoints_due and gen.checkpoints_due[0][0] == len(slot.tokens):
-            _, boundary = gen.checkpoints_due.pop(0)
+        boundary = _checkpoint_due(gen)
+        if boundary is not None:
             self._memory.checkpoint(slot, boundary=boundary)
         if len(slot.tokens) != len(gen.prompt):
             return
@@ -339,3 +344,37 @@ def _prefill_end(gen: Generation, done: int) -> int:
     spans = gen.request.media
     i = bisect.bisect_right(spans, done, key=lambda span: span.start)
     return min(end, spans[i].start) if i < len(spans) else end
+
+
+def _media_rows_due(
+    gen: Generation, span: MediaSpan, budget: int, capacity: int, batched: Sequence[tuple[Generation, int]]
+) -> int:
+    """How many rows of ``span`` the generation decodes in this step, up to ``budget``: to the next checkpoint,
+    or, for rows mtmd decodes with causal attention off, the rest of the span at once (in pieces of a micro-batch,
+    ``capacity``, only when it is longer). 0 until a step has room for that, or while the rows ``batched`` so far
+    attend the other way."""
+    if batched and _causal(batched) == span.chunk.non_causal:
+        return 0
+    done = len(gen.slot.tokens)
+    if not span.chunk.non_causal:
+        return min(_prefill_end(gen, done) - done, budget)
+    n = min(span.end - done, capacity)
+    return n if n <= budget else 0
+
+
+def _causal(batched: Sequence[tuple[Generation, int]]) -> bool:
+    """Whether the media rows of ``batched`` (generations at their media rows) decode with causal attention."""
+    rows = batched[0][0].media_rows if batched else None
+    return rows is None or not rows[0].chunk.non_causal
+
+
+def _checkpoint_due(gen: Generation) -> bool | None:
+    """Whether the slot's state is to be checkpointed now, as a message boundary (True) or not (False); None when
+    no checkpoint is due. Those passed over fell inside rows decoded at once (``_media_rows_due``): no state there.
+    """
+    n_tokens = len(gen.slot.tokens)
+    while gen.checkpoints_due and gen.checkpoints_due[0][0] < n_tokens:
+        gen.checkpoints_due.pop(0)
+    if gen.checkpoints_due and gen.checkpoints_due[0][0] == n_tokens:
+        return gen.checkpoints_due.pop(0)[1]
+    return None

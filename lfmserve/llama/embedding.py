@@ -23,6 +23,7 @@ import numpy.typing as npt
 from ..errors import EngineError
 from .batch import Batch
 from .model import NativeModel
+from .mtmd import attention
 
 #: llama.cpp's pooling types by the names of ``--pooling``.
 POOLING_TYPES: dict[str, int] = {
@@ -39,8 +40,17 @@ class EmbeddingContext:
     """Embeddings of whole inputs: pooled (one row each) or, with pooling ``none``, one row per token."""
 
     def __init__(
-        self, model: NativeModel, *, pooling: str | None, n_ubatch: int, n_seq_max: int, n_threads: int
+        self,
+        model: NativeModel,
+        *,
+        pooling: str | None,
+        n_ubatch: int,
+        n_seq_max: int,
+        n_threads: int,
+        non_causal_media: bool = False,
     ) -> None:
+        """``non_causal_media``: media rows are decoded with causal attention off, as mtmd decodes the images
+        of a projector that asks for it (:attr:`~lfmserve.llama.mtmd.Projector.non_causal_images`)."""
         params = llama.llama_context_default_params()
         params.embeddings = True
         params.pooling_type = POOLING_TYPES[pooling] if pooling else llama.LLAMA_POOLING_TYPE_UNSPECIFIED
@@ -75,6 +85,7 @@ class EmbeddingContext:
         self.width = llama.llama_model_n_cls_out(model.handle) if self.pooling == "rank" else self.n_embd
         self._batch = Batch(self.n_ubatch)
         self._rows_batch: Batch | None = None  # media rows, made on first use
+        self.non_causal_media = non_causal_media
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
         """One decode of ``inputs`` (at most ``n_seq_max``, ``n_ubatch`` tokens in all): each input's pooled
@@ -106,7 +117,8 @@ class EmbeddingContext:
         llama.llama_memory_clear(self._memory, True)
         position = 0
         for piece in pieces:
-            if piece.dtype == np.float32:
+            media = piece.dtype == np.float32
+            if media:
                 if self._rows_batch is None:
                     self._rows_batch = Batch(self.n_ubatch, n_embd=self.model.info.n_embd)
                 batch = self._rows_batch
@@ -118,7 +130,8 @@ class EmbeddingContext:
                 batch.add(piece, position, 0, True)
             batch.logits[: batch.n_tokens] = 1
             batch.struct.n_tokens = batch.n_tokens
-            rc = llama.llama_decode(self._ctx, batch.struct)
+            with attention(self._ctx, non_causal=media and self.non_causal_media):
+                rc = llama.llama_decode(self._ctx, batch.struct)
             if rc != 0:
                 raise EngineError(f"llama_decode failed for embeddings (code {rc})")
             position += len(piece)

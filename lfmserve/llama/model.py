@@ -54,10 +54,12 @@ class ModelInfo:
     def vocab_type_name(self) -> str:
         return _VOCAB_TYPES.get(self.vocab_type, str(self.vocab_type))
 
-    @property
-    def needs_checkpoints(self) -> bool:
-        """Its memory cannot drop a tail by position alone (recurrent state or a sliding window)."""
-        return self.is_hybrid or self.is_recurrent or self.n_swa > 0
+    def needs_checkpoints(self, *, swa_full: bool) -> bool:
+        """Its memory cannot drop a tail by position alone: recurrent state, or a sliding window that keeps only
+        its last ``n_swa`` cells. With ``swa_full`` (``--swa-full``) the window's layers keep every cell, so an
+        attention model with a sliding window truncates as exactly as a plain one (llama-server then counts
+        ``n_swa`` as 0)."""
+        return self.is_hybrid or self.is_recurrent or (self.n_swa > 0 and not swa_full)
 
     def to_json(self) -> dict[str, Any]:
         """The model as ``/props`` describes it."""

@@ -20,11 +20,13 @@ import hashlib
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gguf
+import llama_cpp.llama_cpp as llama
 import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +89,8 @@ class PromptChunk:
     n_tokens: int
     #: The media's id, shared by the tiles of one image (None for text).
     id: str | None
+    #: mtmd decodes the chunk's rows with causal attention off (``mtmd_decode_use_non_causal``: Gemma 3's images).
+    non_causal: bool = False
     _handle: Any = field(default=None, repr=False)
 
 
@@ -181,6 +185,8 @@ class Projector:
         self.projector_types = facts.projector_types
         #: The longest audio the encoder takes: mtmd aborts the process beyond it (LFM2-Audio's position rows).
         self.max_audio_seconds = facts.max_audio_seconds
+        #: mtmd decodes this projector's image rows with causal attention off (Gemma 3's); audio rows never are.
+        self.non_causal_images = bool(mtmd.mtmd_decode_use_non_causal(self._ctx, None))
         #: Threads of the second context (0: there is none, every encode uses the first).
         self.side_threads = side_threads
         try:
@@ -294,8 +300,33 @@ class Projector:
         handle = mtmd.mtmd_input_chunk_copy(borrowed)
         raw_id = mtmd.mtmd_input_chunk_get_id(handle)
         chunk = PromptChunk(
-            kind, (), int(mtmd.mtmd_input_chunk_get_n_tokens(handle)), raw_id.decode() if raw_id else None
+            kind,
+            (),
+            int(mtmd.mtmd_input_chunk_get_n_tokens(handle)),
+            raw_id.decode() if raw_id else None,
+            non_causal=bool(mtmd.mtmd_decode_use_non_causal(self._ctx, handle)),
         )
         chunk._handle = handle
         weakref.finalize(chunk, mtmd.mtmd_input_chunk_free, handle)
         return chunk
+
+
+@contextmanager
+def attention(ctx: Any, *, non_causal: bool) -> Iterator[None]:
+    """mtmd-helper's ``scope_non_causal`` around a batch of media rows: causal attention off on the llama
+    context ``ctx`` while the batch decodes when ``non_causal`` (:attr:`PromptChunk.non_causal`), then back.
+
+    Example::
+
+        with attention(ctx.handle, non_causal=span.chunk.non_causal):
+            ctx.decode(rows_batch)
+    """
+    if not non_causal:
+        yield
+        return
+    causal = bool(llama.llama_get_causal_attn(ctx))  # mtmd turns it back on; a non-causal model stays so
+    llama.llama_set_causal_attn(ctx, False)
+    try:
+        yield
+    finally:
+        llama.llama_set_causal_attn(ctx, causal)

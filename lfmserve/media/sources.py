@@ -89,15 +89,22 @@ def _base64(text: str, param: str) -> bytes:
 # -- file:// ---------------------------------------------------------------------------------------
 
 
+#: Characters llama-server's ``fs_validate_filename`` refuses in a name, besides the controls and surrogates.
+_FORBIDDEN_CHARACTERS = frozenset(':*?"<>|\uff0e\u2215\u2216\ufffd\ufeff')
+
+
 def _read_file(name: str, policy: MediaPolicy, param: str) -> bytes:
-    """A file named relative to ``--media-path``, which it must not leave (no ``..``, no link out of it)."""
+    """A file named relative to ``--media-path``, which it must not leave (no ``..``, no link out of it).
+
+    As llama-server does, the name is appended to the folder, so a leading slash or an empty part only adds a
+    separator (``file:////a//b.jpg`` reads ``a/b.jpg``); its checks are ``fs_validate_filename``'s.
+    """
     if not policy.media_path:
         raise InvalidRequest("file:// URLs are not allowed unless --media-path is specified", param=param)
-    parts = name.replace("\\", "/").split("/")
-    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+    if not _allowed_name(name):
         raise InvalidRequest(f"file path is not allowed: {name[:200]}", param=param)
     root = os.path.realpath(policy.media_path)
-    path = os.path.realpath(os.path.join(root, *parts))
+    path = os.path.realpath(root + os.sep + name)
     if os.path.commonpath([root, path]) != root:
         raise InvalidRequest(f"file path is not allowed: {name[:200]}", param=param)
     try:
@@ -107,6 +114,17 @@ def _read_file(name: str, policy: MediaPolicy, param: str) -> bytes:
             return handle.read()
     except OSError:
         raise InvalidRequest(f"file does not exist or cannot be opened: {name[:200]}", param=param) from None
+
+
+def _allowed_name(name: str) -> bool:
+    """llama-server's ``fs_validate_filename(name, allow_subdirs=true)``: 1 to 255 UTF-8 bytes, no control or
+    look-alike characters, no ``..`` anywhere, no space at either end and no ``.`` at the end (so not ``.``)."""
+    if not 0 < len(name.encode("utf-8", "surrogatepass")) <= 255:
+        return False
+    for c in map(ord, name):
+        if c <= 0x1F or 0x7F <= c <= 0x9F or 0xD800 <= c <= 0xDFFF or chr(c) in _FORBIDDEN_CHARACTERS:
+            return False
+    return not (name[0] == " " or name[-1] in " ." or ".." in name)
 
 
 # -- http(s):// -------------------------------------------------------------------------------------

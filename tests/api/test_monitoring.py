@@ -190,28 +190,39 @@ def test_an_engine_that_never_decoded_reports_zeros() -> None:
     assert all(v == 0.0 for histogram in _histograms(text).values() for v in histogram.values())
 
 
-def test_request_histograms_are_vllms_under_llama_servers_prefix() -> None:
+def test_request_histograms_are_vllms_under_lfmserves_prefix() -> None:
     stats = EngineStats()
     stats.requests.observe(queued_s=0.2, first_token_s=0.03, total_s=1.2, n_prompt=300, n_generated=20)
     stats.requests.observe(queued_s=0.0, first_token_s=None, total_s=0.1, n_prompt=7, n_generated=0)
     text = MetricsReporter(_Engine((Slot(0),), stats=stats)).render()  # type: ignore[arg-type]
     histograms = _histograms(text)
     assert list(histograms) == [
-        "llamacpp:time_to_first_token_seconds",
-        "llamacpp:e2e_request_latency_seconds",
-        "llamacpp:request_queue_time_seconds",
-        "llamacpp:request_prompt_tokens",
-        "llamacpp:request_generation_tokens",
+        "lfmserve:time_to_first_token_seconds",
+        "lfmserve:e2e_request_latency_seconds",
+        "lfmserve:request_queue_time_seconds",
+        "lfmserve:request_prompt_tokens",
+        "lfmserve:request_generation_tokens",
     ]
-    ttft = histograms["llamacpp:time_to_first_token_seconds"]
+    ttft = histograms["lfmserve:time_to_first_token_seconds"]
     assert (ttft["le=0.02"], ttft["le=0.04"], ttft["le=+Inf"], ttft["count"], ttft["sum"]) == (0, 1, 1, 1, 0.03)
-    e2e = histograms["llamacpp:e2e_request_latency_seconds"]
+    e2e = histograms["lfmserve:e2e_request_latency_seconds"]
     assert (e2e["le=0.3"], e2e["le=1.0"], e2e["le=1.5"], e2e["count"]) == (1, 1, 2, 2)
-    prompt = histograms["llamacpp:request_prompt_tokens"]
+    prompt = histograms["lfmserve:request_prompt_tokens"]
     assert (prompt["le=5.0"], prompt["le=10.0"], prompt["le=200.0"], prompt["le=500.0"], prompt["sum"]) == (
         0, 1, 1, 2, 307
     )  # fmt: skip
-    assert 'llamacpp:time_to_first_token_seconds_bucket{le="0.001"} 0' in text.splitlines()
+    assert 'lfmserve:time_to_first_token_seconds_bucket{le="0.001"} 0' in text.splitlines()
+
+
+def test_every_unlabelled_llamacpp_sample_has_a_type_line_of_its_own() -> None:
+    """llama-server's own test parser requires it; a histogram's ``_sum`` and ``_count`` would have none."""
+    stats = EngineStats()
+    stats.requests.observe(queued_s=0.1, first_token_s=0.02, total_s=0.5, n_prompt=10, n_generated=3)
+    lines = MetricsReporter(_Engine((Slot(0),), stats=stats)).render().splitlines()  # type: ignore[arg-type]
+    typed = {line.split(" ")[2] for line in lines if line.startswith("# TYPE ")}
+    llamacpp = [line.split(" ")[0] for line in lines if line.startswith("llamacpp:") and "{" not in line]
+    assert len(llamacpp) == 15 and set(llamacpp) <= typed
+    assert "lfmserve:time_to_first_token_seconds_count" in {line.split(" ")[0] for line in lines}
 
 
 # -- over HTTP, on the tiny attention-only model ----------------------------------------------------------
@@ -248,8 +259,8 @@ def test_metrics_count_what_the_requests_timings_report(metrics_server: ServerTh
     histograms = _histograms(response.text)
     served = {name: values["count"] for name, values in histograms.items()}
     assert set(served.values()) == {3}  # one observation per request served
-    assert histograms["llamacpp:request_generation_tokens"]["sum"] == 21
-    ttft, e2e = (histograms[f"llamacpp:{n}_seconds"]["sum"] for n in ("time_to_first_token", "e2e_request_latency"))
+    assert histograms["lfmserve:request_generation_tokens"]["sum"] == 21
+    ttft, e2e = (histograms[f"lfmserve:{n}_seconds"]["sum"] for n in ("time_to_first_token", "e2e_request_latency"))
     assert 0 < ttft < e2e
 
 

@@ -1,18 +1,23 @@
-"""The engine on a real (tiny, random) LFM2 model: exact tokens, batching, stops, limits, cancel."""
+"""The engine on a real (tiny, random) LFM2 model: exact tokens, batching, stops, limits, cancel; and on a tiny
+Gemma 3, how ``--swa-full`` makes a sliding-window model's cache truncate exactly."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from lfmserve.engine.core import Engine
-from lfmserve.engine.records import EngineConfig, EngineRequest, SamplingParams
+from lfmserve.engine.records import EngineConfig, EngineRequest, KvCacheOptions, SamplingParams
 from lfmserve.engine.stream import SyncStream
 from lfmserve.errors import InvalidRequest, RequestCancelled, Unavailable
 from lfmserve.llama.model import NativeModel
-from tests.engine.conftest import GREEDY, prompt, run, tokens_of
+from lfmserve.llama.mtmd import Projector
+from lfmserve.testing import TinyGemma3, TinyGemma3Projector, write_gemma3_gguf, write_gemma3_mmproj_gguf
+from tests.engine.conftest import GREEDY, prompt, random_tokens, run, tokens_of
 
 
 def test_greedy_is_deterministic_with_and_without_the_cache(engine: Engine, model: NativeModel) -> None:
@@ -144,3 +149,62 @@ def test_closing_ends_every_request_with_a_503_and_refuses_new_ones(model: Nativ
         engine.clear_slot(0)  # a command after the stop is refused, not left waiting forever
     engine.cancel(1)  # cancelling after the close is a no-op
     engine.close()  # and so is closing twice
+
+
+# -- a sliding-window model, with and without --swa-full -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NativeModel]:
+    """The tiny Gemma 3 with an 8-token window, so that short prompts outrun it."""
+    folder = tmp_path_factory.mktemp("gemma3")
+    m = NativeModel(write_gemma3_gguf(folder / "gemma3.gguf", TinyGemma3(seed=1, sliding_window=8)))
+    yield m
+    m.close()
+
+
+@pytest.mark.parametrize(
+    ("swa_full", "edit_cached", "n_checkpoints", "restored_cached"),
+    [
+        (False, 0, 2, 0),  # the window dropped what the edit goes back to; the checkpoints are at the two ends
+        (True, 41, 0, 60),  # every cell kept: cut at the edit, and after a restore only the last token again
+    ],
+)
+def test_a_sliding_window_model_truncates_exactly_with_swa_full(
+    gemma3: NativeModel, tmp_path: Path, swa_full: bool, edit_cached: int, n_checkpoints: int, restored_cached: int
+) -> None:
+    kv = KvCacheOptions(swa_full=swa_full)
+    config = EngineConfig(n_ctx=512, n_slots=1, n_batch=256, n_ubatch=256, n_threads=1, cache_reuse=4, kv=kv)
+    engine = Engine(gemma3, config)
+    try:
+        assert gemma3.info.n_swa == 8 and engine.shifts_kv is swa_full  # llama.cpp shifts a full window only
+        base = (gemma3.bos_id, *random_tokens(gemma3, 60, seed=1))
+        edited = base[:41] + random_tokens(gemma3, 20, seed=2)
+        run(engine, EngineRequest(prompt_tokens=base, sampling=GREEDY, max_tokens=4))
+        after_edit = run(engine, EngineRequest(prompt_tokens=edited, sampling=GREEDY, max_tokens=4))
+        assert (after_edit[-1].n_cached_tokens, after_edit[-1].timings.prompt_n) == (edit_cached, 61 - edit_cached)
+        assert engine.stats.n_checkpoints_saved == n_checkpoints
+        engine.save_slot(0, str(tmp_path / "slot.bin"))
+        engine.clear_slot(0)
+        engine.restore_slot(0, str(tmp_path / "slot.bin"))  # a restored slot has no checkpoints
+        restored = run(engine, EngineRequest(prompt_tokens=edited, sampling=GREEDY, max_tokens=4))
+        assert (restored[-1].n_cached_tokens, restored[-1].timings.prompt_n) == (restored_cached, 61 - restored_cached)
+        uncached = EngineRequest(prompt_tokens=edited, sampling=GREEDY, max_tokens=4, cache_prompt=False)
+        assert tokens_of(after_edit) == tokens_of(restored) == tokens_of(run(engine, uncached))
+    finally:
+        engine.close()
+
+
+def test_embeddings_decode_media_rows_as_the_projector_asks(gemma3: NativeModel, tmp_path: Path) -> None:
+    """Gemma 3's projector has its image rows decoded with causal attention off (``llama.embedding`` tests it)."""
+    projector = Projector(
+        str(write_gemma3_mmproj_gguf(tmp_path / "mmproj.gguf", TinyGemma3Projector())), gemma3, n_threads=1
+    )
+    config = EngineConfig(n_ctx=512, n_slots=1, n_batch=256, n_ubatch=256, n_threads=1, embeddings=True)
+    engines = [Engine(gemma3, config, projector=projector), Engine(gemma3, config)]
+    try:
+        assert [e.embeddings.context.non_causal_media for e in engines if e.embeddings] == [True, False]
+    finally:
+        for engine in engines:
+            engine.close()
+        projector.close()

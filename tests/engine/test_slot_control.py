@@ -4,6 +4,7 @@ write and read, and what a slot holds after a file that does not restore."""
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -48,21 +49,32 @@ class _Context:
         self.model = SimpleNamespace(n_vocab=100)
         self.words = words
         self.saved: list[tuple[int, list[int]]] = []
+        self.loaded: list[str] = []
 
     def save_seq_file(self, seq_id: int, path: str, tokens: Sequence[int]) -> int:
         self.saved.append((seq_id, list(tokens)))
         return Path(path).write_text(" ".join(map(str, tokens)))
 
     def load_seq_file(self, seq_id: int, path: str, capacity: int) -> tuple[list[int], int]:
+        self.loaded.append(path)
         if self.words is None:
             raise EngineError(f"llama_state_seq_load_file failed for {path}")
         return list(self.words), 1234
 
 
-def _control(ctx: _Context | None = None, n_slots: int = 2, n_ctx: int = 8) -> tuple[SlotControl, _Memory]:
+def _control(
+    ctx: _Context | None = None, n_slots: int = 2, n_ctx: int = 8, *, media: bool = False
+) -> tuple[SlotControl, _Memory]:
     memory = _Memory(n_slots, n_ctx)
-    control = SlotControl(cast(NativeContext, ctx or _Context()), cast(SlotMemory, memory), cast(Inbox, _Here()))
+    context, inbox = cast(NativeContext, ctx or _Context()), cast(Inbox, _Here())
+    control = SlotControl(context, cast(SlotMemory, memory), inbox, media=media)
     return control, memory
+
+
+def _seq_file(path: Path, words: Sequence[int], *, magic: int = 0x67677371, version: int = 3) -> str:
+    """A file laid out as ``llama_state_seq_save_file`` writes one: magic, version, the words, then the state."""
+    path.write_bytes(struct.pack(f"=III{len(words)}i", magic, version, len(words), *words) + b"state")
+    return str(path)
 
 
 def _generation(slot: Slot, **fields: Any) -> Generation:
@@ -171,3 +183,49 @@ def test_restore_reads_only_a_regular_file_in_the_folder(tmp_path: Path) -> None
             control.restore(1, str(tmp_path / name))
         assert refused.value.param == "filename"
     assert memory.resets == []
+
+
+MEDIA_WORDS = [-1, 1, 4, 5, -977, -977, 6, 0]  # packed: two positions of one image between two tokens
+
+
+def test_media_positions_are_refused_without_a_projector_before_llama_cpp_loads_the_file(tmp_path: Path) -> None:
+    ctx = _Context(MEDIA_WORDS)
+    control, memory = _control(ctx)
+    memory.slots[0].tokens = [9, 9]
+    for words in (MEDIA_WORDS, [5, -977, 6]):  # llama-server's packed list, and the plain one of older servers
+        path = _seq_file(tmp_path / "image.bin", words)
+        with pytest.raises(InvalidRequest) as refused:
+            control.restore(0, path)
+        assert refused.value.message == "Unable to restore slot: Cannot restore media tokens without an mmproj"
+        assert refused.value.param == "filename" and refused.value.status_code == 400
+    assert ctx.loaded == [] and memory.slots[0].tokens == [] and memory.resets == [0, 0, 0, 0]
+
+
+def test_media_positions_restore_with_a_projector(tmp_path: Path) -> None:
+    ctx = _Context(MEDIA_WORDS)
+    control, memory = _control(ctx, media=True)
+    assert control.restore(0, _seq_file(tmp_path / "image.bin", MEDIA_WORDS)) == (4, 1234)
+    assert memory.slots[0].tokens == [5, -977, -977, 6] and len(ctx.loaded) == 1
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"magic": 0x12345678},
+        {"version": 2},
+        {"words": [-977] * 13},  # more than the slot's 8 tokens and the 4 packing words
+        {"cut": True},
+        {"text": True},
+    ],
+)
+def test_a_file_whose_token_list_cannot_be_read_is_left_to_llama_cpp(tmp_path: Path, layout: dict[str, Any]) -> None:
+    ctx = _Context([5, 6])  # what the stand-in for llama.cpp reads back from any file
+    control, memory = _control(ctx)
+    path = tmp_path / "odd.bin"
+    words = layout.get("words", [5, -977])
+    _seq_file(path, words, magic=layout.get("magic", 0x67677371), version=layout.get("version", 3))
+    if layout.get("cut"):
+        path.write_bytes(path.read_bytes()[: 12 + 4])  # the count says two words, the file holds one
+    if layout.get("text"):
+        path.write_bytes(b"-977")
+    assert control.restore(0, str(path)) == (2, 1234) and ctx.loaded == [str(path)]

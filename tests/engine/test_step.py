@@ -2,19 +2,27 @@
 the tiny attention-only model (no checkpoints) and the tiny LFM2 (recurrent state: snapshots and replays).
 
 Each test builds the step's real collaborators (a context, its slots' memory, generations with greedy samplers)
-and reads the batch the step decoded: llama.cpp's batch keeps it until the next step clears it."""
+and reads the batch the step decoded: llama.cpp's batch keeps it until the next step clears it. Then, through
+the engine, a tiny Gemma 3's image rows, which mtmd decodes with causal attention off: the log-probabilities
+after them are those of llama.cpp's own helper, alone, beside a stream, in pieces and across a checkpoint."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from typing import Any
 
+import llama_cpp.llama_cpp as llama
+import llama_cpp.mtmd_cpp as mtmd
+import numpy as np
 import pytest
 
+from lfmserve.engine.core import Engine
 from lfmserve.engine.generation import Generation, Limits, Submission
+from lfmserve.engine.media import MediaEncoder, prompt_from_chunks
 from lfmserve.engine.memory import SlotMemory
-from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest, EngineStats
+from lfmserve.engine.records import EngineConfig, EngineOutput, EngineRequest, EngineStats, MediaSpan
 from lfmserve.engine.sampling import Sampler
 from lfmserve.engine.speculation import SpeculationConfig
 from lfmserve.engine.speculation.speculator import Generation as Drafting
@@ -22,7 +30,15 @@ from lfmserve.engine.speculation.speculator import Speculator
 from lfmserve.engine.step import BatchStep
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
-from tests.engine.conftest import GREEDY, random_tokens
+from lfmserve.llama.mtmd import Media, Projector, PromptChunk
+from lfmserve.testing import (
+    TinyGemma3,
+    TinyGemma3Projector,
+    tinted_pixels,
+    write_gemma3_gguf,
+    write_gemma3_mmproj_gguf,
+)
+from tests.engine.conftest import GREEDY, random_tokens, run
 
 #: Greedy and never ending early: a generation runs to its ``max_tokens``.
 ENDLESS = replace(GREEDY, ignore_eos=True)
@@ -58,25 +74,38 @@ class _FixedDraft(Speculator):
 class Harness:
     """A context of four 256-token slots, its memory and a batch step, and the generations started on it."""
 
-    def __init__(self, model: NativeModel, *, n_batch: int, n_ubatch: int, drafts: bool = False) -> None:
+    def __init__(
+        self,
+        model: NativeModel,
+        *,
+        n_batch: int,
+        n_ubatch: int,
+        drafts: bool = False,
+        n_ctx: int = 1024,
+        projector: Projector | None = None,
+    ) -> None:
         self.model = model
-        config = EngineConfig(n_ctx=1024, n_slots=4, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=1)
+        config = EngineConfig(n_ctx=n_ctx, n_slots=4, n_batch=n_batch, n_ubatch=n_ubatch, n_threads=1)
         self.ctx = NativeContext(
-            model, n_ctx=1024, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=4, n_threads=1, n_threads_batch=1
+            model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=4, n_threads=1, n_threads_batch=1
         )
         self.stats = EngineStats()
-        self.memory = SlotMemory(self.ctx, config, self.stats, exact_truncation=not model.info.needs_checkpoints)
+        exact = not model.info.needs_checkpoints(swa_full=config.kv.swa_full)
+        self.memory = SlotMemory(self.ctx, config, self.stats, exact_truncation=exact)
         self.drafts = _FixedDraft(self.memory.n_ctx_slot) if drafts else None
-        self.step = BatchStep(self.ctx, self.memory, self.stats, n_ubatch=n_ubatch, speculator=self.drafts)
+        encoder = MediaEncoder(projector, max_bytes=2**24, stats=self.stats) if projector else None
+        self.step = BatchStep(
+            self.ctx, self.memory, self.stats, n_ubatch=n_ubatch, encoder=encoder, speculator=self.drafts
+        )
         self.running: list[Generation] = []
         self.outputs: dict[int, _Outputs] = {}
         self._ids = itertools.count(1)
 
-    def start(self, prompt: tuple[int, ...], max_tokens: int = 200) -> Generation:
+    def start(self, prompt: tuple[int, ...], max_tokens: int = 200, media: tuple[MediaSpan, ...] = ()) -> Generation:
         """A generation of ``prompt`` in the next free slot, as admission leaves it (nothing cached)."""
         slot = next(s for s in self.memory.slots if not s.busy)
         slot.busy = True
-        request = EngineRequest(prompt_tokens=prompt, sampling=ENDLESS, max_tokens=max_tokens)
+        request = EngineRequest(prompt_tokens=prompt, media=media, sampling=ENDLESS, max_tokens=max_tokens)
         sink = _Outputs()
         submission = Submission(next(self._ids), request, sink)
         sampler = Sampler(self.model, ENDLESS, prompt, self.memory.n_ctx_slot)
@@ -99,6 +128,17 @@ class Harness:
             (int(s), int(p), bool(w)) for s, p, w in zip(batch.seq[:n], batch.pos[:n], batch.logits[:n], strict=True)
         ]
 
+    def media_decoded(self) -> list[tuple[int, int, int]]:
+        """The last step's media rows: (sequence, first position, row count) of each run of them."""
+        batch = self.ctx.embd_batch
+        runs: list[tuple[int, int, int]] = []
+        for seq, pos in zip(batch.seq[: batch.n_tokens], batch.pos[: batch.n_tokens], strict=True):
+            if runs and runs[-1][0] == seq and runs[-1][1] + runs[-1][2] == pos:
+                runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+            else:
+                runs.append((int(seq), int(pos), 1))
+        return runs
+
     def per_sequence(self) -> dict[int, int]:
         """How many tokens of each sequence the last token batch held."""
         counts: dict[int, int] = {}
@@ -114,8 +154,8 @@ class Harness:
 def harness() -> Iterator[Callable[..., Harness]]:
     made: list[Harness] = []
 
-    def make(model: NativeModel, *, n_batch: int = 64, n_ubatch: int = 16, drafts: bool = False) -> Harness:
-        made.append(Harness(model, n_batch=n_batch, n_ubatch=n_ubatch, drafts=drafts))
+    def make(model: NativeModel, *, n_batch: int = 64, n_ubatch: int = 16, **options: Any) -> Harness:
+        made.append(Harness(model, n_batch=n_batch, n_ubatch=n_ubatch, **options))
         return made[-1]
 
     yield make
@@ -311,3 +351,154 @@ def test_a_recurrent_model_restores_its_state_and_replays_the_kept_tokens(
     assert h.decoded() == [(0, 8, False), (0, 9, False), (0, 10, True)]
     assert gen.slot.tokens == [*prompt, r[0], r[1], r[2]] and not gen.replay and gen.pending_token == r[3]
     assert h.outputs[gen.id].tokens == r[:4]
+
+
+# -- media rows that mtmd decodes with causal attention off (Gemma 3's images) -----------------------------
+
+N_LOGPROBS = 6
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NativeModel, Projector]]:
+    """The tiny Gemma 3 and a projector that makes 256 rows of an image, as Gemma 3's does."""
+    folder = tmp_path_factory.mktemp("gemma3")
+    model = NativeModel(write_gemma3_gguf(folder / "gemma3.gguf", TinyGemma3(seed=1)))
+    path = write_gemma3_mmproj_gguf(folder / "mmproj.gguf", TinyGemma3Projector(seed=1, image_size=256))
+    projector = Projector(str(path), model, n_threads=1)
+    yield model, projector
+    projector.close()
+    model.close()
+
+
+def _image_chunks(projector: Projector, n_words_before: int = 0) -> list[PromptChunk]:
+    words = " hello" * n_words_before
+    text = f"<start_of_turn>user\n{words}What is this: {projector.marker}\nSay.<end_of_turn>\n<start_of_turn>model\n"
+    return projector.tokenize(text, [Media.image(tinted_pixels(64, 48, seed=2))])
+
+
+def _mtmd_logprobs(model: NativeModel, projector: Projector, chunks: list[PromptChunk], n_batch: int) -> list[float]:
+    """The greedy tokens' log-probabilities after a prefill as llama-server's: text in batches of ``n_batch``,
+    each image through mtmd's own ``mtmd_helper_eval_chunk_single``, in a fresh context."""
+    params = llama.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = 2048, n_batch, n_batch
+    params.n_threads = params.n_threads_batch = 1
+    ctx = llama.llama_init_from_model(model.handle, params)
+    batch = llama.llama_batch_init(n_batch, 0, 1)
+
+    def decode(tokens: Sequence[int], pos: int) -> None:
+        for start in range(0, len(tokens), n_batch):
+            part = tokens[start : start + n_batch]
+            batch.n_tokens = len(part)
+            for i, token in enumerate(part):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos + start + i, 1
+                batch.seq_id[i][0], batch.logits[i] = 0, i == len(part) - 1
+            assert llama.llama_decode(ctx, batch) == 0
+
+    try:
+        pos = llama.llama_pos(0)
+        for chunk in chunks:
+            if chunk.kind == "text":
+                decode(chunk.tokens, pos.value)
+                pos.value += chunk.n_tokens
+            else:
+                rc = mtmd.mtmd_helper_eval_chunk_single(
+                    projector.handle, ctx, chunk._handle, pos, 0, n_batch, False, pos
+                )
+                assert rc == 0
+        logprobs = []
+        for _ in range(N_LOGPROBS):
+            logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx, -1), shape=(model.n_vocab,)).astype(float)
+            token = int(np.argmax(logits))
+            logprobs.append(float(logits[token] - logits.max() - np.log(np.exp(logits - logits.max()).sum())))
+            decode([token], pos.value)
+            pos.value += 1
+        return logprobs
+    finally:
+        llama.llama_batch_free(batch)
+        llama.llama_free(ctx)
+
+
+def _request(chunks: list[PromptChunk]) -> EngineRequest:
+    prompt, spans = prompt_from_chunks(chunks)
+    return EngineRequest(prompt_tokens=prompt, media=spans, sampling=GREEDY, max_tokens=N_LOGPROBS, n_probs=1)
+
+
+def _logprobs(outputs: list[EngineOutput]) -> list[float]:
+    return [entry.logprob for out in outputs for entry in out.logprobs]
+
+
+def _gemma3_engine(gemma3: tuple[NativeModel, Projector], n_ubatch: int, **config: int) -> Engine:
+    model, projector = gemma3
+    options = {"n_ctx": 2048, "n_slots": 2, "n_batch": n_ubatch, "n_ubatch": n_ubatch, "n_threads": 1, **config}
+    return Engine(model, EngineConfig(**options), projector=projector)
+
+
+@pytest.mark.parametrize("n_ubatch", [512, 64])  # the image in one decode; in pieces of a micro-batch, as mtmd
+def test_an_image_decoded_non_causally_gives_mtmds_log_probabilities(
+    gemma3: tuple[NativeModel, Projector], n_ubatch: int
+) -> None:
+    model, projector = gemma3
+    chunks = _image_chunks(projector)
+    assert [(c.kind, c.n_tokens, c.non_causal) for c in chunks][1] == ("image", 256, True)
+    engine = _gemma3_engine(gemma3, n_ubatch)
+    try:
+        expected = _mtmd_logprobs(model, projector, chunks, n_ubatch)
+        np.testing.assert_allclose(_logprobs(run(engine, _request(chunks))), expected, rtol=1e-4, atol=1e-6)
+        chunks[1].non_causal = False  # what decoding them causally gave: the comparison tells them apart
+        causal = _logprobs(run(engine, replace(_request(chunks), cache_prompt=False)))
+        assert np.abs(np.subtract(causal, expected)).min() > 1e-2
+    finally:
+        engine.close()
+
+
+def test_an_image_beside_a_stream_waits_for_a_step_with_room_for_all_its_rows(
+    harness: Callable[..., Harness], gemma3: tuple[NativeModel, Projector]
+) -> None:
+    """While a stream generates, a step holds one micro-batch (256 rows): the text before the image takes part
+    of one, so the image's 256 rows wait for the next step rather than being cut in two."""
+    model, projector = gemma3
+    h = harness(model, n_batch=256, n_ubatch=256, n_ctx=2048, projector=projector)
+    h.start(random_tokens(model, 4, seed=1))
+    h.run()
+    prompt, spans = prompt_from_chunks(_image_chunks(projector))
+    gen = h.start(prompt, media=spans)
+    (image,) = spans
+    h.run()
+    assert h.per_sequence() == {0: 1, 1: image.start} and h.media_decoded() == []
+    h.run()
+    assert h.per_sequence() == {0: 1} and h.media_decoded() == [(1, image.start, 256)]
+    h.run()
+    assert h.per_sequence() == {0: 1, 1: len(prompt) - image.end} and gen.pending_token is not None
+
+
+def test_a_step_never_decodes_rows_of_both_attentions_together(
+    harness: Callable[..., Harness], gemma3: tuple[NativeModel, Projector]
+) -> None:
+    """Rows mtmd decodes causally (here an image marked so) wait for a decode of their own."""
+    model, projector = gemma3
+    h = harness(model, n_batch=1024, n_ubatch=1024, n_ctx=4096, projector=projector)
+    requests = [prompt_from_chunks(_image_chunks(projector)) for _ in range(2)]
+    requests[0][1][0].chunk.non_causal = False
+    gens = [h.start(prompt, media=spans) for prompt, spans in requests]
+    start = requests[0][1][0].start
+    h.run()
+    assert h.per_sequence() == {0: start, 1: start} and h.media_decoded() == [(0, start, 256)]
+    h.run()
+    assert h.media_decoded() == [(1, start, 256)] and len(gens[1].slot.tokens) == start + 256
+
+
+def test_a_checkpoint_due_inside_an_image_is_skipped(gemma3: tuple[NativeModel, Projector]) -> None:
+    """Gemma 3's sliding window takes checkpoints every 256 tokens; one falls inside the image's rows, which are
+    decoded at once, so it is dropped (the image's end is too near the prompt's end for one of its own)."""
+    model, projector = gemma3
+    chunks = _image_chunks(projector, n_words_before=100)
+    image = prompt_from_chunks(chunks)[1][0]
+    assert image.start < 256 < image.end
+    engine = _gemma3_engine(gemma3, 512, n_slots=1)
+    try:
+        out = run(engine, _request(chunks))
+        np.testing.assert_allclose(_logprobs(out), _mtmd_logprobs(model, projector, chunks, 512), rtol=1e-4, atol=1e-6)
+        n_prompt = len(prompt_from_chunks(chunks)[0])
+        assert [c.n_tokens for c in engine.slots[0].checkpoints] == [n_prompt]
+    finally:
+        engine.close()

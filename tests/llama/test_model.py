@@ -12,7 +12,7 @@ import pytest
 from lfmserve.errors import EngineError
 from lfmserve.llama.backend import amx_built_in
 from lfmserve.llama.model import NativeModel
-from lfmserve.testing import TinyLfm2, write_lfm2_gguf
+from lfmserve.testing import TinyGemma3, TinyLfm2, write_gemma3_gguf, write_lfm2_gguf
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +81,19 @@ def test_metadata_and_info(model: NativeModel) -> None:
         4096,
         "BPE",
     )
-    assert info.needs_checkpoints  # hybrid: its convolution state cannot drop a tail
+    # hybrid: its convolution state cannot drop a tail, whatever the sliding window keeps
+    assert info.needs_checkpoints(swa_full=False) and info.needs_checkpoints(swa_full=True)
     assert info.meta_json(512)["n_ctx"] == 512 and info.to_json()["is_hybrid"] is True
+
+
+def test_a_sliding_window_model_needs_checkpoints_unless_its_window_keeps_every_cell(tmp_path: Path) -> None:
+    model = NativeModel(write_gemma3_gguf(tmp_path / "gemma3.gguf", TinyGemma3(seed=1, sliding_window=8)))
+    try:
+        info = model.info
+        assert (info.n_swa, info.is_hybrid, info.is_recurrent) == (8, False, False)
+        assert info.needs_checkpoints(swa_full=False) and not info.needs_checkpoints(swa_full=True)
+    finally:
+        model.close()
 
 
 def test_a_long_metadata_value_is_read_whole(tmp_path: Path) -> None:

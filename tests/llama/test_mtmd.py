@@ -1,18 +1,27 @@
-"""A projector through mtmd: prompts with media become chunks with llama-server's token counts, and media
-chunks encode to embeddings of the text model's width."""
+"""A projector through mtmd: prompts with media become chunks with llama-server's token counts, media chunks
+encode to embeddings of the text model's width, and each says whether mtmd decodes it with causal attention."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp.llama_cpp as llama
 import numpy as np
 import pytest
 
 from lfmserve.errors import EngineError
+from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
-from lfmserve.llama.mtmd import Media, Projector
-from lfmserve.testing import TinyProjector, write_mmproj_gguf
+from lfmserve.llama.mtmd import Media, Projector, attention
+from lfmserve.testing import (
+    TinyGemma3,
+    TinyGemma3Projector,
+    TinyProjector,
+    write_gemma3_gguf,
+    write_gemma3_mmproj_gguf,
+    write_mmproj_gguf,
+)
 
 
 @pytest.fixture(scope="module")
@@ -128,4 +137,48 @@ def test_a_projector_for_another_width_is_refused_with_mtmds_reason(tmp_path: Pa
             "mismatch between text model (n_embd = 64) and mmproj (n_embd = 32)"
         )
     finally:
+        model.close()
+
+
+def test_lfm2s_media_decode_causally(projector: Projector) -> None:
+    chunks = projector.tokenize(projector.marker + projector.marker, [_image(64, 64), _tone(1)])
+    assert not projector.non_causal_images and not any(c.non_causal for c in chunks)
+
+
+def test_gemma3s_images_decode_with_causal_attention_off(tmp_path: Path) -> None:
+    """``mtmd_decode_use_non_causal``: Gemma 3's image chunks, not the text around them."""
+    model = NativeModel(write_gemma3_gguf(tmp_path / "gemma3.gguf", TinyGemma3(seed=1)))
+    gemma3 = Projector(
+        str(write_gemma3_mmproj_gguf(tmp_path / "mmproj.gguf", TinyGemma3Projector())), model, n_threads=1
+    )
+    try:
+        chunks = gemma3.tokenize(f"What is this: {gemma3.marker}\n", [_image(64, 64)])
+        assert gemma3.non_causal_images and [(c.kind, c.non_causal) for c in chunks] == [
+            ("text", False),
+            ("image", True),
+            ("text", False),
+        ]
+    finally:
+        gemma3.close()
+        model.close()
+
+
+def test_attention_turns_causal_attention_off_for_the_batch_then_back(vl_gguf: Path) -> None:
+    model = NativeModel(vl_gguf)
+    ctx = NativeContext(model, n_ctx=64, n_batch=16, n_ubatch=16, n_seq_max=1, n_threads=1, n_threads_batch=1)
+    try:
+        with attention(ctx.handle, non_causal=False):
+            assert llama.llama_get_causal_attn(ctx.handle)
+        with attention(ctx.handle, non_causal=True):
+            assert not llama.llama_get_causal_attn(ctx.handle)
+        assert llama.llama_get_causal_attn(ctx.handle)
+        with pytest.raises(RuntimeError), attention(ctx.handle, non_causal=True):
+            raise RuntimeError("a failed decode")
+        assert llama.llama_get_causal_attn(ctx.handle)  # back on, even then
+        llama.llama_set_causal_attn(ctx.handle, False)  # a context that attends both ways stays so
+        with attention(ctx.handle, non_causal=True):
+            pass
+        assert not llama.llama_get_causal_attn(ctx.handle)
+    finally:
+        ctx.close()
         model.close()

@@ -112,29 +112,62 @@ def test_a_file_url_reads_under_the_media_path_links_inside_it_included(media_di
 
 
 @pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("/front-door.jpg", BODY),  # llama-server appends the name to the folder, so extra separators collapse
+        ("//sub//back-door.jpg", b"back"),
+        ("./front-door.jpg", BODY),  # "." parts and ".x" names pass llama-server's check, and stay inside
+        ("sub/./back-door.jpg", b"back"),
+    ],
+)
+def test_a_file_url_with_a_leading_slash_or_empty_parts_reads_as_llama_server_does(
+    media_dir: Path, name: str, body: bytes
+) -> None:
+    assert _fetched(f"file://{name}", MediaPolicy(media_path=str(media_dir))) == body
+
+
+@pytest.mark.parametrize(
     "name",
     [
         "../secret.txt",
         "sub/../../secret.txt",
         "sub/../front-door.jpg",  # even a ".." that stays inside
-        "./front-door.jpg",
-        "sub//back-door.jpg",
-        "/etc/passwd",
+        "front..door.jpg",  # llama-server refuses ".." anywhere in the name
+        ".",
+        "sub/.",
+        "front-door.jpg ",
+        " front-door.jpg",
         "..\\secret.txt",
         "leak.jpg",  # a link to a file outside
         "out/secret.txt",  # through a link to a folder outside
         "front-door.jpg\0.png",
+        "front-door\x7f.jpg",
+        "front-door\x85.jpg",
+        "c:front-door.jpg",
+        "front-door?.jpg",
+        "sub\u2215back-door.jpg",
+        "\ufefffront-door.jpg",
+        "\udcff.jpg",
+        "x" * 256,
+        "é" * 128,  # 128 characters, but 256 bytes of UTF-8
         "",
     ],
 )
-def test_a_file_url_that_would_leave_the_media_path_is_refused(media_dir: Path, name: str) -> None:
-    assert _refused(f"file://{name}", MediaPolicy(media_path=str(media_dir))) == f"file path is not allowed: {name}"
+def test_a_file_url_that_would_leave_the_media_path_or_fails_llama_servers_check_is_refused(
+    media_dir: Path, name: str
+) -> None:
+    message = _refused(f"file://{name}", MediaPolicy(media_path=str(media_dir)))
+    assert message == f"file path is not allowed: {name[:200]}"
 
 
 def test_a_missing_file_or_a_folder_is_refused_by_name(media_dir: Path) -> None:
     policy = MediaPolicy(media_path=str(media_dir))
     assert _refused("file://nope.jpg", policy) == "file does not exist or cannot be opened: nope.jpg"
     assert _refused("file://sub", policy) == "file does not exist or cannot be opened: sub"
+    assert _refused("file:///etc/passwd", policy) == "file does not exist or cannot be opened: /etc/passwd"
+    assert _refused("file://sub\\back-door.jpg", policy).startswith("file does not exist")  # not a separator here
+    (media_dir / ("é" * 125 + ".jpg")).write_bytes(b"long")
+    assert _fetched(f"file://{'é' * 125}.jpg", policy) == b"long"  # 254 bytes, under llama-server's 255
 
 
 def test_a_file_over_64_mib_is_refused_without_reading_it(media_dir: Path) -> None:
