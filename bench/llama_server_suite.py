@@ -156,10 +156,7 @@ EXCLUDED: dict[str, str] = {
 }
 
 #: Selected tests that fail for want of something lfmserve does not have yet; they run, so a fix shows.
-KNOWN_FAILURES: dict[str, str] = {
-    "test_stream.py::test_stream": "llama-server's resumable streams (X-Conversation-Id, GET and DELETE "
-    "/v1/stream?conv_id=) are not in lfmserve yet",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 #: What a stand-in GGUF is written from.
 Spec = TinyLfm2 | TinyBert | TinyGemma3 | TinyGemma3Projector | ScriptedLlama

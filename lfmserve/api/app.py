@@ -34,9 +34,12 @@ from .openai.router import router as openai_router
 from .openai_responses.router import router as responses_router
 from .openapi import install_openapi
 from .rerank import router as rerank_router
+from .resumable import ResumableStreams
 from .sleep import Sleeper
 from .slots import router as slots_router
 from .state import AppState
+from .stream_sessions import StreamSessions
+from .streams import router as streams_router
 from .trace import TraceRecorder
 from .transcriptions import router as transcriptions_router
 from .vertex import VertexRoutes, install_vertex
@@ -54,15 +57,16 @@ def create_app(
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server), ``on_ready``
     when the model serves (a router's child tells its router)."""
     state = AppState(settings, tuple(k.encode() for k in settings.server.api_keys))
+    streams = StreamSessions()
     sleeper = (
         Sleeper(state, load, settings.server.sleep_idle_seconds) if settings.server.sleep_idle_seconds > 0 else None
     )
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, AppState]]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, AppState | StreamSessions]]:
         loading = asyncio.create_task(_start(state, load, on_load_error, on_ready, sleeper))
         try:
-            yield {"app_state": state}
+            yield {"app_state": state, "streams": streams}
         finally:
             loading.cancel()
             if state.serving is not None:
@@ -71,7 +75,8 @@ def create_app(
     app = FastAPI(title="lfmserve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.app_state = state  # the CLI's server drains it on shutdown
     # The middleware added first runs innermost: CORS, the catch-all, the web UI, the gate, the sleeper, the trace
-    # recorder (only requests the gate let through), then the routes.
+    # recorder (only requests the gate let through), the resumable streams, then the routes.
+    app.add_middleware(ResumableStreams, sessions=streams)
     if settings.server.trace_requests:
         app.add_middleware(TraceRecorder, path=settings.server.trace_requests)
     if sleeper is not None:
@@ -91,6 +96,7 @@ def create_app(
         transcriptions_router,
         slots_router,
         lora_router,
+        streams_router,
         ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
     )
     for router in routers:

@@ -74,18 +74,24 @@ def json_line(chunk: dict[str, Any]) -> bytes:
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Run ``work`` but give up (cancelling it, hence the generation) when the client disconnects."""
-    task = asyncio.ensure_future(work)
 
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
-    watcher = asyncio.ensure_future(disconnected())
+    return await unless(disconnected(), work, RequestCancelled("client disconnected"))
+
+
+async def unless(stop: Awaitable[object], work: Awaitable[T], error: LfmError) -> T:
+    """Run ``work`` but give up (cancelling it) and raise ``error`` when ``stop`` completes first: a client's
+    disconnect, or a router's stop of a conversation whose request waits for its model."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(stop)
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
     if not task.done():
         task.cancel()
-        raise RequestCancelled("client disconnected")
+        raise error
     return task.result()

@@ -5,7 +5,8 @@ without a model, llama-swap's ``/running``, ``/unload`` and ``/upstream/{model}/
 The model is named by the JSON body's ``model`` (POST), the multipart form's ``model`` field
 (``/v1/audio/transcriptions``), or ``?model=`` (GET, and any route when the body has none); aliases count.
 ``?autoload=`` overrides ``--models-autoload`` for one request. API keys are checked here, once; children accept
-only the router's own key.
+only the router's own key. A POST with ``X-Conversation-Id`` is a resumable stream's
+(:mod:`~lfmserve.router.streams`): its client leaving while the model loads does not cancel it, a stop does.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..api.cors import Cors
 from ..api.gate import bounded, request_refusal
 from ..api.handlers import error_response, install_error_handlers
-from ..api.sse import until_disconnect
+from ..api.sse import unless, until_disconnect
+from ..api.stream_sessions import CONVERSATION_HEADER
 from ..api.webui import WebUI, load_assets
 from ..errors import InvalidRequest, NotFound, NotSupported
 from ..settings import Settings
 from .catalog import ModelSpec, build_catalog
+from .conversations import ConversationOwners, Ticket
 from .events import Events
 from .instance import Instance
 from .listing import model_list, router_props, running
@@ -36,6 +39,7 @@ from .ollama import add_ollama_routes
 from .pool import Pool
 from .proxy import Proxy
 from .spawn import Spawner
+from .streams import add_stream_routes
 
 logger = logging.getLogger(__name__)
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
@@ -71,7 +75,9 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
         return await _send(request, proxy, instance, path, autoload=_autoload(request, settings), body=body)
 
     add_ollama_routes(app, pool, send)
-    _add_proxied_routes(app, settings, pool, proxy)
+    owners = ConversationOwners()
+    add_stream_routes(app, proxy, owners)
+    _add_proxied_routes(app, settings, pool, proxy, owners)
     return app
 
 
@@ -133,7 +139,7 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
         return PlainTextResponse("OK")
 
 
-def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Proxy) -> None:
+def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Proxy, owners: ConversationOwners) -> None:
     """The routes answered by a model's child: ``/props?model=``, llama-swap's ``/upstream/{model}/...``, and
     every route the router does not answer itself."""
 
@@ -141,7 +147,7 @@ def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Pro
     async def props(request: Request) -> Response:
         if "model" not in request.query_params:
             return JSONResponse(router_props(settings.router))
-        return await _forward(request, pool, proxy, settings)
+        return await _forward(request, pool, proxy, settings, owners)
 
     @app.api_route("/upstream/{model:path}", methods=_ALL_METHODS)
     async def upstream(request: Request, model: str) -> Response:
@@ -155,7 +161,7 @@ def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Pro
 
     @app.api_route("/{path:path}", methods=_ALL_METHODS)
     async def routed(request: Request) -> Response:
-        return await _forward(request, pool, proxy, settings)
+        return await _forward(request, pool, proxy, settings, owners)
 
 
 def _split_upstream(pool: Pool, model_and_path: str) -> tuple[str, str, str]:
@@ -168,11 +174,16 @@ def _split_upstream(pool: Pool, model_and_path: str) -> tuple[str, str, str]:
     return model_and_path.partition("/")
 
 
-async def _forward(request: Request, pool: Pool, proxy: Proxy, settings: Settings) -> Response:
+async def _forward(
+    request: Request, pool: Pool, proxy: Proxy, settings: Settings, owners: ConversationOwners
+) -> Response:
     body = await request.body()
-    name = _required_name(await _model_name(request, body))
+    instance = pool.get(_required_name(await _model_name(request, body)))
+    conversation_id = request.headers.get(CONVERSATION_HEADER, "")
+    # Remembered before the load, so a stop while the model loads finds the request and cancels it.
+    ticket = owners.remember(conversation_id, instance) if conversation_id and request.method == "POST" else None
     return await _send(
-        request, proxy, pool.get(name), request.url.path, autoload=_autoload(request, settings), body=body
+        request, proxy, instance, request.url.path, autoload=_autoload(request, settings), body=body, ticket=ticket
     )
 
 
@@ -183,23 +194,33 @@ def _autoload(request: Request, settings: Settings) -> bool:
 
 
 async def _send(
-    request: Request, proxy: Proxy, instance: Instance, path: str, *, autoload: bool, body: bytes
+    request: Request,
+    proxy: Proxy,
+    instance: Instance,
+    path: str,
+    *,
+    autoload: bool,
+    body: bytes,
+    ticket: Ticket | None = None,
 ) -> Response:
     query = "&".join(part for part in request.url.query.split("&") if part and not part.startswith("autoload="))
+    forwarded = proxy.forward(
+        instance,
+        method=request.method,
+        path=path,
+        query=query,
+        headers=list(request.headers.items()),
+        body=body,
+        autoload=autoload,
+    )
+    if ticket is not None and not instance.serving:
+        # A resumable stream's request outlives its client while its model loads (a page reloaded meanwhile): only
+        # a stop of its conversation, or a newer request of it, gives up its place (llama-server's ticket).
+        stop = InvalidRequest("request cancelled by a stop while the model was loading")
+        return await unless(ticket.stopped.wait(), forwarded, stop)
     # A client that leaves while its model loads or its answer is made gives up its place in the queue (and ends
     # the generation); once an answer streams, the streaming response watches for that itself.
-    return await until_disconnect(
-        request,
-        proxy.forward(
-            instance,
-            method=request.method,
-            path=path,
-            query=query,
-            headers=list(request.headers.items()),
-            body=body,
-            autoload=autoload,
-        ),
-    )
+    return await until_disconnect(request, forwarded)
 
 
 async def _model_name(request: Request, body: bytes) -> str | None:

@@ -65,5 +65,10 @@ class Instance:
         return -1.0 if keep < 0 else max(keep - (now - self.last_active), 0.0)
 
     @property
+    def serving(self) -> bool:
+        """Its child takes requests now (llama-server's ``is_ready``): not while it loads or stops."""
+        return self.status == LOADED and not self.stopping and self.child is not None
+
+    @property
     def idle(self) -> bool:
         return self.status == LOADED and not self.stopping and self.in_flight == 0 and self.waiting == 0

@@ -103,9 +103,29 @@ class Proxy:
 
     async def get_json(self, child: Child, path: str) -> Any:
         """A GET the router itself makes to a child (its ``/v1/models`` entry)."""
-        response = await self.client.get(f"{child.url}{path}", headers={"Authorization": f"Bearer {child.api_key}"})
+        response = await self.ask(child, "GET", path)
         response.raise_for_status()
         return response.json()
+
+    async def ask(
+        self,
+        child: Child,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        json_body: Any = None,
+        timeout_s: float | None = None,
+    ) -> httpx.Response:
+        """A call the router itself makes to a child, with the child's key (no timeout unless ``timeout_s``)."""
+        return await self.client.request(
+            method,
+            f"{child.url}{path}",
+            params=params,
+            json=json_body,
+            headers={"Authorization": f"Bearer {child.api_key}"},
+            timeout=timeout_s,
+        )
 
 
 async def _exited(child: Child) -> bool:

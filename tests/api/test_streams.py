@@ -1,0 +1,242 @@
+"""Resumable streams over real HTTP on loopback (llama-server's ``X-Conversation-Id``): a streamed answer replayed
+byte for byte, from an offset, followed live; a client that leaves while the generation goes on; a stop; a newer
+request of the same conversation; the lookup; and the routes' errors, as llama-server words them."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from lfmserve.api.handlers import install_error_handlers
+from lfmserve.api.stream_sessions import StreamSessions
+from lfmserve.api.streams import router
+from lfmserve.settings import Settings
+from tests.conftest import ServerThread
+
+ASK = [{"role": "user", "content": "hello"}]
+#: Long enough to still run while a test acts on it (about 1 ms a token on the tiny model, more on a busy machine).
+LONG = {"messages": ASK, "stream": True, "max_tokens": 3000, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
+    # One thread: llama.cpp's threads spin while they wait, so two of them on a busy two-core machine crawl.
+    return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=1))
+
+
+@pytest.fixture
+def client(server: ServerThread) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        yield http
+
+
+def streamed(client: httpx.Client, conv_id: str, body: dict[str, Any], path: str = "/v1/chat/completions") -> bytes:
+    """The raw bytes of a streamed answer, read to its end."""
+    with client.stream("POST", path, json=body, headers={"X-Conversation-Id": conv_id}) as response:
+        assert response.status_code == 200
+        return b"".join(response.iter_raw())
+
+
+def replay(client: httpx.Client, conv_id: str, start: str | None = None) -> httpx.Response:
+    params = {"conv_id": conv_id} if start is None else {"conv_id": conv_id, "from": start}
+    return client.get("/v1/stream", params=params)
+
+
+def lookup(client: httpx.Client, *ids: Any) -> list[dict[str, Any]]:
+    response = client.post("/v1/streams/lookup", json={"conversation_ids": list(ids)})
+    assert response.status_code == 200
+    answer: list[dict[str, Any]] = response.json()
+    return answer
+
+
+def wait_stopped(client: httpx.Client) -> None:
+    """Until no slot generates (a stopped generation is dropped at the engine's next step), then that the ``LONG``
+    generation ended before its last token."""
+    deadline = time.monotonic() + 30
+    while any((slots := client.get("/slots").json())[i]["is_processing"] for i in range(2)):
+        assert time.monotonic() < deadline, "the generation went on after its stop"
+        time.sleep(0.02)
+    long = [slot["next_token"][0] for slot in slots if slot.get("params", {}).get("n_predict") == LONG["max_tokens"]]
+    assert long and all(task["n_decoded"] < LONG["max_tokens"] for task in long)
+
+
+def events(raw: bytes) -> list[Any]:
+    return [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: {")]
+
+
+def test_a_finished_stream_replays_byte_for_byte_from_the_start_and_from_an_offset(client: httpx.Client) -> None:
+    original = streamed(client, "whole", {"messages": ASK, "stream": True, "max_tokens": 8, "temperature": 0})
+    assert original.endswith(b"data: [DONE]\n\n")
+    again = replay(client, "whole", "0")
+    assert (again.status_code, again.content) == (200, original)
+    assert again.headers["content-type"].startswith("text/event-stream")
+    assert again.headers["x-accel-buffering"] == "no"
+    assert replay(client, "whole").content == original  # no offset: from the start
+    half = len(original) // 2
+    assert replay(client, "whole", str(half)).content == original[half:]
+    assert replay(client, "whole", "12abc").content == original[12:]  # read as std::stoull reads it
+    assert replay(client, "whole", str(len(original))).content == b""
+    [entry] = lookup(client, "whole")
+    assert entry["conversation_id"] == "whole" and entry["is_done"] is True
+    assert entry["total_bytes"] == len(original)
+    assert 0 < entry["started_at"] <= entry["completed_at"] <= time.time() + 1
+
+
+def test_every_completion_route_is_resumable(client: httpx.Client) -> None:
+    short = {"stream": True, "max_tokens": 4}
+    for path, body in [
+        ("/completion", {**short, "prompt": "hi"}),
+        ("/v1/completions", {**short, "prompt": "hi"}),
+        ("/v1/messages", {**short, "messages": ASK}),
+        ("/v1/responses", {"stream": True, "max_output_tokens": 4, "input": "hi"}),
+    ]:
+        original = streamed(client, "route" + path, body, path)
+        assert replay(client, "route" + path).content == original, path
+
+
+def test_a_running_generation_is_followed_live_to_its_end(client: httpx.Client) -> None:
+    body = {**LONG, "max_tokens": 400}
+    read: list[bytes] = []
+    with client.stream("POST", "/v1/chat/completions", json=body, headers={"X-Conversation-Id": "live"}) as response:
+        chunks = response.iter_raw()
+        first = next(chunks)
+        reader = threading.Thread(target=lambda: read.append(first + b"".join(chunks)))
+        reader.start()  # the first client keeps reading: a client that stops reading holds its stream back
+        [entry] = lookup(client, "live")
+        assert entry["is_done"] is False
+        followed = replay(client, "live", "0")
+        reader.join(timeout=60)
+    assert followed.status_code == 200
+    assert followed.content == read[0]
+    assert read[0].endswith(b"data: [DONE]\n\n")
+
+
+def test_a_client_that_leaves_mid_stream_leaves_the_generation_running_into_the_session(
+    client: httpx.Client,
+) -> None:
+    body = {**LONG, "max_tokens": 300}
+    with client.stream("POST", "/v1/chat/completions", json=body, headers={"X-Conversation-Id": "gone"}) as response:
+        next(response.iter_lines())  # one event, then the connection is closed
+    assert lookup(client, "gone")[0]["is_done"] is False
+    deadline = time.monotonic() + 60
+    while not lookup(client, "gone")[0]["is_done"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    whole = replay(client, "gone", "0").content
+    assert whole.endswith(b"data: [DONE]\n\n")
+    chunks = events(whole)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["timings"]["predicted_n"] == 300  # every token, though nobody was reading
+
+
+def test_a_stop_ends_the_generation_and_the_session(client: httpx.Client, server: ServerThread) -> None:
+    with client.stream("POST", "/v1/chat/completions", json=LONG, headers={"X-Conversation-Id": "stop"}) as response:
+        chunks = response.iter_raw()
+        first = next(chunks)
+        stopped = client.delete("/v1/stream", params={"conv_id": "stop"})
+        rest = b"".join(chunks)  # the stream ends cleanly, without its [DONE]
+    assert (stopped.status_code, stopped.content) == (204, b"")
+    assert stopped.headers["content-type"] == "application/json"
+    assert b"[DONE]" not in first + rest
+    assert len(events(first + rest)) < 1000
+    missing = replay(client, "stop", "0")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == {"code": 404, "message": "Stream not found or expired", "type": "not_found_error"}
+    assert lookup(client, "stop") == []
+    wait_stopped(client)
+    assert client.delete("/v1/stream", params={"conv_id": "stop"}).status_code == 204  # a stop of nothing too
+
+
+def test_a_stop_ends_a_generation_nobody_reads_any_more(client: httpx.Client) -> None:
+    with client.stream("POST", "/v1/chat/completions", json=LONG, headers={"X-Conversation-Id": "orphan"}) as response:
+        next(response.iter_lines())
+    assert lookup(client, "orphan")[0]["is_done"] is False
+    assert client.delete("/v1/stream", params={"conv_id": "orphan"}).status_code == 204
+    wait_stopped(client)
+
+
+def test_a_newer_request_of_the_conversation_replaces_its_stream(client: httpx.Client) -> None:
+    first: list[bytes] = []
+    with client.stream("POST", "/v1/chat/completions", json=LONG, headers={"X-Conversation-Id": "again"}) as response:
+        chunks = response.iter_raw()
+        head = next(chunks)
+        reader = threading.Thread(target=lambda: first.append(head + b"".join(chunks)))
+        reader.start()
+        second = streamed(client, "again", {"messages": ASK, "stream": True, "max_tokens": 4})
+        reader.join(timeout=60)
+    assert b"[DONE]" not in first[0]  # cancelled by the newer request, ended cleanly
+    assert replay(client, "again").content == second
+
+
+def test_a_whole_answer_replaces_the_session_and_a_refused_request_keeps_it(client: httpx.Client) -> None:
+    original = streamed(client, "kept", {"messages": ASK, "stream": True, "max_tokens": 4})
+    refused = client.post("/v1/chat/completions", json={"messages": 5}, headers={"X-Conversation-Id": "kept"})
+    assert refused.status_code == 400
+    assert replay(client, "kept").content == original
+    whole = client.post(
+        "/v1/chat/completions", json={"messages": ASK, "max_tokens": 4}, headers={"X-Conversation-Id": "kept"}
+    )
+    assert whole.status_code == 200
+    assert replay(client, "kept").status_code == 404
+
+
+def test_the_lookup_answers_only_the_ids_asked(client: httpx.Client) -> None:
+    for conv_id in ("asked", "asked::org/model:Q8_0", "other"):
+        streamed(client, conv_id, {"messages": ASK, "stream": True, "max_tokens": 2})
+    assert [e["conversation_id"] for e in lookup(client, "asked")] == ["asked", "asked::org/model:Q8_0"]
+    assert lookup(client, "nobody", "", 5) == []
+    assert lookup(client) == []
+    assert client.post("/v1/streams/lookup", json={"conversation_ids": "asked"}).json() == []
+    bad = client.post("/v1/streams/lookup", content=b"not json")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["message"].startswith("invalid body: ")
+
+
+def test_the_routes_refuse_a_missing_id_and_a_bad_offset(client: httpx.Client) -> None:
+    missing = {"code": 400, "message": "Missing conversation id in path", "type": "invalid_request_error"}
+    assert client.get("/v1/stream").json()["error"] == missing
+    assert client.get("/v1/stream", params={"conv_id": ""}).json()["error"] == missing
+    assert client.delete("/v1/stream").json()["error"] == missing
+    streamed(client, "offset", {"messages": ASK, "stream": True, "max_tokens": 2})
+    bad = replay(client, "offset", "soon")
+    assert (bad.status_code, bad.json()["error"]["message"]) == (400, "Invalid 'from' offset")
+    assert replay(client, "nobody", "soon").status_code == 404  # the session is looked up first, as llama-server does
+
+
+@pytest.fixture(scope="module")
+def capped() -> Iterator[tuple[ServerThread, StreamSessions]]:
+    """The routes alone over sessions that keep 8 bytes, with one finished session ``c`` of 12."""
+    sessions = StreamSessions(max_bytes=8)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, StreamSessions]]:
+        session = sessions.open("c")
+        session.append(b"0123456789ab")
+        session.finish()
+        yield {"streams": sessions}
+
+    app = FastAPI(lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(router)
+    started = ServerThread(app).start()
+    yield started, sessions
+    started.stop()
+
+
+def test_an_offset_below_the_dropped_bytes_is_lost(capped: tuple[ServerThread, StreamSessions]) -> None:
+    server, _ = capped
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        lost = replay(http, "c", "3")
+        assert (lost.status_code, lost.json()["error"]["message"]) == (400, "Stream offset lost, please restart")
+        assert replay(http, "c", "4").content == b"456789ab"
+        [entry] = lookup(http, "c")
+        assert entry["total_bytes"] == 12
