@@ -29,6 +29,8 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .ollama.lifecycle import is_probe
+
 #: The UI's files, shipped as package data.
 STATIC_DIR = Path(__file__).resolve().parents[1] / "webui" / "static"
 _MEDIA_TYPES = {
@@ -93,9 +95,9 @@ class WebUI:
 
 
 def _probe_of_root(scope: Scope) -> bool:
-    """``/`` asked for by something other than a browser (no ``text/html`` in Accept): Ollama's clients probe it
-    for "Ollama is running", which the app answers."""
-    return scope["path"] == "/" and "text/html" not in Headers(scope=scope).get("accept", "")
+    """``/`` asked for by Ollama's clients (:func:`~lfmserve.api.ollama.lifecycle.is_probe`), which the app answers
+    with "Ollama is running"."""
+    return scope["path"] == "/" and is_probe(Headers(scope=scope).get("accept", ""))
 
 
 def _response(asset: Asset, request: Headers) -> Response:

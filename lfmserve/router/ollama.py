@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
 from ..api.ollama import cards
-from ..api.ollama.lifecycle import RUNNING, keep_alive_seconds, lifecycle_answer, management_refusal, pull_success
+from ..api.ollama.lifecycle import keep_alive_seconds, lifecycle_answer, management_refusal, probe_answer, pull_success
 from ..errors import InvalidRequest, NotFound, NotSupported
 from .gguf_card import model_card
 from .instance import LOADED, Instance
@@ -34,8 +34,8 @@ _GENERATION = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
 
 def add_ollama_routes(app: FastAPI, pool: Pool, send: Send) -> None:
     @app.api_route("/", methods=["GET", "HEAD"])
-    async def probe() -> PlainTextResponse:
-        return PlainTextResponse(RUNNING)
+    async def probe(request: Request) -> Response:
+        return probe_answer(request.headers.get("accept", ""))
 
     @app.api_route("/api/version", methods=["GET", "HEAD"])
     async def version() -> dict[str, str]:

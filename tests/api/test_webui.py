@@ -30,7 +30,9 @@ def keyed(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> Serve
 def test_the_page_and_llama_servers_ui_paths_need_no_key_and_the_api_still_does(keyed: ServerThread) -> None:
     page = httpx.get(keyed.url + "/", headers={"Accept": "text/html,application/xhtml+xml"})
     assert page.status_code == 200 and "<!doctype html>" in page.text
-    assert httpx.get(keyed.url + "/").text == "Ollama is running"  # what a client that is no browser probes
+    assert "<!doctype html>" in httpx.get(keyed.url + "/").text  # curl, requests: */*, as llama-server's tests
+    ollama_probe = httpx.get(keyed.url + "/", headers={"Accept": "application/json"})  # what Ollama's clients send
+    assert ollama_probe.text == "Ollama is running"
     assert page.headers["content-type"] == "text/html; charset=utf-8"
     assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
     for path in LLAMA_SERVER_UI_PATHS + ("/index.html", "/app.js", "/vendor/marked/LICENSE"):
@@ -65,8 +67,11 @@ def test_no_ui_answers_404_for_the_files_and_the_probe_at_the_root(
         response = httpx.get(server.url + path)
         assert response.status_code == 404
         assert response.json()["error"]["message"] == f"File Not Found: {path}"
-    page = httpx.get(server.url + "/", headers={"Accept": "text/html"})  # Ollama's probe answer, even to a browser
-    assert (page.status_code, page.text) == (200, "Ollama is running")
+    for accept in ("text/html", "*/*"):  # llama-server's 404 to a browser, curl or requests
+        page = httpx.get(server.url + "/", headers={"Accept": accept})
+        assert (page.status_code, page.json()["error"]["message"]) == (404, "File Not Found: /")
+    probe = httpx.get(server.url + "/", headers={"Accept": "application/json"})  # Ollama's clients still get theirs
+    assert (probe.status_code, probe.text) == (200, "Ollama is running")
 
 
 def test_no_file_but_the_page_shadows_an_api_route_and_all_of_them_gzip_under_300_kb() -> None:

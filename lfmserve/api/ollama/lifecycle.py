@@ -8,13 +8,29 @@ import re
 import time
 from typing import Any
 
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from ...errors import InvalidRequest
+from ...errors import InvalidRequest, NotFound
 from .cards import timestamp
 
 #: Ollama's running-server probe answer (clients match the text).
 RUNNING = "Ollama is running"
+
+
+def is_probe(accept: str) -> bool:
+    """Whether ``GET /`` with this Accept header is Ollama's probe. Ollama's clients send ``application/json`` (or,
+    Go's, nothing); browsers, curl and generic HTTP libraries send ``text/html`` or ``*/*`` and get llama-server's
+    answer: its web UI, or 404 with ``--no-ui`` (llama-server's own tests ask so)."""
+    return "text/html" not in accept and "*/*" not in accept
+
+
+def probe_answer(accept: str) -> Response:
+    """``GET /`` when no web UI answered it: Ollama's probe text, or llama-server's 404."""
+    if not is_probe(accept):
+        raise NotFound("File Not Found: /")
+    return PlainTextResponse(RUNNING)
+
+
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 

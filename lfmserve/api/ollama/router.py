@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 
 from ...chat.embeddings import check_dimensions, shaped
 from ...chat.media import media_type_of_base64
@@ -33,7 +33,7 @@ from ..openapi import request_body
 from ..sse import until_disconnect
 from ..state import app_state, serving
 from . import cards, responses
-from .lifecycle import RUNNING, keep_alive_seconds, lifecycle_answer, management_refusal, pull_success
+from .lifecycle import keep_alive_seconds, lifecycle_answer, management_refusal, probe_answer, pull_success
 from .protocol import ChatBody, EmbedBody, EmbeddingsBody, GenerateBody, GenerationBody, ImageInput, NamedBody
 
 router = APIRouter()
@@ -41,8 +41,8 @@ router = APIRouter()
 
 @router.get("/")
 @router.head("/", include_in_schema=False)
-async def probe() -> PlainTextResponse:
-    return PlainTextResponse(RUNNING)
+async def probe(request: Request) -> Response:
+    return probe_answer(request.headers.get("accept", ""))
 
 
 @router.get("/api/version")

@@ -55,7 +55,7 @@ def openai_chat(server: ServerThread, messages: list[dict[str, Any]], **fields: 
 
 
 def test_the_probes_and_the_listings(server: ServerThread, client: ollama.Client, tiny_gguf: Path) -> None:
-    assert httpx.get(server.url + "/").text == "Ollama is running"
+    assert httpx.get(server.url + "/", headers={"Accept": "application/json"}).text == "Ollama is running"
     assert httpx.head(server.url + "/").status_code == 200
     assert httpx.get(server.url + "/api/version").json() == {"version": "0.12.6"}
     name = "tiny-lfm2.gguf:latest"
@@ -318,7 +318,7 @@ def test_the_api_key_guards_generation_and_leaves_the_probes_public(
 ) -> None:
     keyed = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k",), ui=False))
     for path in ("/", "/api/version", "/api/tags"):
-        assert httpx.get(keyed.url + path).status_code == 200, path
+        assert httpx.get(keyed.url + path, headers={"Accept": "application/json"}).status_code == 200, path
     refused = httpx.post(keyed.url + "/api/chat", json={"model": "m", "messages": ASK})
     assert (refused.status_code, refused.json()) == (401, {"error": "Invalid API Key"})
     with ollama.Client(host=keyed.url) as anonymous, pytest.raises(ollama.ResponseError) as caught:
