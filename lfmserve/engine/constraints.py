@@ -47,6 +47,8 @@ def bounded(schema: Any) -> Any:
 
     - ``additionalProperties: false`` wherever an object lists properties and says nothing (JSON Schema
       allows extra keys by default; llama.cpp's converter and OpenAI's strict mode do not);
+    - ``items`` (or ``properties``) without a ``type`` makes an array (an object), and draft 4's list of ``items``
+      a tuple of exactly those, as llama.cpp's converter reads them;
     - numbers at most 10 decimals (``multipleOf: 1e-10`` unless one is given) and, like integers, at most
       15 digits before the point (unless the schema gives bounds).
     Anything the schema states explicitly is kept.
@@ -61,6 +63,13 @@ def bounded(schema: Any) -> Any:
     }
     if "properties" in out and "additionalProperties" not in out:
         out["additionalProperties"] = False
+    if isinstance(out.get("items"), list):  # a tuple, in draft 4's spelling: those items and no more
+        out["prefixItems"], out["items"] = out["items"], False
+    untyped = not out.keys() & {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}
+    if untyped and ("items" in out or "prefixItems" in out):
+        out["type"] = "array"  # llama.cpp's converter reads an untyped schema with items as an array
+    elif untyped and "properties" in out:
+        out["type"] = "object"
     types = out.get("type")
     types = types if isinstance(types, list) else [types]
     if "number" in types and "multipleOf" not in out:

@@ -118,6 +118,25 @@ def test_schemas_are_tightened_as_llama_cpps_converter_reads_them() -> None:
     }
 
 
+def test_untyped_items_and_properties_are_an_array_and_an_object_as_llama_cpp_reads_them() -> None:
+    limits = {"minimum": -(10**15 - 1), "maximum": 10**15 - 1}
+    assert bounded({"items": [{"type": "integer"}]}) == {
+        "type": "array",
+        "prefixItems": [{"type": "integer", **limits}],
+        "items": False,
+    }
+    assert bounded({"items": {"type": "string"}}) == {"type": "array", "items": {"type": "string"}}
+    assert bounded({"properties": {"a": {"type": "string"}}}) == {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    assert bounded({"anyOf": [{"type": "null"}], "items": {}}) == {
+        "anyOf": [{"type": "null"}],
+        "items": {},
+    }
+
+
 def test_grammars_closed_with_their_model_build_nothing_from_it(tiny_gguf: Path) -> None:
     """The loader builds the grammar tokenizer a few seconds after loading; a model put to sleep (and freed) in
     between must not be read: after close, prepare does nothing and a constrained request is refused."""
