@@ -156,7 +156,17 @@ EXCLUDED: dict[str, str] = {
 }
 
 #: Selected tests that fail for want of something lfmserve does not have yet; they run, so a fix shows.
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    "test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[64-64-False": "the random stand-in at temperature 0.8, "
+    "seed 42: lfmserve's sampled answer reaches an end token after 36 tokens, llama-server's does not (their "
+    "samplers draw differently from the same seed; lfmserve of the previous round answers the same 36)",
+    "test_slot_save.py::test_slot_restore_media_file_without_mmproj": "a deliberate difference: after its 400 "
+    "(llama-server's), slot 0 starts the prompt from the prefix slot 1 holds (lfmserve copies a prefix another slot "
+    "computed; llama-server recomputes it, cache_n 0)",
+    "test_slot_save.py::test_slot_save_restore_image_payload_larger_than_context": "a deliberate difference: "
+    "lfmserve's slot files keep a media position as a negative id, not mtmd's chunk, so the file's token list is "
+    "no longer than the context (the test wants 511 > 512)",
+}
 
 #: What a stand-in GGUF is written from.
 Spec = TinyLfm2 | TinyBert | TinyGemma3 | TinyGemma3Projector | ScriptedLlama
