@@ -53,7 +53,7 @@ from lfmserve.testing import (
     write_gemma3_mmproj_gguf,
     write_lfm2_gguf,
 )
-from lfmserve.testing.scripted import ScriptedLlama, write_scripted_gguf, write_scripted_lora
+from lfmserve.testing.scripted import STORY_MOE, ScriptedLlama, write_scripted_gguf, write_scripted_lora
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 SDIST_ROOT = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
@@ -191,16 +191,7 @@ TINYGEMMA3 = StandIn(TinyGemma3(seed=3, name="TinyGemma3-Stand-In"), TINYGEMMA3_
 #: stories15M_MOE, a llama MoE telling bedtime stories, and its Shakespeare LoRA (test_lora.py): scripted
 #: (:mod:`lfmserve.testing.scripted`) to say the words the suite looks for, its own at scale 0 and the adapter's
 #: cycles at 0.3, 0.7 and 1.0, so that a word shows up only when the adapter runs at the scale the test asked for.
-STORIES15M_MOE = ScriptedLlama(
-    words=("little", "bright", "wise", "day"),
-    lora_groups=(
-        (0.3, ("special", "thing", "gifted", "friend")),
-        (0.7, ("far", "from", "home", "away")),
-        (1.0, ("eye", "love", "glass", "sun")),
-    ),
-    n_expert=4,
-    name="Stories15M-MoE-Stand-In",
-)
+STORIES15M_MOE = STORY_MOE
 #: stories15M, test_speculative.py's draft model: the same words without experts (it guesses what the MoE says).
 STORIES15M = replace(STORIES15M_MOE, n_expert=0, name="Stories15M-Stand-In")
 #: stories260K-infill (test_infill.py): a llama model whose vocabulary names the FIM tokens, saying story words.

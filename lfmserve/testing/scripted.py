@@ -82,6 +82,20 @@ class ScriptedLlama:
         )
 
 
+#: A llama MoE that tells a bedtime story and its LoRA a Shakespearean one, in the words llama-server's LoRA tests
+#: look for: its own cycle at scale 0, the adapter's at 0.3, 0.7 and 1.0 (the stand-in of stories15M_MOE).
+STORY_MOE = ScriptedLlama(
+    words=("little", "bright", "wise", "day"),
+    lora_groups=(
+        (0.3, ("special", "thing", "gifted", "friend")),
+        (0.7, ("far", "from", "home", "away")),
+        (1.0, ("eye", "love", "glass", "sun")),
+    ),
+    n_expert=4,
+    name="Stories15M-MoE-Stand-In",
+)
+
+
 def write_scripted_gguf(path: str | Path, spec: ScriptedLlama) -> Path:
     """Write the scripted model to ``path`` and return the path."""
     path = Path(path)

@@ -14,19 +14,10 @@ import httpx
 import pytest
 
 from lfmserve.settings import Settings
-from lfmserve.testing.scripted import ScriptedLlama, write_scripted_gguf, write_scripted_lora
+from lfmserve.testing.scripted import STORY_MOE, write_scripted_gguf, write_scripted_lora
 from tests.conftest import ServerThread
 
-SPEC = ScriptedLlama(
-    words=("little", "bright", "wise", "day"),
-    lora_groups=(
-        (0.3, ("special", "thing", "gifted", "friend")),
-        (0.7, ("far", "from", "home", "away")),
-        (1.0, ("eye", "love", "glass", "sun")),
-    ),
-    n_expert=4,
-    name="Scripted-MoE",
-)
+SPEC = STORY_MOE
 PROMPT = "Look in thy glass"
 #: The answer of 5 greedy tokens at each scale.
 BASE = " day little bright wise day"
