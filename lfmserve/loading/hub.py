@@ -1,8 +1,9 @@
 """``-hf repo[:QUANT]``: find the quant's GGUF in a Hugging Face repo and download it (or use the cache).
 
-Uses huggingface_hub, so ``HF_ENDPOINT``, ``HF_TOKEN``, ``HF_HOME`` and ``HF_HUB_OFFLINE`` work as
-they do everywhere else (``LLAMA_CACHE``, as in llama.cpp, names the cache folder), downloads show a progress
-bar, and a file downloaded once is served from the cache when the hub cannot be reached.
+Uses huggingface_hub, so ``HF_ENDPOINT``, ``HF_TOKEN`` (read into ``--hf-token``), ``HF_HOME`` and
+``HF_HUB_OFFLINE`` work as they do everywhere else (``LLAMA_CACHE``, as in llama.cpp, names the cache folder),
+downloads show a progress bar, and a file downloaded once is served from the cache when the hub cannot be
+reached.
 
 Example::
 
@@ -95,11 +96,11 @@ def pick_mmproj(files: Iterable[str], model_file: str) -> str | None:
 
 
 def resolve_hf_model(
-    spec: str, hf_file: str | None = None, *, projector: bool = False, offline: bool = False
+    spec: str, hf_file: str | None = None, *, projector: bool = False, offline: bool = False, token: str | None = None
 ) -> tuple[str, str | None]:
     """Local paths of the model file (the first part of a split GGUF) and, when asked and the repo has one,
     of its projector, downloading what is missing (``offline``: from the cache only, as llama-server's
-    ``--offline``).
+    ``--offline``; ``token``: ``--hf-token``, else huggingface_hub's own).
 
     When the hub's host does not answer and the files are cached, the cache is used at once instead of
     waiting through huggingface_hub's retries.
@@ -115,11 +116,13 @@ def resolve_hf_model(
         except NotFound:
             pass  # not cached: try the hub anyway (a proxy may reach it)
     try:
-        listing = huggingface_hub.list_repo_files(repo) if projector or not hf_file else []
+        listing = huggingface_hub.list_repo_files(repo, token=token) if projector or not hf_file else []
         files = [hf_file] if hf_file else pick_gguf(listing, quant)
         mmproj = pick_mmproj(listing, files[0]) if projector else None
-        paths = [huggingface_hub.hf_hub_download(repo, f, cache_dir=cache_dir()) for f in files]
-        return paths[0], huggingface_hub.hf_hub_download(repo, mmproj, cache_dir=cache_dir()) if mmproj else None
+        paths = [huggingface_hub.hf_hub_download(repo, f, cache_dir=cache_dir(), token=token) for f in files]
+        if mmproj is None:
+            return paths[0], None
+        return paths[0], huggingface_hub.hf_hub_download(repo, mmproj, cache_dir=cache_dir(), token=token)
     except LfmError:
         raise
     except HfHubHTTPError as exc:

@@ -57,21 +57,21 @@ def resolve_model_files(settings: Settings) -> ModelFiles:
         _check_file(source.mmproj, "projector")
     if media_path and not os.path.isdir(media_path):
         raise LfmError(f"--media-path {media_path} is not a folder")
-    draft = resolve_draft_model(settings.speculation, offline=source.offline)
+    draft = resolve_draft_model(settings.speculation, offline=source.offline, token=source.hf_token)
     if source.model:
         _check_file(source.model, "model")
         return ModelFiles(source.model, source.mmproj, draft)
     auto = source.mmproj_auto and not source.mmproj
     path, projector = resolve_hf_model(
-        source.hf_repo or DEFAULT_HF_REPO, source.hf_file, projector=auto, offline=source.offline
+        source.hf_repo or DEFAULT_HF_REPO, source.hf_file, projector=auto, offline=source.offline, token=source.hf_token
     )
     return ModelFiles(path, source.mmproj or projector, draft)
 
 
-def resolve_draft_model(spec: SpeculationSettings, *, offline: bool) -> str | None:
+def resolve_draft_model(spec: SpeculationSettings, *, offline: bool, token: str | None) -> str | None:
     """``-hfd REPO`` (with ``-md`` naming the file there, as llama-server), else ``-md FILE`` (it must exist)."""
     if spec.spec_draft_hf:
-        return resolve_hf_model(spec.spec_draft_hf, spec.spec_draft_model, offline=offline)[0]
+        return resolve_hf_model(spec.spec_draft_hf, spec.spec_draft_model, offline=offline, token=token)[0]
     if spec.spec_draft_model:
         _check_file(spec.spec_draft_model, "draft model")
     return spec.spec_draft_model

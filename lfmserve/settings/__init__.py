@@ -6,8 +6,9 @@ Flag names, short forms and meanings follow llama-server (``-m``, ``-hf``, ``-c`
 ``speculation``, ``server``, ``router`` (several models) and ``sampling`` (defaults). Each field's flags and
 help live in its metadata, so the parser, ``--help`` (a section per group), ``docs/cli.md`` and
 :meth:`Settings.to_argv` are built from the classes and nothing is written twice. Environment variables
-``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``) give defaults that flags override; :mod:`.argv` reads
-them and nothing else does.
+``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``, and llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``)
+give what flags do not; :mod:`.argv` reads them and nothing else does. Secret fields (API keys, their files, the
+Hugging Face token) are left out of ``repr`` and of :meth:`Settings.without_secrets`.
 
 Example::
 
@@ -20,12 +21,13 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .argv import parse_groups, to_argv
+from .argv import all_fields, parse_groups, to_argv
 from .fields import DEFAULT_HF_REPO, physical_cores
 from .groups import (
     GROUPS,
@@ -93,9 +95,15 @@ class Settings:
         return dataclasses.replace(self, **changed)
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str] | None = None) -> Settings:
-        """Parse llama-server style arguments; an unknown flag exits with status 2 and one line."""
-        return cls(**parse_groups(sys.argv[1:] if argv is None else argv))
+    def from_argv(cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+        """Parse llama-server style arguments, with ``environ`` (default: the process's environment) giving what
+        they do not; an unknown flag exits with status 2 and one line. ``environ={}``: the flags alone."""
+        return cls(**parse_groups(sys.argv[1:] if argv is None else argv, os.environ if environ is None else environ))
+
+    def without_secrets(self) -> Settings:
+        """A copy without API keys, key files or tokens: what may be listed, logged or put on a child's command
+        line."""
+        return self.replace(**{f.name: f.default for _, f in all_fields() if f.metadata["secret"]})
 
     def to_argv(self) -> list[str]:
         """The flags that reproduce these settings: ``Settings.from_argv(s.to_argv()) == s`` (with no

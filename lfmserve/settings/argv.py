@@ -2,14 +2,14 @@
 ``LFMSERVE_<FIELD>`` environment variables) into groups, and groups back into the flags that reproduce them.
 
 The parser is built from the groups' field metadata, one ``--help`` section per group, then the flags of
-llama-server's that lfmserve refuses, each with its reason. Environment variables are read here and nowhere else.
+llama-server's that lfmserve refuses, each with its reason. Environment variables are read here and nowhere else,
+from the mapping the caller passes (a router's children are given none: their settings travel as flags).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -45,20 +45,18 @@ def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
 
 
 def parser() -> argparse.ArgumentParser:
-    """lfmserve's argument parser (environment variables as defaults): one section per group, then the refused
-    flags."""
+    """lfmserve's argument parser: one section per group, then the refused flags. A flag not given is left out of
+    the parsed values (the environment fills it in :func:`parse_groups`)."""
     built = _OneLineErrorParser(
         prog="lfmserve",
         usage="lfmserve [options]",
         allow_abbrev=False,
         description="Serve LFM (and other GGUF) models with llama-server's HTTP API.",
     )
-    env_defaults = _environment_defaults(built)
     sections = {group: built.add_argument_group(kind.TITLE) for group, kind in GROUPS.items()}
     for group, f in all_fields():
         meta = f.metadata
-        kwargs = dict(meta["argparse"])
-        kwargs.setdefault("default", env_defaults.get(f.name, argparse.SUPPRESS))
+        kwargs = {"default": argparse.SUPPRESS, **meta["argparse"]}
         sections[group].add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
     refused = built.add_argument_group(REFUSED_TITLE)
     for flags, message in REFUSED_FLAGS.items():
@@ -66,9 +64,14 @@ def parser() -> argparse.ArgumentParser:
     return built
 
 
-def parse_groups(argv: Sequence[str]) -> dict[str, Any]:
-    """Each group built from ``argv`` (llama-server style) and the environment; a bad flag exits 2 with one line."""
-    values = vars(parser().parse_args(_scaled_pairs(_dashed(argv))))
+def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Each group built from ``argv`` (llama-server style) and ``environ``: a variable gives a field's value only
+    when the command line does not (for repeatable flags too: ``--api-key k2`` replaces ``LFMSERVE_API_KEY=k1``).
+    A bad flag or variable exits 2 with one line."""
+    built = parser()
+    values = vars(built.parse_args(_scaled_pairs(_dashed(argv))))
+    for name, value in _environment_values(built, environ).items():
+        values.setdefault(name, value)
     for _, f in all_fields():
         if f.metadata["argparse"].get("action") == "append" and f.name in values:
             values[f.name] = tuple(values[f.name])  # argparse collects a list; the settings keep a tuple
@@ -124,8 +127,8 @@ def switch_value(raw: str) -> bool | None:
 def _preset_keys() -> dict[str, tuple[dataclasses.Field[Any], str]]:
     keys: dict[str, tuple[dataclasses.Field[Any], str]] = {}
     for _, f in all_fields():
-        for prefix in ("LLAMA_ARG_", "LFMSERVE_"):
-            keys[prefix + f.name.upper()] = (f, "")
+        for variable in (f"LLAMA_ARG_{f.name.upper()}", *environment_names(f)):
+            keys[variable] = (f, "")
         keys.update({spelling.lstrip("-"): (f, spelling) for spelling in f.metadata["flags"]})
     return keys
 
@@ -196,14 +199,25 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _environment_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """``LFMSERVE_<FIELD>`` values, converted to the field's type; a value that does not convert is an error."""
+def environment_names(f: dataclasses.Field[Any]) -> tuple[str, ...]:
+    """The variables that set a field, the first found winning: ``LFMSERVE_<FIELD>``, then llama-server's names."""
+    return (f"LFMSERVE_{f.name.upper()}", *f.metadata["environment"])
+
+
+def secret_variables() -> tuple[str, ...]:
+    """Every variable that carries a secret (API keys, their files, the Hugging Face token)."""
+    return tuple(name for _, f in all_fields() if f.metadata["secret"] for name in environment_names(f))
+
+
+def _environment_values(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The fields ``environ`` sets, converted to their types; a value that does not convert is an error."""
     out: dict[str, Any] = {}
     for _, f in all_fields():
-        variable = f"LFMSERVE_{f.name.upper()}"
-        raw = os.environ.get(variable)
-        if raw is not None:
-            out[f.name] = _environment_value(parser, f, variable, raw)
+        for variable in environment_names(f):
+            raw = environ.get(variable)
+            if raw is not None:
+                out[f.name] = _environment_value(parser, f, variable, raw)
+                break
     return out
 
 

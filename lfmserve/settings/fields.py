@@ -20,9 +20,25 @@ KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0"
 _SHORT_OFF_FLAGS = frozenset({"-nr"})
 
 
-def flag(*names: str, help: str, sampling: bool = False, **argparse_kwargs: Any) -> dict[str, Any]:
-    """Field metadata: its flags and help; ``sampling`` marks a default for the request field of the same name."""
-    return {"flags": names, "help": help, "sampling": sampling, "argparse": argparse_kwargs}
+def flag(
+    *names: str,
+    help: str,
+    sampling: bool = False,
+    environment: tuple[str, ...] = (),
+    secret: bool = False,
+    **argparse_kwargs: Any,
+) -> dict[str, Any]:
+    """Field metadata: its flags and help; ``sampling`` marks a default for the request field of the same name;
+    ``environment`` names variables read after ``LFMSERVE_<FIELD>`` (llama-server's, such as ``LLAMA_API_KEY``);
+    ``secret`` marks a value that no listing, log line or child's command line may show."""
+    return {
+        "flags": names,
+        "help": help,
+        "sampling": sampling,
+        "environment": environment,
+        "secret": secret,
+        "argparse": argparse_kwargs,
+    }
 
 
 def switch(*names: str, help: str, default: bool | None, action: Any = argparse.BooleanOptionalAction) -> Any:

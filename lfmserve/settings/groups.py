@@ -39,6 +39,17 @@ class SourceSettings:
     offline: bool = switch(
         "--offline", help="use only the Hugging Face cache: no network (-hf, -hfd)", default=False, action="store_true"
     )
+    hf_token: str | None = field(
+        default=None,
+        repr=False,
+        metadata=flag(
+            "-hft",
+            "--hf-token",
+            help="Hugging Face access token for gated and private repos (-hf, -hfd)",
+            environment=("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"),
+            secret=True,
+        ),
+    )
     mmproj: str | None = field(
         default=None, metadata=flag("-mm", "--mmproj", help="multimodal projector GGUF (images, audio)")
     )
@@ -504,10 +515,24 @@ class ServerSettings:
     port: int = field(default=8080, metadata=flag("--port", help="port to listen on", type=int))
     api_key: tuple[str, ...] = field(
         default=(),
-        metadata=flag("--api-key", help="API key clients must send (repeatable, or comma-separated)", action="append"),
+        repr=False,
+        metadata=flag(
+            "--api-key",
+            help="API key clients must send (repeatable, or comma-separated)",
+            action="append",
+            environment=("LLAMA_API_KEY",),
+            secret=True,
+        ),
     )
     api_key_file: str | None = field(
-        default=None, metadata=flag("--api-key-file", help="file with one API key per line")
+        default=None,
+        repr=False,
+        metadata=flag(
+            "--api-key-file",
+            help="file with one API key per line",
+            environment=("LLAMA_ARG_API_KEY_FILE",),
+            secret=True,
+        ),
     )
     cors_origins: str = field(
         default="*",

@@ -11,13 +11,14 @@ import argparse
 import dataclasses
 from typing import Any
 
-from .argv import REFUSED_FLAGS, REFUSED_TITLE
+from .argv import REFUSED_FLAGS, REFUSED_TITLE, environment_names
 from .groups import GROUPS
 
 _INTRO = """# Command-line flags
 
 `lfmserve [options]` takes llama-server's flags, with the same spellings and meanings. Each flag can also be
-set through the environment variable in its row (`LFMSERVE_PORT=9000`); a flag on the command line wins.
+set through the environment variable in its row (`LFMSERVE_PORT=9000`; where a row names two, the first set
+wins); a flag on the command line replaces the variable's value, for repeatable flags too.
 `lfmserve --help` prints the same list. This page is generated from the settings' metadata
 (`python -m lfmserve.settings.reference > docs/cli.md`); a test fails when the two disagree.
 """
@@ -40,7 +41,7 @@ def _row(f: dataclasses.Field[Any]) -> str:
     flags = list(f.metadata["flags"])
     if f.metadata["argparse"].get("action") is argparse.BooleanOptionalAction:  # argparse adds the --no- spelling
         flags += [name.replace("--", "--no-", 1) for name in flags if name.startswith("--")]
-    return f"| {_code(flags)} | {_default(f)} | {_cell(f.metadata['help'])} | `LFMSERVE_{f.name.upper()}` |\n"
+    return f"| {_code(flags)} | {_default(f)} | {_cell(f.metadata['help'])} | {_code(environment_names(f))} |\n"
 
 
 def _default(f: dataclasses.Field[Any]) -> str:

@@ -5,6 +5,7 @@ import pytest
 
 from lfmserve.loading.defaults import DEFAULTABLE
 from lfmserve.settings import Settings, sampling_fields
+from lfmserve.settings.argv import secret_variables
 from lfmserve.settings.groups import GROUPS
 
 
@@ -109,6 +110,59 @@ def test_environment_defaults_are_overridden_by_flags(monkeypatch: pytest.Monkey
     assert (s.server.port, s.engine.ctx_size) == (9200, 1024)
 
 
+def test_the_command_line_replaces_a_repeatable_flags_environment_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LFMSERVE_API_KEY", "k1")
+    monkeypatch.setenv("LFMSERVE_LORA", "a.gguf")
+    assert Settings.from_argv(["--api-key", "k2", "--lora", "a.gguf"]).server.api_key == ("k2",)
+    assert Settings.from_argv(["--lora", "a.gguf"]).source.lora == ("a.gguf",)
+    assert Settings.from_argv([]).source.lora == ("a.gguf",)
+    assert Settings.from_argv([]).server.api_key == ("k1",)
+
+
+def test_llama_servers_variables_for_keys_and_the_hub_token_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLAMA_API_KEY", "from-llama")
+    monkeypatch.setenv("LLAMA_ARG_API_KEY_FILE", "/run/secrets/keys")
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    s = Settings.from_argv([])
+    assert (s.server.api_key, s.server.api_key_file, s.source.hf_token) == (
+        ("from-llama",),
+        "/run/secrets/keys",
+        "hf_x",
+    )
+    monkeypatch.setenv("LFMSERVE_API_KEY", "from-lfmserve")  # lfmserve's own name comes first
+    assert Settings.from_argv([]).server.api_key == ("from-lfmserve",)
+    assert Settings.from_argv(["-hft", "hf_y"]).source.hf_token == "hf_y"
+
+
+def test_an_empty_environment_leaves_only_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LFMSERVE_API_KEY", "k1")
+    monkeypatch.setenv("LFMSERVE_CTX_SIZE", "1024")
+    s = Settings.from_argv(["--port", "9200"], environ={})
+    assert (s.server.port, s.engine.ctx_size, s.server.api_key) == (9200, Settings().engine.ctx_size, ())
+
+
+def test_secrets_are_left_out_of_repr_and_of_without_secrets() -> None:
+    s = Settings.from_argv(["--api-key", "k-secret", "--api-key-file", "/keys", "--hf-token", "hf_secret", "-c", "64"])
+    assert "secret" not in repr(s) and "/keys" not in repr(s)
+    bare = s.without_secrets()
+    assert (bare.server.api_key, bare.server.api_key_file, bare.source.hf_token, bare.engine.ctx_size) == (
+        (),
+        None,
+        None,
+        64,
+    )
+    assert bare.to_argv() == ["--ctx-size", "64"]
+    assert secret_variables() == (
+        "LFMSERVE_HF_TOKEN",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "LFMSERVE_API_KEY",
+        "LLAMA_API_KEY",
+        "LFMSERVE_API_KEY_FILE",
+        "LLAMA_ARG_API_KEY_FILE",
+    )
+
+
 def test_unknown_flag_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         Settings.from_argv(["--no-such-flag"])
@@ -207,7 +261,7 @@ def test_of_and_replace_put_each_field_in_its_group() -> None:
 
 def test_field_names_are_unique_across_the_groups() -> None:
     names = [f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)]
-    assert len(names) == len(set(names)) == 107
+    assert len(names) == len(set(names)) == 108
     assert set(GROUPS) == {f.name for f in dataclasses.fields(Settings)}
 
 
