@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from .errors import LfmError
-from .router.link import ChildLink
 
 if TYPE_CHECKING:
     from .api.state import AppState
+    from .router.link import ChildLink
     from .router.spawn import ChildStart
     from .settings import Settings
 
@@ -134,18 +134,24 @@ def configure_logging(*, verbose: bool, model: str | None = None) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
-def serve(argv: Sequence[str], child: ChildLink | None = None) -> int:
+def serve(argv: Sequence[str]) -> int:
     """``lfmserve [llama-server flags]``; the app and the model code load here, so ``chat --help`` stays quick.
-    With neither ``-m`` nor ``-hf`` it is a router (:func:`serve_router`); ``child`` is the link of a router's
-    child, which serves on the socket its router bound and tells it when it is ready or why it failed."""
-    from .api.app import create_app
-    from .loading.engine_config import engine_config
-    from .loading.loader import load_serving, resolve_model_files
+    With neither ``-m`` nor ``-hf`` it is a router (:func:`serve_router`)."""
     from .settings import Settings
 
     settings = Settings.from_argv(argv)
-    if child is None and settings.source.model is None and settings.source.hf_repo is None:
+    if settings.source.model is None and settings.source.hf_repo is None:
         return serve_router(settings)
+    return serve_model(settings)
+
+
+def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
+    """Serve one model until SIGTERM / Ctrl-C; ``child`` is the link of a router's child, which serves on the
+    socket its router bound and tells it when it is ready or why it failed."""
+    from .api.app import create_app
+    from .loading.engine_config import engine_config
+    from .loading.loader import load_serving, resolve_model_files
+
     configure_logging(verbose=settings.server.verbose, model=child.name if child else None)
     fail = child.failed if child else _print_error
     try:
@@ -190,7 +196,7 @@ def serve(argv: Sequence[str], child: ChildLink | None = None) -> int:
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, lambda *_: None)
     server.run(sockets=sockets)
-    return exit_code
+    return exit_code if server.started else 1
 
 
 def _print_error(message: str) -> None:
@@ -212,8 +218,14 @@ def serve_router(settings: Settings) -> int:
 
 def serve_child(start: ChildStart) -> None:
     """A router's child (run in a process forked by the router's fork server): serve the model's flags on the
-    socket the router bound, and exit with serve's code."""
-    sys.exit(serve(start.argv, ChildLink.open(start)))
+    socket the router bound, and exit with serve's code. Its settings are its flags alone (its environment is not
+    read), its only API key its own and its Hugging Face token the router's."""
+    from .router.link import ChildLink
+    from .settings import Settings
+
+    link = ChildLink.open(start)
+    settings = Settings.from_argv(start.argv, environ={})
+    sys.exit(serve_model(settings.replace(api_key=(start.api_key,), hf_token=start.hf_token), link))
 
 
 if __name__ == "__main__":

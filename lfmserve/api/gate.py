@@ -17,9 +17,11 @@ from .handlers import error_response
 if TYPE_CHECKING:  # the router uses key_ok without loading the model code that AppState brings
     from .state import AppState
 
-#: Routes that need no API key: llama-server's public endpoints (its ``/api/tags`` among them), and Ollama's
-#: probes of whether a server is there and which version it speaks.
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/models", "/v1/models", "/api/tags", "/", "/api/version"})
+#: Routes that need no API key, read with GET or HEAD only: llama-server's public set (``/health``, ``/v1/health``,
+#: and ``/`` with the web UI's other files, which :mod:`~lfmserve.api.webui` answers before this gate), and Ollama's
+#: probe of which version a server speaks. None of them tells anything about the models or changes anything.
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/api/version"})
+_READING_METHODS = frozenset({"GET", "HEAD"})
 
 
 class Gate:
@@ -49,9 +51,10 @@ class Gate:
 
 def request_refusal(scope: Scope, keys: tuple[bytes, ...], max_body: int) -> LfmError | None:
     """What any lfmserve server (a model's, or the router) refuses before reading a request: a missing or wrong
-    API key (the public routes need none), or a declared body over ``max_body`` bytes."""
+    API key (reading a public route needs none), or a declared body over ``max_body`` bytes."""
     headers = Headers(scope=scope)
-    if keys and scope["path"] not in PUBLIC_PATHS and not key_ok(headers, keys):
+    public = scope["path"] in PUBLIC_PATHS and scope["method"] in _READING_METHODS
+    if keys and not public and not key_ok(headers, keys):
         return AuthenticationFailed("Invalid API Key")
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body:

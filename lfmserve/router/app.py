@@ -99,9 +99,7 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         if request.query_params.get("reload"):
-            catalog = await asyncio.to_thread(build_catalog, settings)
-            for stale in pool.replace_catalog(catalog):
-                await pool.unload(stale.name)
+            await pool.reload(await asyncio.to_thread(build_catalog, settings))
         return model_list(list(pool.instances.values()))
 
     @app.post("/models/load")

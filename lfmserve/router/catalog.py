@@ -31,10 +31,8 @@ from .preset import PresetSection, canonical_name, read_preset
 _DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 _DEFAULT_STOP_TIMEOUT_S = 10.0
-#: Fields a child never takes from the router: the router's own, its keys, where it listens, its model.
-_ROUTER_ONLY = dict(
-    model=None, hf_repo=None, hf_file=None, mmproj=None, alias=None, tags=None, api_key=(), api_key_file=None
-)
+#: Fields a child never takes from the router's command line: its model and names (secrets are never passed on).
+_ROUTER_ONLY = dict(model=None, hf_repo=None, hf_file=None, mmproj=None, alias=None, tags=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +80,8 @@ def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
         base = found.get(section.name, _Found("preset", {}))
         found[section.name] = _Found("preset", base.flags | section.flags, base.projector, base.files)
         extra[section.name] = section
-    base_argv = dataclasses.replace(settings, router=RouterSettings()).replace(**_ROUTER_ONLY).to_argv()
+    inherited = dataclasses.replace(settings, router=RouterSettings()).replace(**_ROUTER_ONLY)
+    base_argv = inherited.without_secrets().to_argv()
     everyone_argv = _argv(everyone.flags, "*") if everyone else []
     specs = [
         _spec(name, where, extra.get(name), everyone_argv + _argv(where.flags, name) + base_argv, router.models_ttl)
@@ -126,7 +125,9 @@ def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[st
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
-            settings = Settings.from_argv(argv)
+            # The flags alone: the router's environment reached them through its own settings, and a key a
+            # section names is dropped, as llama-server's router drops it (a child accepts only its own).
+            settings = Settings.from_argv(argv, environ={}).without_secrets()
     except SystemExit as exc:
         message = errors.getvalue().strip().removeprefix("lfmserve: error: ")
         raise LfmError(f"model '{name}': {message}") from exc

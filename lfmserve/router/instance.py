@@ -31,6 +31,8 @@ class Instance:
     stopping: bool = False
     #: Asked for by ``POST /models/load`` (so it stays queued with no request waiting).
     wanted: bool = False
+    #: Gone from the router's sources at a reload: found by no name, forgotten once its child has exited.
+    removed: bool = False
     #: The child's own ``/v1/models`` entry, once it is ready.
     info: dict[str, Any] | None = None
     #: How long it stays loaded once idle, as an Ollama request's ``keep_alive`` last said (seconds; negative:

@@ -39,9 +39,9 @@ class ChildLink:
 
     @classmethod
     def open(cls, start: ChildStart) -> ChildLink:
-        """Take the router's key as the only key, die with the router, and start following the control line."""
-        os.environ["LFMSERVE_API_KEY"] = start.api_key
-        os.environ.pop("LFMSERVE_API_KEY_FILE", None)
+        """Die with the router, take the child's own name and command line (not the router's, which the fork
+        server's start copied into ``sys.argv``), and start following the control line."""
+        sys.argv[1:] = start.argv
         if sys.platform == "linux":
             with contextlib.suppress(OSError, AttributeError):
                 libc = ctypes.CDLL(None, use_errno=True)

@@ -39,6 +39,15 @@ class LoadFailed(LfmError):
     """A model's child stopped before it served: the requests that waited for it get this."""
 
 
+def startup_models(instances: list[Instance], models_max: int) -> list[Instance]:
+    """The models loaded on startup; LfmError when there are more than ``--models-max`` (llama-server refuses to
+    start then)."""
+    startup = [instance for instance in instances if instance.spec.load_on_startup]
+    if models_max and len(startup) > models_max:
+        raise LfmError(f"number of models to load on startup ({len(startup)}) exceeds models_max ({models_max})")
+    return startup
+
+
 class Pool:
     def __init__(
         self,
@@ -52,6 +61,7 @@ class Pool:
         self._capacity = Capacity(settings)
         self.instances = {name: Instance(spec) for name, spec in catalog.items()}
         self._names = {alias: name for name, spec in catalog.items() for alias in spec.names}
+        self._startup = startup_models(list(self.instances.values()), settings.models_max)
         self._spawner = spawner
         self._events = events
         self._describe = describe
@@ -76,17 +86,15 @@ class Pool:
             raise InvalidRequest(f"model '{name}' not found")
         return found
 
-    def replace_catalog(self, catalog: dict[str, ModelSpec]) -> list[Instance]:
+    async def reload(self, catalog: dict[str, ModelSpec]) -> None:
         """``GET /models?reload=1``: new models are added, changed ones take their new settings, and the running
-        models that vanished or changed are returned (for the caller to stop)."""
-        stale = []
+        models that vanished or changed are stopped. A vanished model is no longer found at once, and forgotten
+        once it has no child (so none is left running untracked)."""
+        stale = [i for name, i in self.instances.items() if i.running and catalog.get(name) != i.spec]
         for name, instance in list(self.instances.items()):
-            spec = catalog.get(name)
-            if spec is None or spec != instance.spec:
-                if instance.running:
-                    stale.append(instance)
-                if spec is None:
-                    del self.instances[name]
+            if name not in catalog:
+                instance.removed = True
+                self._forget_if_removed(instance)
         for name, spec in catalog.items():
             if name in self.instances:
                 self.instances[name].spec = spec
@@ -94,7 +102,11 @@ class Pool:
                 self.instances[name] = Instance(spec)
         self._names = {alias: name for name, spec in catalog.items() for alias in spec.names}
         self._events.publish("*", "models_reload")
-        return stale
+        await asyncio.gather(*(self._stop(instance) for instance in stale))
+
+    def _forget_if_removed(self, instance: Instance) -> None:
+        if instance.removed and instance.child is None and self.instances.get(instance.name) is instance:
+            del self.instances[instance.name]
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -129,6 +141,8 @@ class Pool:
     async def _ready(self, instance: Instance, autoload: bool) -> Child:
         attempt = instance.loads - (1 if instance.status == LOADING else 0)
         while True:
+            if instance.removed:
+                raise InvalidRequest(f"model '{instance.name}' not found")
             if instance.status == LOADED and not instance.stopping and instance.child is not None:
                 return instance.child
             if instance.status == UNLOADED and not instance.stopping:
@@ -179,12 +193,7 @@ class Pool:
 
     def start(self) -> None:
         """Run the load queue and the time-to-live watch, and queue the models loaded on startup."""
-        startup = [i for i in self.instances.values() if i.spec.load_on_startup]
-        if self.settings.models_max and len(startup) > self.settings.models_max:
-            raise LfmError(
-                f"number of models to load on startup ({len(startup)}) exceeds models_max ({self.settings.models_max})"
-            )
-        for instance in startup:
+        for instance in self._startup:
             instance.wanted = True
             self._enqueue(instance)
         self._loops = [asyncio.ensure_future(self._schedule()), asyncio.ensure_future(self._expire())]
@@ -205,7 +214,7 @@ class Pool:
             self._wake.clear()
             while self._queue:
                 head = self._queue[0]
-                if head.running or (head.waiting == 0 and not head.wanted):
+                if head.running or head.removed or (head.waiting == 0 and not head.wanted):
                     self._queue.pop(0)
                     continue
                 problem = self._capacity.too_big(head)
@@ -237,6 +246,8 @@ class Pool:
         instance.child = child
         instance.last_used = instance.last_active = time.monotonic()
         self._spawn_task(self._follow(instance, child))
+        if instance.removed:  # a reload dropped the model while its child started
+            self._spawn_task(self._stop(instance))
 
     async def _follow(self, instance: Instance, child: Child) -> None:
         """The child's life: ready (or failed), then its exit."""
@@ -261,6 +272,7 @@ class Pool:
             instance.child = None
             instance.stopping = False
             self._set(instance, UNLOADED, exit_code=code, keep_alive_s=None)  # a keep_alive lasts one load
+            self._forget_if_removed(instance)
 
     async def _stop(self, instance: Instance) -> None:
         child = instance.child

@@ -13,7 +13,7 @@ from ..settings import Settings
 from .app import create_router_app
 from .catalog import build_catalog
 from .events import Events
-from .spawn import ChildStart, Spawner
+from .spawn import ChildStart, Spawner, drop_secret_variables
 
 logger = logging.getLogger("lfmserve")
 #: What the fork server imports once, so that a child starts with all of it in memory.
@@ -42,15 +42,17 @@ class _RouterServer(uvicorn.Server):
 
 
 def serve_router(settings: Settings, child: Callable[[ChildStart], None], sockets: list[socket.socket]) -> int:
-    """Serve until SIGTERM / Ctrl-C, then stop every child; LfmError when the models cannot be listed."""
+    """Serve until SIGTERM / Ctrl-C, then stop every child (0); LfmError when the models cannot be listed or
+    started as asked, 1 when the server could not start."""
+    drop_secret_variables()  # read into settings already; the fork server and the children start without them
     catalog = build_catalog(settings)
     logger.info("router: %d models", len(catalog))
     for spec in catalog.values():
         aliases = f" (aliases: {', '.join(spec.aliases)})" if spec.aliases else ""
         logger.info("  [%10s] %s%s", spec.source, spec.name, aliases)
-    spawner = Spawner(child, PRELOAD)
-    spawner.warm()
+    spawner = Spawner(child, PRELOAD, settings.source.hf_token)
     app = create_router_app(settings, catalog, spawner)
+    spawner.warm()
     config = uvicorn.Config(
         app,
         # h11, as a single model's server: header names go out as written, which clients that copy headers into a
@@ -65,4 +67,4 @@ def serve_router(settings: Settings, child: Callable[[ChildStart], None], socket
     for stop_signal in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop_signal, lambda *_: None)
     server.run(sockets=sockets)
-    return 0
+    return 0 if server.started else 1

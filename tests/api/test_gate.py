@@ -23,11 +23,16 @@ def test_api_keys(server_factory: Callable[..., ServerThread], tiny_gguf: Path) 
         assert response.json()["error"] == {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}
     assert post(server, "/v1/chat/completions", chat, headers={"Authorization": "Bearer k2"}).status_code == 200
     assert post(server, "/v1/chat/completions", chat, headers={"X-Api-Key": "k1"}).status_code == 200
-    assert httpx.get(server.url + "/health").status_code == 200
-    assert httpx.get(server.url + "/v1/models").status_code == 200
-    assert httpx.get(server.url + "/props").status_code == 401
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="k1")
     assert client.chat.completions.create(model="m", messages=chat["messages"], max_tokens=2).usage is not None
+    # llama-server's public set (its health routes and the web UI's files), and Ollama's version probe; reading
+    # only: the same paths with another method need the key, as does every listing of the models.
+    public = [("GET", "/health"), ("GET", "/v1/health"), ("GET", "/api/version"), ("GET", "/"), ("HEAD", "/")]
+    keyed = [("GET", "/v1/models"), ("GET", "/models"), ("GET", "/api/tags"), ("GET", "/props"), ("POST", "/health")]
+    keyed += [("DELETE", "/api/version"), ("POST", "/")]
+    assert [httpx.request(method, server.url + path).status_code for method, path in public] == [200] * 5
+    assert [httpx.request(method, server.url + path).status_code for method, path in keyed] == [401] * 7
+    assert httpx.get(server.url + "/v1/models", headers={"Authorization": "Bearer k2"}).status_code == 200
 
 
 def test_a_key_is_read_from_bearer_or_x_api_key() -> None:

@@ -41,7 +41,8 @@ def test_the_page_and_llama_servers_ui_paths_need_no_key_and_the_api_still_does(
     assert json.loads(httpx.get(keyed.url + "/manifest.webmanifest").text)["start_url"] == "."
     for method, path in (("GET", "/props"), ("GET", "/slots"), ("POST", "/v1/chat/completions"), ("GET", "/nope")):
         assert httpx.request(method, keyed.url + path).status_code == 401, path
-    assert httpx.post(keyed.url + "/", json={}).status_code == 405  # only GET and HEAD reach the page or the probe
+    assert httpx.post(keyed.url + "/", json={}).status_code == 401  # only reading the page or the probe is public
+    assert httpx.post(keyed.url + "/", json={}, headers={"Authorization": "Bearer k"}).status_code == 405
 
 
 def test_files_are_gzipped_when_the_browser_takes_it_and_revalidated_with_an_etag(keyed: ServerThread) -> None:

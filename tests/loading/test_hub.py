@@ -22,12 +22,21 @@ from tests.test_cli import LFMSERVE
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def fake_hub(repo: str, files: dict[str, bytes]) -> Starlette:
-    """The two hub routes huggingface_hub uses here: the file tree, and resolve (HEAD + GET)."""
+def fake_hub(repo: str, files: dict[str, bytes], token: str | None = None) -> Starlette:
+    """The two hub routes huggingface_hub uses here: the file tree, and resolve (HEAD + GET); with ``token``, a
+    gated repo that answers 401 to a request without it."""
 
-    async def tree(request: Request) -> Response:
+    def refusal(request: Request) -> Response | None:
+        if token is not None and request.headers.get("authorization") != f"Bearer {token}":
+            return JSONResponse({"error": "Invalid credentials in Authorization header"}, status_code=401)
         if f"{request.path_params['owner']}/{request.path_params['name']}" != repo:
             return JSONResponse({"error": "Repository not found"}, status_code=404)
+        return None
+
+    async def tree(request: Request) -> Response:
+        refused = refusal(request)
+        if refused is not None:
+            return refused
         return JSONResponse(
             [
                 {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
@@ -37,7 +46,10 @@ def fake_hub(repo: str, files: dict[str, bytes]) -> Starlette:
 
     async def resolve(request: Request) -> Response:
         name = request.path_params["filename"]
-        if f"{request.path_params['owner']}/{request.path_params['name']}" != repo or name not in files:
+        refused = refusal(request)
+        if refused is not None:
+            return refused
+        if name not in files:
             return JSONResponse({"error": "Entry not found"}, status_code=404)
         data = files[name]
         headers = {

@@ -41,9 +41,15 @@ def router_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def start_router(running: list[Running], router_models: Path, *flags: str, preset: Path | None = None) -> Running:
+def start_router(
+    running: list[Running],
+    router_models: Path,
+    *flags: str,
+    preset: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Running:
     """``lfmserve --models-dir MODELS --models-preset PRESET`` with ``flags`` (the preset of ``router_models``
-    unless another is given), healthy."""
+    unless another is given) and ``env`` added to the environment, healthy."""
     command = shutil.which("lfmserve")
     assert command is not None
     router = Running(
@@ -56,7 +62,7 @@ def start_router(running: list[Running], router_models: Path, *flags: str, prese
             *CHILD_FLAGS,
             *flags,
         ],
-        env={"HF_HUB_CACHE": str(router_models / "hf-cache")},
+        env={"HF_HUB_CACHE": str(router_models / "hf-cache"), **(env or {})},
     )
     running.append(router)
     wait_healthy(router.url, router.process)
@@ -96,6 +102,14 @@ def child_pid(router: Running, model: str) -> int | None:
             if Path(f"/proc/{child}/comm").read_bytes().strip() == process_name(model):
                 return child
     return None
+
+
+def descendants(parent: int) -> list[int]:
+    """Every process started below ``parent``: a router's fork server and its children, among them."""
+    found = []
+    for child in _children(parent):
+        found += [child, *descendants(child)]
+    return found
 
 
 def _children(parent: int) -> list[int]:

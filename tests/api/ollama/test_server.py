@@ -313,12 +313,14 @@ def test_think_switches_the_templates_thinking(thinking_server: ServerThread, re
     assert off.prompt_eval_count > on.prompt_eval_count  # "<think></think>" is in the prompt only when off
 
 
-def test_the_api_key_guards_generation_and_leaves_the_probes_public(
+def test_the_api_key_guards_the_models_and_leaves_the_probes_public(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path
 ) -> None:
     keyed = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1, api_key=("k",), ui=False))
-    for path in ("/", "/api/version", "/api/tags"):
+    for path in ("/", "/api/version"):
         assert httpx.get(keyed.url + path, headers={"Accept": "application/json"}).status_code == 200, path
+    listing = httpx.get(keyed.url + "/api/tags")  # which models a server has is not public (llama-server's rule)
+    assert (listing.status_code, listing.json()) == (401, {"error": "Invalid API Key"})
     refused = httpx.post(keyed.url + "/api/chat", json={"model": "m", "messages": ASK})
     assert (refused.status_code, refused.json()) == (401, {"error": "Invalid API Key"})
     with ollama.Client(host=keyed.url) as anonymous, pytest.raises(ollama.ResponseError) as caught:
