@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import Running, ServerThread, wait_healthy
 from tests.loading.test_hub import fake_hub
 from tests.router.conftest import CHILD_FLAGS, child_pid, descendants, start_router
+from tests.test_cli import LFMSERVE
 
 ROUTER_KEY = "router-key-7Qx2"
 #: In the environment beside the command line's key: only the command line's may count.
@@ -124,9 +125,8 @@ def test_a_reload_stops_the_running_model_whose_file_vanished(
     models = tmp_path / "models"
     models.mkdir()
     shutil.copy(router_models / "models" / "text.gguf", models / "gone.gguf")
-    command = shutil.which("lfmserve")
-    assert command is not None
-    router = Running([command, "--models-dir", str(models), *CHILD_FLAGS], env={"HF_HUB_CACHE": str(tmp_path / "hf")})
+    assert LFMSERVE is not None
+    router = Running([LFMSERVE, "--models-dir", str(models), *CHILD_FLAGS], env={"HF_HUB_CACHE": str(tmp_path / "hf")})
     running.append(router)
     wait_healthy(router.url, router.process)
     assert (
@@ -151,11 +151,10 @@ def test_a_router_that_cannot_start_its_startup_models_exits_1_with_one_line(
     model = router_models / "models" / "text.gguf"
     preset = tmp_path / "preset.ini"
     preset.write_text(f"[a]\nmodel = {model}\nload-on-startup = true\n\n[b]\nmodel = {model}\nload-on-startup = true\n")
-    command = shutil.which("lfmserve")
-    assert command is not None
+    assert LFMSERVE is not None
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hf")}
     done = subprocess.run(
-        [command, "--models-preset", str(preset), "--models-max", "1", "--port", "0"],
+        [LFMSERVE, "--models-preset", str(preset), "--models-max", "1", "--port", "0"],
         capture_output=True,
         text=True,
         timeout=120,
