@@ -19,10 +19,14 @@ import socket
 from multiprocessing.process import BaseProcess
 
 from ..settings import Settings
-from .spawn import ChildStart, Spawner
+from .spawn import ChildStart, Spawner, forkserver_alive
 
 logger = logging.getLogger(__name__)
 CHILD_HOST = "127.0.0.1"
+#: What multiprocessing reports as the exit code of a child whose fork server died.
+_LOST = 255
+#: How long a fork server whose line closed has to be seen exiting (polled): far longer than the kernel takes.
+_FORKSERVER_EXIT_POLLS, _FORKSERVER_EXIT_POLL_S = 50, 0.02
 
 
 class ChildFailed(Exception):
@@ -63,6 +67,8 @@ class Child:
         self.exited: asyncio.Future[int] = loop.create_future()
         self._writer: asyncio.StreamWriter | None = None
         self._follow: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Task[int] | None = None
+        self._finishing: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(cls, spawner: Spawner, name: str, settings: Settings) -> Child:
@@ -104,17 +110,33 @@ class Child:
                 self.error = str(state.get("error") or "failed")
 
     def _on_exit(self) -> None:
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.process.sentinel)
-        self.process.join(0)
-        code = self.process.exitcode
-        code = -1 if code is None else code
+        asyncio.get_running_loop().remove_reader(self.process.sentinel)
+        self._finishing = asyncio.create_task(self._finish())
+
+    async def _finish(self) -> None:
+        code = await self._exit_code()
         if not self.ready.done():
             self.ready.set_exception(ChildFailed(self.failure(code), code))
             self.ready.exception()  # retrieved here: nobody may be waiting
         if self._writer is not None:
             self._writer.close()
         self.exited.set_result(code)
+
+    async def _exit_code(self) -> int:
+        """The exit code the fork server reports. When the fork server itself is gone nobody can tell (multiprocessing
+        says 255): its children die with it (each asked the kernel for that), and this one is killed to be sure."""
+        self.process.join(0)
+        code = self.process.exitcode
+        if code != _LOST:
+            return -1 if code is None else code
+        # The fork server's end of the line closes a moment before the kernel reports it exited.
+        for _ in range(_FORKSERVER_EXIT_POLLS):
+            if not forkserver_alive():
+                self.error = self.error or "its fork server stopped"
+                self.kill()
+                return -signal.SIGKILL
+            await asyncio.sleep(_FORKSERVER_EXIT_POLL_S)
+        return code
 
     def failure(self, code: int) -> str:
         """Why the child stopped: its own line, else its exit code or signal."""
@@ -125,8 +147,14 @@ class Child:
                 return f"killed by {signal.Signals(-code).name}"
         return f"exited with code {code}"
 
-    async def stop(self, timeout_s: float) -> int:
-        """Ask the child to exit; kill it after ``timeout_s`` (at once while it is still loading)."""
+    def stop(self, timeout_s: float) -> asyncio.Task[int]:
+        """Ask the child to exit; kill it after ``timeout_s`` (at once while it is still loading). The task ends
+        with its exit code; asking again joins the stop already under way."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop(timeout_s))
+        return self._stopping
+
+    async def _stop(self, timeout_s: float) -> int:
         if not self.exited.done():
             if self.ready.done() and self._writer is not None and not self._writer.is_closing():
                 self._writer.write(b"exit\n")

@@ -8,11 +8,10 @@ Each event is ``{"model": NAME, "event": KIND, "data": {...}}``: ``model_status`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-#: Events a listener that does not read may fall behind by before it is dropped.
+#: Events a listener that does not read may fall behind by before its stream is ended (it may connect again).
 _BACKLOG = 1024
 
 
@@ -27,15 +26,20 @@ class Events:
         for queue in list(self._listeners):
             try:
                 queue.put_nowait(message)
-            except asyncio.QueueFull:
-                self._listeners.discard(queue)  # a listener this far behind has stopped reading
+            except asyncio.QueueFull:  # a listener this far behind has stopped reading: its stream ends
+                self._end(queue)
 
     def close(self) -> None:
         """End every listener's stream (the server is shutting down: an open stream would hold it up)."""
         for queue in list(self._listeners):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
-        self._listeners.clear()
+            self._end(queue)
+
+    def _end(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        """End one listener's stream: what it has not read is dropped, and the end is all that is left to read."""
+        self._listeners.discard(queue)
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(None)
 
     async def listen(self) -> AsyncIterator[dict[str, Any]]:
         """The events published from now on, until the caller stops iterating or :meth:`close`."""

@@ -27,7 +27,9 @@ class Instance:
     last_active: float = 0.0
     loads: int = 0
     exit_code: int | None = None
+    #: Why its last load or run failed.
     error: str | None = None
+    #: A stop was asked for: no request takes its child any more (see :mod:`.lifecycle`).
     stopping: bool = False
     #: Asked for by ``POST /models/load`` (so it stays queued with no request waiting).
     wanted: bool = False
@@ -46,7 +48,8 @@ class Instance:
 
     @property
     def failed(self) -> bool:
-        return self.status == UNLOADED and self.exit_code not in (None, 0)
+        """Its last load or run ended in an error (a deliberate stop is no failure, whatever its exit code)."""
+        return self.status == UNLOADED and self.error is not None
 
     @property
     def running(self) -> bool:

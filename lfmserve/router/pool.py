@@ -11,28 +11,37 @@ time-to-live and a memory budget.
 - A model idle longer than its time-to-live (``--models-ttl``, a preset's ``ttl``) is stopped.
 - A child that dies is noticed at once (its exit is watched): the model shows ``unloaded`` with ``failed`` and
   its exit code, and loads again on the next request that names it.
+
+The names are the :class:`~.registry.Registry`'s, each child's start and stop the :class:`~.lifecycle.Lifecycle`'s;
+this module decides when they happen. Its two loops (the queue, the time-to-live) never end on an error: a model
+whose turn fails is failed, with the reason, and the loop goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import InvalidRequest, LfmError, NotFound
+from ..errors import InvalidRequest, LfmError, NotFound, Unavailable
 from ..settings import RouterSettings
 from .capacity import Capacity
 from .catalog import ModelSpec
-from .child import Child, ChildFailed
+from .child import Child
 from .events import Events
-from .instance import LOADED, LOADING, UNLOADED, Instance
+from .instance import LOADING, UNLOADED, Instance
+from .lifecycle import Lifecycle
+from .registry import Registry
 from .spawn import Spawner
 
 logger = logging.getLogger(__name__)
 _FAKE_DELAY_S = 2.0
+#: How often idle models are checked against their time-to-live.
+_EXPIRY_PERIOD_S = 1.0
 
 
 class LoadFailed(LfmError):
@@ -56,57 +65,28 @@ class Pool:
         spawner: Spawner,
         events: Events,
         describe: Callable[[Child], Awaitable[dict[str, Any]]],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        self.registry = Registry(catalog)
         self._capacity = Capacity(settings)
-        self.instances = {name: Instance(spec) for name, spec in catalog.items()}
-        self._names = {alias: name for name, spec in catalog.items() for alias in spec.names}
-        self._startup = startup_models(list(self.instances.values()), settings.models_max)
-        self._spawner = spawner
+        self._startup = startup_models(list(self.registry.instances.values()), settings.models_max)
         self._events = events
-        self._describe = describe
+        self._clock = clock
+        self._lifecycle = Lifecycle(self.registry, spawner, events, describe, clock)
         self._queue: list[Instance] = []
-        self._wake = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._loops: list[asyncio.Future[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
+        self._closing = False
         #: llama-server's ``LLAMA_SERVER_DEBUG_FAKE_TIMING``: each load and each proxied request takes 2 s longer,
         #: so that its test suite's queue tests see requests overlap.
         self._fake_timing = bool(os.environ.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
 
-    # -- names ----------------------------------------------------------------------------------------
-
-    def find(self, name: str) -> Instance | None:
-        """The model called ``name`` (or with that alias)."""
-        canonical = self._names.get(name)
-        return None if canonical is None else self.instances[canonical]
-
-    def get(self, name: str) -> Instance:
-        found = self.find(name)
-        if found is None:
-            raise InvalidRequest(f"model '{name}' not found")
-        return found
-
     async def reload(self, catalog: dict[str, ModelSpec]) -> None:
-        """``GET /models?reload=1``: new models are added, changed ones take their new settings, and the running
-        models that vanished or changed are stopped. A vanished model is no longer found at once, and forgotten
-        once it has no child (so none is left running untracked)."""
-        stale = [i for name, i in self.instances.items() if i.running and catalog.get(name) != i.spec]
-        for name, instance in list(self.instances.items()):
-            if name not in catalog:
-                instance.removed = True
-                self._forget_if_removed(instance)
-        for name, spec in catalog.items():
-            if name in self.instances:
-                self.instances[name].spec = spec
-            else:
-                self.instances[name] = Instance(spec)
-        self._names = {alias: name for name, spec in catalog.items() for alias in spec.names}
+        """``GET /models?reload=1``: the registry takes the new catalog, and the running models that vanished or
+        changed are stopped before the answer."""
+        stale = self.registry.replace(catalog)
         self._events.publish("*", "models_reload")
-        await asyncio.gather(*(self._stop(instance) for instance in stale))
-
-    def _forget_if_removed(self, instance: Instance) -> None:
-        if instance.removed and instance.child is None and self.instances.get(instance.name) is instance:
-            del self.instances[instance.name]
+        await asyncio.gather(*(self._lifecycle.stop(instance) for instance in stale))
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -120,9 +100,10 @@ class Pool:
             instance.waiting -= 1
             if instance.waiting == 0 and not instance.wanted and instance in self._queue:
                 self._queue.remove(instance)  # everyone waiting left: give the place in the queue back
-                self._wake.set()
+                self._lifecycle.changed.set()
+        # Taken in the same step of the loop as the check that it serves: no expiry or stop comes in between.
         instance.in_flight += 1
-        instance.last_active = time.monotonic()
+        instance.last_active = self._clock()
         if touch:
             instance.last_used = instance.last_active
         if self._fake_timing:  # busy a while longer, counted as busy: the suite's queue tests need the overlap
@@ -135,19 +116,21 @@ class Pool:
 
     def release(self, instance: Instance) -> None:
         instance.in_flight -= 1
-        instance.last_active = time.monotonic()
-        self._wake.set()  # a model that became idle may make room for a queued load
+        instance.last_active = self._clock()
+        self._lifecycle.changed.set()  # a model that became idle may make room for a queued load
 
     async def _ready(self, instance: Instance, autoload: bool) -> Child:
         attempt = instance.loads - (1 if instance.status == LOADING else 0)
         while True:
+            if self._closing:
+                raise Unavailable("the router is shutting down")
             if instance.removed:
                 raise InvalidRequest(f"model '{instance.name}' not found")
-            if instance.status == LOADED and not instance.stopping and instance.child is not None:
+            if instance.serving and instance.child is not None:
                 return instance.child
-            if instance.status == UNLOADED and not instance.stopping:
+            if instance.status == UNLOADED:
                 if instance.loads > attempt:
-                    raise LoadFailed(f"model name={instance.name} failed to load: {instance.error}")
+                    raise _load_error(instance)
                 if not autoload:
                     raise InvalidRequest("model is not loaded")
                 self._enqueue(instance)
@@ -156,38 +139,36 @@ class Pool:
     def _enqueue(self, instance: Instance) -> None:
         if instance not in self._queue:
             self._queue.append(instance)
-            self._wake.set()
+            self._lifecycle.changed.set()
 
     # -- management -----------------------------------------------------------------------------------
 
     def load(self, name: str) -> None:
-        """``POST /models/load``: queue the model's load and return (llama-server answers before it is ready)."""
-        instance = self.find(name)
+        """``POST /models/load``: queue the model's load and return (llama-server answers before it is ready); 503
+        when every place is taken by a busy model and none is queued to free one."""
+        instance = self.registry.find(name)
         if instance is None:
             raise NotFound("model is not found")
         if instance.running:
             raise InvalidRequest("model is already running")
         problem = self._capacity.too_big(instance)
-        if (
-            problem is None
-            and self._capacity.full(self.instances.values())
-            and self._capacity.victim(self.instances.values(), self._queue) is None
-            and self._queue == []
-        ):
-            problem = "model limit reached, try again later"
         if problem is not None:
             raise LfmError(problem)
+        instances = self.registry.instances.values()
+        if self._capacity.full(instances) and self._capacity.victim(instances, self._queue) is None and not self._queue:
+            raise Unavailable("model limit reached, try again later")
         instance.wanted = True
         self._enqueue(instance)
 
     async def unload(self, name: str) -> None:
-        """``POST /models/unload``: stop the model (a loading one is killed at once)."""
-        instance = self.find(name)
+        """``POST /models/unload``: stop the model (a loading one is killed at once, one still starting as soon as
+        its process exists); answered before it has stopped, as llama-server does."""
+        instance = self.registry.find(name)
         if instance is None:
             raise InvalidRequest("model is not found")
         if not instance.running:
             raise InvalidRequest("model is not running")
-        self._spawn_task(self._stop(instance))
+        self._lifecycle.request_stop(instance)
 
     # -- the scheduler --------------------------------------------------------------------------------
 
@@ -196,135 +177,74 @@ class Pool:
         for instance in self._startup:
             instance.wanted = True
             self._enqueue(instance)
-        self._loops = [asyncio.ensure_future(self._schedule()), asyncio.ensure_future(self._expire())]
+        self._loops = [asyncio.create_task(self._schedule()), asyncio.create_task(self._expire())]
 
     async def close(self) -> None:
-        """Stop loading more, then every child (in parallel, each within its stop timeout: each child's follower
-        sees it exit), then whatever is left."""
-        for loop in self._loops:
-            loop.cancel()
+        """Stop loading more (a start under way finishes, so its child is known), then stop every child (in
+        parallel, each within its stop timeout), then whatever is left."""
+        self._closing = True
         self._queue.clear()
-        await asyncio.gather(*(self._stop(i) for i in self.instances.values() if i.child), return_exceptions=True)
-        for task in list(self._tasks):
-            task.cancel()
+        for instance in self.registry.instances.values():
+            self._lifecycle.notify(instance)  # the requests waiting for a model give up
+        self._loops[1].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._loops)
+        await asyncio.gather(*(self._lifecycle.stop(i) for i in list(self.registry.instances.values()) if i.running))
+        await self._lifecycle.close()
 
     async def _schedule(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue:
+        wake = self._lifecycle.changed
+        while not self._closing:
+            await wake.wait()
+            wake.clear()
+            while self._queue and not self._closing:
                 head = self._queue[0]
-                if head.running or head.removed or (head.waiting == 0 and not head.wanted):
-                    self._queue.pop(0)
-                    continue
-                problem = self._capacity.too_big(head)
-                if problem is not None:
-                    self._queue.pop(0)
-                    self._set(head, UNLOADED, error=problem, exit_code=1, loads=head.loads + 1)
-                    continue
-                if not self._capacity.full(self.instances.values(), head):
-                    self._queue.pop(0)
-                    await self._launch(head)
-                    continue
-                victim = self._capacity.victim(self.instances.values(), self._queue)
-                if victim is None:
-                    break  # wait for a request to end or a child to exit
-                logger.info("unloading %s (least recently used) to load %s", victim.name, head.name)
-                await self._stop(victim)
+                try:
+                    if not await self._advance(head):
+                        break  # wait for a request to end or a child to exit
+                except Exception as exc:  # a fault nobody foresaw: the model fails, the queue goes on
+                    logger.exception("loading %s failed", head.name)
+                    if head in self._queue:
+                        self._queue.remove(head)
+                    self._lifecycle.fail(head, f"the router could not load it: {exc!r}")
 
-    async def _launch(self, instance: Instance) -> None:
-        if self._fake_timing:
-            await asyncio.sleep(_FAKE_DELAY_S)
-        instance.wanted = False
-        instance.exit_code = instance.error = instance.info = None
-        self._set(instance, LOADING, event="model_status", loads=instance.loads + 1)
-        try:
-            child = await Child.start(self._spawner, instance.name, instance.spec.settings)
-        except OSError as exc:
-            self._set(instance, UNLOADED, error=f"cannot start its process: {exc}", exit_code=1)
-            return
-        instance.child = child
-        instance.last_used = instance.last_active = time.monotonic()
-        self._spawn_task(self._follow(instance, child))
-        if instance.removed:  # a reload dropped the model while its child started
-            self._spawn_task(self._stop(instance))
-
-    async def _follow(self, instance: Instance, child: Child) -> None:
-        """The child's life: ready (or failed), then its exit."""
-        try:
-            await child.ready
-            self._set(instance, LOADED, event=None)  # the waiting requests go now; the event waits for the entry
-            info = await self._describe(child)
-        except ChildFailed as exc:
-            logger.error("model %s failed to load: %s", instance.name, exc.message)
-            instance.error = exc.message
-        except Exception as exc:  # the child answered nonsense, or died while describing itself
-            logger.error("model %s did not describe itself: %s", instance.name, exc)
-            child.kill()
+    async def _advance(self, head: Instance) -> bool:
+        """One step for the model at the head of the queue: launched, refused, or room made for it; False when
+        nothing can be done until a model becomes idle."""
+        if head.running or head.removed or (head.waiting == 0 and not head.wanted):
+            self._queue.pop(0)
+        elif (problem := self._capacity.too_big(head)) is not None:
+            self._queue.pop(0)
+            self._lifecycle.refuse(head, problem)
+        elif not self._capacity.full(self.registry.instances.values(), head):
+            self._queue.pop(0)
+            if self._fake_timing:
+                await asyncio.sleep(_FAKE_DELAY_S)
+            await self._lifecycle.launch(head)
+        elif (victim := self._capacity.victim(self.registry.instances.values(), self._queue)) is not None:
+            logger.info("unloading %s (least recently used) to load %s", victim.name, head.name)
+            await self._lifecycle.stop(victim)
         else:
-            instance.info = info
-            self._events.publish(instance.name, "status_change", {"status": LOADED, "info": info})
-        code = await child.exited
-        if instance.child is child:
-            if code != 0 and not instance.stopping and instance.error is None:
-                instance.error = child.failure(code)
-                logger.error("model %s stopped: %s", instance.name, instance.error)
-            instance.child = None
-            instance.stopping = False
-            self._set(instance, UNLOADED, exit_code=code, keep_alive_s=None)  # a keep_alive lasts one load
-            self._forget_if_removed(instance)
-
-    async def _stop(self, instance: Instance) -> None:
-        child = instance.child
-        if child is None:
-            return
-        instance.stopping = True
-        self._notify(instance)
-        await child.stop(instance.spec.stop_timeout_s)
-        while instance.child is child:  # until _follow has seen the exit
-            await instance.changed.wait()
+            return False
+        return True
 
     async def _expire(self) -> None:
         while True:
-            await asyncio.sleep(1.0)
-            now = time.monotonic()
-            for instance in self.instances.values():
-                if instance.expired(now):
-                    logger.info("unloading %s: idle for %.0f s", instance.name, now - instance.last_active)
-                    self._spawn_task(self._stop(instance))
+            await asyncio.sleep(_EXPIRY_PERIOD_S)
+            self.expire_idle()
 
-    # -- state ----------------------------------------------------------------------------------------
+    def expire_idle(self) -> None:
+        """Stop the models idle for longer than they are kept. The stop begins in this step of the loop, so a
+        request that comes after it waits for the model to load again rather than take a child that is stopping."""
+        now = self._clock()
+        for instance in list(self.registry.instances.values()):
+            if instance.expired(now):
+                logger.info("unloading %s: idle for %.0f s", instance.name, now - instance.last_active)
+                self._lifecycle.request_stop(instance)
 
-    def _set(
-        self,
-        instance: Instance,
-        status: str,
-        *,
-        info: dict[str, Any] | None = None,
-        event: str | None = "status_change",
-        **changes: Any,
-    ) -> None:
-        """Change the instance, tell the event listeners (llama-server's ``model_status`` when a child is started,
-        ``status_change`` after; None: the caller tells them later), and wake its waiters."""
-        for key, value in changes.items():
-            setattr(instance, key, value)
-        instance.status = status
-        data: dict[str, Any] = {"status": status}
-        if status == UNLOADED:
-            data["exit_code"] = instance.exit_code
-        if info is not None:
-            data["info"] = info
-        if event is not None:
-            self._events.publish(instance.name, event, data)
-        self._notify(instance)
 
-    def _notify(self, instance: Instance) -> None:
-        """Wake whoever waits on the instance (each wait takes the event current when it began)."""
-        changed, instance.changed = instance.changed, asyncio.Event()
-        changed.set()
-        self._wake.set()
-
-    def _spawn_task(self, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+def _load_error(instance: Instance) -> LfmError:
+    """What the requests that waited for a load that ended without serving get."""
+    if instance.error is None:
+        return Unavailable(f"model '{instance.name}' was unloaded while it was loading")
+    return LoadFailed(f"model name={instance.name} failed to load: {instance.error}")

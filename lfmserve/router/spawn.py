@@ -49,6 +49,20 @@ def drop_secret_variables() -> None:
         os.environ.pop(variable, None)
 
 
+def forkserver_alive() -> bool:
+    """Whether the fork server runs (asked without reaping it, so multiprocessing still sees it exit and starts a
+    new one on the next start)."""
+    from multiprocessing import forkserver
+
+    pid = vars(forkserver._forkserver).get("_forkserver_pid")  # multiprocessing has no public way to ask
+    if pid is None:
+        return False
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
+
+
 class Spawner:
     """Starts ``target(ChildStart)`` in a child forked from the fork server, whose ``preload`` modules are imported
     once; each child is also handed ``hf_token``."""

@@ -102,7 +102,7 @@ def test_a_child_downloads_a_gated_model_with_the_routers_hub_token(
     hub = ServerThread(fake_hub(repo, {"Gated-Tiny-Q4_K_M.gguf": weights}, token=HF_SECRET)).start()
     preset = tmp_path / "preset.ini"
     preset.write_text(f"[gated]\nhf-repo = {repo}\nno-mmproj = true\n")
-    env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
     try:
         without = start_router(running, router_models, preset=preset, env=env)
         refused = httpx.post(without.url + "/v1/chat/completions", json={"model": "gated", **HELLO}, timeout=120)
