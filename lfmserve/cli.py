@@ -6,92 +6,24 @@ The only caller of ``logging.basicConfig``. It listens on every ``--host`` addre
 before the model loads, and handed to uvicorn). A missing model file, a port already taken, an unknown
 flag or a failed load exits non-zero with one clear line on stderr. SIGTERM or Ctrl-C stops taking
 connections, gives the running requests ``--shutdown-timeout`` seconds to finish, ends the rest with a
-503 in the API's shape, and exits 0.
+503 in the API's shape, and exits 0 (:mod:`lfmserve.api.server`, for a model and for a router alike).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-import socket
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import uvicorn
-
 from .errors import LfmError
 
 if TYPE_CHECKING:
-    from .api.state import AppState
     from .router.link import ChildLink
     from .router.spawn import ChildStart
     from .settings import Settings
 
 logger = logging.getLogger("lfmserve")
-
-
-class _GracefulServer(uvicorn.Server):
-    """uvicorn, draining the app before its own shutdown: running requests finish or end with a 503, so none is
-    cut off (uvicorn alone cancels them after its timeout, each with a traceback and no answer)."""
-
-    def __init__(self, config: uvicorn.Config, app_state: AppState, timeout_s: float) -> None:
-        super().__init__(config)
-        self._app_state = app_state
-        self._timeout_s = timeout_s
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for server in self.servers:
-            server.close()  # no new connections while draining
-        await self._app_state.drain(self._timeout_s)
-        await super().shutdown(sockets)
-
-
-def listen(hosts: str, port: int) -> list[socket.socket]:
-    """A bound socket for each address of ``--host`` (comma-separated, IPv4 or IPv6), all on ``port``.
-
-    As llama-server binds them: with several addresses, ``::`` is bound IPv6-only so that it does not also
-    claim 0.0.0.0, and ``--port 0`` is refused (each address would get a different port). Raises OSError
-    naming the address that could not be bound.
-    """
-    names = [name.strip() for name in hosts.split(",") if name.strip()]
-    if not names:
-        raise OSError("--host requires at least one address")
-    if port == 0 and len(names) > 1:
-        raise OSError("--port 0 is not supported with multiple TCP addresses")
-    sockets: list[socket.socket] = []
-    try:
-        for name in names:
-            sockets.append(_bind(name, port, v6only=len(names) > 1))
-    except OSError as exc:
-        for sock in sockets:
-            sock.close()
-        raise OSError(f"couldn't bind HTTP server socket, hostname: {name}, port: {port}: {exc}") from exc
-    return sockets
-
-
-def _bind(host: str, port: int, *, v6only: bool) -> socket.socket:
-    """The first of ``host``'s addresses that binds (cpp-httplib tries them in order too)."""
-    error: OSError = OSError(f"no address for {host}")
-    for family, kind, proto, _, address in socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    ):
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # rebind while old connections linger
-            if family == socket.AF_INET6 and v6only:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-    raise error
-
-
-def _url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,6 +81,7 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
     """Serve one model until SIGTERM / Ctrl-C; ``child`` is the link of a router's child, which serves on the
     socket its router bound and tells it when it is ready or why it failed."""
     from .api.app import create_app
+    from .api.server import Server, listen, url
     from .loading.engine_config import engine_config
     from .loading.loader import load_serving, resolve_model_files
 
@@ -179,24 +112,10 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         on_load_error=stop_on_load_error,
         on_ready=child.ready if child else None,
     )
-    config = uvicorn.Config(
-        app,
-        # h11 writes header names as given (httptools lower-cases them): clients that copy the headers into a
-        # plain dict, as llama.cpp's test suite does, find llama-server's "Access-Control-Allow-Origin". It costs
-        # about 5 us more per streamed event (measured: 8 against 3 us of the loop's time).
-        http="h11",
-        log_level="info" if settings.server.verbose else "warning",
-        access_log=settings.server.verbose,
-        timeout_graceful_shutdown=5,  # after the drain only the ends of answers remain to be written
-    )
-    server = _GracefulServer(config, app.state.app_state, settings.server.shutdown_timeout)
-    logger.info("listening on %s (model %s)", ", ".join(_url(sock) for sock in sockets), files.model)
-    # uvicorn raises the signal it stopped for again once it is done, with the handlers it found: with these,
-    # that second delivery finds the shutdown already done and the process exits with this function's code.
-    for stop_signal in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop_signal, lambda *_: None)
-    server.run(sockets=sockets)
-    return exit_code if server.started else 1
+    server = Server(app, settings.server, app.state.app_state.drain)
+    logger.info("listening on %s (model %s)", ", ".join(url(sock) for sock in sockets), files.model)
+    started = server.serve_on(sockets)  # a load error, seen while serving, has set exit_code by now
+    return exit_code if started else 1
 
 
 def _print_error(message: str) -> None:
@@ -206,6 +125,7 @@ def _print_error(message: str) -> None:
 def serve_router(settings: Settings) -> int:
     """Router mode: the models of ``--models-dir``, ``--models-preset`` and the Hugging Face cache behind one URL,
     each served by a child process (:mod:`lfmserve.router`)."""
+    from .api.server import listen
     from .router.serve import serve_router as run_router
 
     configure_logging(verbose=settings.server.verbose)

@@ -57,7 +57,7 @@ def create_app(
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server), ``on_ready``
     when the model serves (a router's child tells its router)."""
     state = AppState(settings, tuple(k.encode() for k in settings.server.api_keys))
-    streams = StreamSessions()
+    streams = state.streams
     sleeper = (
         Sleeper(state, load, settings.server.sleep_idle_seconds) if settings.server.sleep_idle_seconds > 0 else None
     )

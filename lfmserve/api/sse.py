@@ -37,11 +37,12 @@ def sse(
         except RequestCancelled:
             return
         except LfmError as exc:
-            yield _error_frame(exc, named_events, error_as_data)
+            yield error_frame(exc, named_events=named_events, error_as_data=error_as_data)
             return
         except Exception as exc:  # a bug: the stream still ends with an error event, not a cut connection
             logger.exception("unexpected error in a stream")
-            yield _error_frame(LfmError(f"Internal server error: {type(exc).__name__}"), named_events, error_as_data)
+            error = LfmError(f"Internal server error: {type(exc).__name__}")
+            yield error_frame(error, named_events=named_events, error_as_data=error_as_data)
             return
         if done_marker:
             yield b"data: [DONE]\n\n"
@@ -51,7 +52,9 @@ def sse(
     )
 
 
-def _error_frame(error: LfmError, named_events: bool, error_as_data: bool) -> bytes:
+def error_frame(error: LfmError, *, named_events: bool, error_as_data: bool) -> bytes:
+    """The event that ends a stream with ``error``, shaped as :func:`sse`'s flags say; a router ends a child's
+    stream it relays with the same event, so a client sees one shape whichever server cut its stream."""
     if error_as_data:
         return b"data: " + json.dumps(error.to_body()).encode() + b"\n\n"
     if named_events:  # llama-server's Anthropic streams: the error object itself is the event's data

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from ..chat.serving import Serving
 from ..settings import Settings
 from .monitoring import MetricsReporter
+from .server import settle
+from .stream_sessions import StreamSessions
 
 
 @dataclass(slots=True)
@@ -22,6 +23,8 @@ class AppState:
     serving: Serving | None = None
     load_error: BaseException | None = None
     metrics: MetricsReporter | None = None
+    #: The resumable streams' sessions, whose bounds /metrics reports with the engine's counters.
+    streams: StreamSessions = field(default_factory=StreamSessions)
     #: Shutting down: new requests are refused while the running ones finish.
     draining: bool = False
     #: The model is unloaded for ``--sleep-idle-seconds`` (:mod:`~lfmserve.api.sleep`), or being unloaded.
@@ -29,7 +32,7 @@ class AppState:
 
     def install(self, serving: Serving) -> None:
         """Serve ``serving``, loaded at start or on waking up, and report its engine at /metrics."""
-        self.metrics = MetricsReporter(serving.engine)
+        self.metrics = MetricsReporter(serving.engine, self.streams)
         self.serving = serving
 
     async def drain(self, timeout_s: float) -> None:
@@ -42,9 +45,7 @@ class AppState:
         if self.serving is None:
             return
         engine = self.serving.engine
-        deadline = time.monotonic() + timeout_s
-        while engine.busy and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await settle(lambda: engine.busy, timeout_s)
         await asyncio.to_thread(engine.close)
 
 

@@ -5,25 +5,30 @@ child's answer streams back chunk by chunk as the child writes it, so a token re
 child sends it. The client's API key stays at the router: the child gets the router's own key for it.
 
 When the child dies under a request: if nothing of the answer had arrived, the request is sent again to a fresh
-child (the model loads again); once the answer has begun, a stream ends with an error event in its API's shape
-(Anthropic's ``event: error``, OpenAI's ``data: {"error": ...}``, Ollama's last ``{"error": ...}`` line), so no
-client hangs or reads a cut answer as whole.
+child (the model loads again); once the answer has begun, a stream ends with an error event in the shape its
+child's route writes (llama-server's ``error:`` event, Anthropic's ``event: error``, the Responses API's
+``data: {"error": ...}``, Ollama's last ``{"error": ...}`` line), so no client hangs or reads a cut answer as whole.
+
+When the router shuts down (:meth:`Proxy.drain`), new requests get a 503, and the running ones that outlast
+``--shutdown-timeout`` end with one too: a stream with the same error event, ``the server is shutting down``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ..api.ndjson import MEDIA_TYPE as NDJSON
 from ..api.ndjson import error_line
+from ..api.server import settle
+from ..api.sse import error_frame
 from ..errors import LfmError, Unavailable
 from .child import Child
 from .instance import Instance
@@ -37,6 +42,7 @@ _HOP_BY_HOP = frozenset(
 _CREDENTIALS = frozenset({"authorization", "x-api-key", "content-length"})
 #: How long a child that refused a connection has to be seen exiting before the request is given up.
 _EXIT_NOTICE_S = 2.0
+_SHUTTING_DOWN = "the server is shutting down"
 
 
 class Proxy:
@@ -44,9 +50,31 @@ class Proxy:
         self.pool = pool
         # No timeout: a generation may take as long as its max_tokens needs (the child has its own limits).
         self.client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=64))
+        #: Shutting down: new requests get a 503 (:meth:`drain`).
+        self._draining = False
+        #: The drain's grace is over: what still runs ends with a 503.
+        self._ended = False
+        #: The requests not yet answered (waiting for their model or for their child's answer to begin), each with
+        #: the deadline the drain moves to now once its grace is over.
+        self._waiting: set[asyncio.Timeout] = set()
+        #: The answers being relayed, closed under their relays once the grace is over.
+        self._relaying: set[httpx.Response] = set()
 
     async def close(self) -> None:
         await self.client.aclose()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Answer new requests with a 503, give the running ones ``timeout_s`` seconds, then end the rest with a
+        503 "the server is shutting down": a request not yet answered with its body, a relayed stream with its
+        error event. Their children see their clients leave, so they stop generating."""
+        self._draining = True
+        await settle(lambda: bool(self._waiting or self._relaying), timeout_s)
+        self._ended = True
+        now = asyncio.get_running_loop().time()
+        for deadline in self._waiting:
+            deadline.reschedule(now)
+        # Closed under its relay, an answer's next read fails as a dead child's would: the relay sends the event.
+        await asyncio.gather(*(upstream.aclose() for upstream in list(self._relaying)), return_exceptions=True)
 
     async def forward(
         self,
@@ -60,46 +88,73 @@ class Proxy:
         autoload: bool,
     ) -> Response:
         """The child's answer to the request, streamed; retried once on a fresh child when the child died before
-        answering."""
+        answering. A 503 while the router shuts down."""
         retried = False
-        while True:
-            child = await self.pool.acquire(instance, autoload=autoload, touch=method == "POST")
-            try:
-                upstream = await self.client.send(
-                    self.client.build_request(
-                        method, f"{child.url}{path}", params=query, headers=_for_child(headers, child), content=body
-                    ),
-                    stream=True,
-                )
-            except httpx.TransportError as exc:
-                self.pool.release(instance)
-                if not retried and await _exited(child):
-                    logger.warning("model %s stopped before answering; sending the request to a new child", child.name)
-                    retried = True
-                    continue
-                raise Unavailable(f"model '{instance.name}' did not answer: {exc}") from exc
-            except BaseException:
-                self.pool.release(instance)
+        async with self._until_drained():
+            while True:
+                child = await self.pool.acquire(instance, autoload=autoload, touch=method == "POST")
+                try:
+                    upstream = await self.client.send(
+                        self.client.build_request(
+                            method, f"{child.url}{path}", params=query, headers=_for_child(headers, child), content=body
+                        ),
+                        stream=True,
+                    )
+                except httpx.TransportError as exc:
+                    self.pool.release(instance)
+                    if not retried and await _exited(child):
+                        logger.warning("model %s stopped before answering; sending it to a new child", child.name)
+                        retried = True
+                        continue
+                    raise Unavailable(f"model '{instance.name}' did not answer: {exc}") from exc
+                except BaseException:
+                    self.pool.release(instance)
+                    raise
+                break
+        self._relaying.add(upstream)  # before the relay starts, so a drain that ends now cuts it too
+        return _Relayed(self._relay(instance, upstream, path), lambda: self._end(instance, upstream), upstream)
+
+    @contextlib.asynccontextmanager
+    async def _until_drained(self) -> AsyncIterator[None]:
+        """Run the block, a request until its answer begins, but end it with a 503 once the drain's grace is over;
+        refuse it while the router drains."""
+        if self._draining:
+            raise Unavailable(_SHUTTING_DOWN)
+        try:
+            async with asyncio.timeout(None) as deadline:
+                self._waiting.add(deadline)
+                try:
+                    yield
+                finally:
+                    self._waiting.discard(deadline)
+        except TimeoutError as exc:
+            if not deadline.expired():
                 raise
-            return StreamingResponse(
-                self._relay(instance, upstream, path),
-                status_code=upstream.status_code,
-                headers=_for_client(upstream.headers),
-            )
+            raise Unavailable(_SHUTTING_DOWN) from exc
 
     async def _relay(self, instance: Instance, upstream: httpx.Response, path: str) -> AsyncIterator[bytes]:
         try:
             async for chunk in upstream.aiter_raw():
                 yield chunk
         except httpx.TransportError as exc:
-            logger.warning("model %s stopped while answering: %s", instance.name, exc)
-            event = _stream_error(upstream, path, f"model '{instance.name}' stopped while answering")
-            if event:
-                yield event
+            error: LfmError
+            if self._ended:
+                error = Unavailable(_SHUTTING_DOWN)
+            else:
+                logger.warning("model %s stopped while answering: %s", instance.name, exc)
+                error = LfmError(f"model '{instance.name}' stopped while answering")
+            yield _stream_error(upstream.headers.get("content-type", ""), path, error)
         finally:
-            with contextlib.suppress(Exception):
-                await upstream.aclose()
-            self.pool.release(instance)
+            await self._end(instance, upstream)
+
+    async def _end(self, instance: Instance, upstream: httpx.Response) -> None:
+        """The answer is over, read or not: its connection to the child closes and its model is released, once."""
+        if upstream not in self._relaying:
+            return
+        self._relaying.discard(upstream)
+        with contextlib.suppress(Exception):
+            await upstream.aclose()
+        self.pool.release(instance)
 
     async def get_json(self, child: Child, path: str) -> Any:
         """A GET the router itself makes to a child (its ``/v1/models`` entry)."""
@@ -128,6 +183,23 @@ class Proxy:
         )
 
 
+class _Relayed(StreamingResponse):
+    """A child's answer streamed to the client, ended by ``end`` whatever happens: a client that leaves before the
+    first chunk is read cancels the stream before the relay's own ``finally`` could run."""
+
+    def __init__(
+        self, chunks: AsyncIterator[bytes], end: Callable[[], Awaitable[None]], upstream: httpx.Response
+    ) -> None:
+        super().__init__(chunks, status_code=upstream.status_code, headers=_for_client(upstream.headers))
+        self._end = end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._end()
+
+
 async def _exited(child: Child) -> bool:
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(asyncio.shield(child.exited), _EXIT_NOTICE_S)
@@ -143,16 +215,14 @@ def _for_client(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
 
 
-def _stream_error(upstream: httpx.Response, path: str, message: str) -> bytes:
-    """The last event of a stream whose child died, in the stream's API shape (nothing for a non-stream answer)."""
-    kind = upstream.headers.get("content-type", "")
-    if kind.startswith(NDJSON):
-        return error_line(message)
-    if not kind.startswith("text/event-stream"):
+def _stream_error(content_type: str, path: str, error: LfmError) -> bytes:
+    """The last frame of a relayed answer that ``error`` ends, as the child's route would write it (nothing for an
+    answer that is not a stream): Ollama's ``{"error": ...}`` line, Anthropic's ``event: error``, the Responses
+    API's ``data: {"error": ...}``, else llama-server's ``error:`` event."""
+    if content_type.startswith(NDJSON):
+        return error_line(error.message)
+    if not content_type.startswith("text/event-stream"):
         return b""
-    if path.startswith("/v1/messages"):
-        body = {"type": "error", "error": {"type": "api_error", "message": message}}
-        return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
-    error = LfmError(message)
-    body = {"error": {"code": error.status_code, "message": message, "type": error.error_type}}
-    return f"data: {json.dumps(body)}\n\n".encode()
+    route = path.removeprefix("/v1")
+    responses = route.startswith("/responses")
+    return error_frame(error, named_events=responses or route.startswith("/messages"), error_as_data=responses)
