@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..api.cors import Cors
 from ..api.gate import bounded, request_refusal
 from ..api.handlers import error_response, install_error_handlers
+from ..api.monitoring import CONTENT_TYPE, prometheus_text
 from ..api.sse import unless, until_disconnect
 from ..api.stream_sessions import CONVERSATION_HEADER
 from ..api.webui import WebUI, load_assets
@@ -43,6 +44,21 @@ from .streams import add_stream_routes
 
 logger = logging.getLogger(__name__)
 _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
+#: The routes a model's child answers and the router does not answer itself (the server of one model's route table,
+#: less health, the model list, ``GET /props``, the resumable streams and Ollama's API), by method: a request on one
+#: is passed to the model it names. Any other path is llama-server's 404, model or not, so a stray request
+#: (``/favicon.ico``, a scanner's) loads no model.
+_MODEL_ROUTES = {
+    "POST": (
+        "/completion", "/completions", "/v1/completions", "/infill", "/tokenize", "/detokenize", "/apply-template",
+        "/chat/completions", "/v1/chat/completions", "/chat/completions/input_tokens",
+        "/v1/chat/completions/input_tokens", "/responses", "/v1/responses", "/responses/input_tokens",
+        "/v1/responses/input_tokens", "/v1/messages", "/v1/messages/count_tokens", "/embedding", "/embeddings",
+        "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/audio/transcriptions",
+        "/v1/audio/transcriptions", "/props", "/slots/{id_slot}", "/lora-adapters",
+    ),
+    "GET": ("/slots", "/lora-adapters"),
+}  # fmt: skip
 #: Bodies parsed on a worker thread (a large image in base64 takes the loop tens of milliseconds to parse).
 _THREAD_PARSE_BYTES = 1 << 20
 
@@ -63,7 +79,8 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
 
     app = FastAPI(title="lfmserve router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.pool = pool
-    app.state.events = events  # the server ends the event streams when it starts shutting down
+    app.state.events = events  # the server's drain ends the event streams, then the proxied requests
+    app.state.proxy = proxy
     app.add_middleware(RouterGate, settings=settings)
     if settings.server.ui:
         app.add_middleware(WebUI, assets=load_assets())
@@ -100,7 +117,7 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
     async def models(request: Request) -> dict[str, Any]:
         if request.query_params.get("reload"):
             await pool.reload(await asyncio.to_thread(build_catalog, settings))
-        return model_list(list(pool.instances.values()))
+        return await model_list(list(pool.registry.instances.values()))
 
     @app.post("/models/load")
     async def load(request: Request) -> dict[str, bool]:
@@ -129,17 +146,17 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
 
     @app.get("/running")
     async def running_models() -> dict[str, Any]:
-        return running(list(pool.instances.values()))
+        return running(list(pool.registry.instances.values()))
 
     @app.api_route("/unload", methods=["GET", "POST"])
     async def unload_all() -> PlainTextResponse:
-        await asyncio.gather(*(pool.unload(i.name) for i in pool.instances.values() if i.running))
+        await asyncio.gather(*(pool.unload(i.name) for i in pool.registry.instances.values() if i.running))
         return PlainTextResponse("OK")
 
 
 def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Proxy, owners: ConversationOwners) -> None:
     """The routes answered by a model's child: ``/props?model=``, llama-swap's ``/upstream/{model}/...``, and
-    every route the router does not answer itself."""
+    the model routes the router does not answer itself (``_MODEL_ROUTES``)."""
 
     @app.get("/props")
     async def props(request: Request) -> Response:
@@ -147,19 +164,31 @@ def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Pro
             return JSONResponse(router_props(settings.router))
         return await _forward(request, pool, proxy, settings, owners)
 
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        """``?model=``: that model's; else the router's own (its conversations), with ``--metrics`` as a model's."""
+        if "model" in request.query_params:
+            return await _forward(request, pool, proxy, settings, owners)
+        if not settings.server.metrics:
+            raise NotSupported("This server does not support metrics endpoint (start it with --metrics).")
+        return Response(prometheus_text(owners.metrics()), media_type=CONTENT_TYPE)
+
     @app.api_route("/upstream/{model:path}", methods=_ALL_METHODS)
     async def upstream(request: Request, model: str) -> Response:
         name, slash, rest = _split_upstream(pool, model)
         if not slash:
             return RedirectResponse(f"/upstream/{name}/", status_code=301)
-        instance = pool.find(name)
+        instance = pool.registry.find(name)
         if instance is None:
             raise NotFound("model not found")
         return await _send(request, proxy, instance, "/" + rest, autoload=True, body=await request.body())
 
-    @app.api_route("/{path:path}", methods=_ALL_METHODS)
     async def routed(request: Request) -> Response:
         return await _forward(request, pool, proxy, settings, owners)
+
+    for method, paths in _MODEL_ROUTES.items():
+        for path in paths:
+            app.add_api_route(path, routed, methods=[method])
 
 
 def _split_upstream(pool: Pool, model_and_path: str) -> tuple[str, str, str]:
@@ -167,7 +196,7 @@ def _split_upstream(pool: Pool, model_and_path: str) -> tuple[str, str, str]:
     parts = model_and_path.split("/")
     for cut in range(len(parts), 0, -1):
         name = "/".join(parts[:cut])
-        if pool.find(name) is not None:
+        if pool.registry.find(name) is not None:
             return name, "/" if parts[cut:] else "", "/".join(parts[cut:])
     return model_and_path.partition("/")
 
@@ -176,7 +205,7 @@ async def _forward(
     request: Request, pool: Pool, proxy: Proxy, settings: Settings, owners: ConversationOwners
 ) -> Response:
     body = await request.body()
-    instance = pool.get(_required_name(await _model_name(request, body)))
+    instance = pool.registry.get(_required_name(await _model_name(request, body)))
     conversation_id = request.headers.get(CONVERSATION_HEADER, "")
     # Remembered before the load, so a stop while the model loads finds the request and cancels it.
     ticket = owners.remember(conversation_id, instance) if conversation_id and request.method == "POST" else None
@@ -186,9 +215,9 @@ async def _forward(
 
 
 def _autoload(request: Request, settings: Settings) -> bool:
-    """``?autoload=`` for this request, else ``--models-autoload``."""
+    """``?autoload=`` for this request (``true`` or ``1`` loads), else, as when it is empty, ``--models-autoload``."""
     autoload = request.query_params.get("autoload")
-    return settings.router.models_autoload if autoload is None else autoload.lower() in ("1", "true")
+    return autoload in ("1", "true") if autoload else settings.router.models_autoload
 
 
 async def _send(

@@ -14,12 +14,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import huggingface_hub
+from huggingface_hub import constants
+from huggingface_hub.errors import CacheNotFound
 
 from ..errors import LfmError
 from ..loading.hub import cache_dir, pick_gguf, pick_mmproj, quant_tag
@@ -27,6 +30,7 @@ from ..settings import RouterSettings, Settings
 from ..settings.argv import preset_argv, switch_value
 from .preset import PresetSection, canonical_name, read_preset
 
+logger = logging.getLogger(__name__)
 #: Draft models beside a model in a ``--models-dir`` folder, named as llama-server finds them.
 _DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
@@ -141,8 +145,8 @@ def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[st
         source=where.source,
         settings=settings,
         load_on_startup=_truthy(router_keys.get("load-on-startup", "false")),
-        stop_timeout_s=_number(router_keys, "stop-timeout", _DEFAULT_STOP_TIMEOUT_S, name),
-        ttl_s=_number(router_keys, "ttl", ttl_s, name),
+        stop_timeout_s=float(router_keys.get("stop-timeout", _DEFAULT_STOP_TIMEOUT_S)),
+        ttl_s=float(router_keys.get("ttl", ttl_s)),
         projector=projector,
         files=files + ((projector,) if projector and projector not in files else ()),
     )
@@ -150,13 +154,6 @@ def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[st
 
 def _truthy(value: str) -> bool:
     return switch_value(value) is True
-
-
-def _number(keys: dict[str, str], key: str, default: float, model: str) -> float:
-    try:
-        return float(keys[key]) if key in keys else default
-    except ValueError as exc:
-        raise LfmError(f"preset '{model}': {key} = {keys[key]!r} is not a number") from exc
 
 
 def _check_names(specs: Iterable[ModelSpec]) -> None:
@@ -226,11 +223,22 @@ def _scan_model_folder(path: str) -> tuple[dict[str, str], str | None, tuple[str
 
 def scan_cache() -> list[tuple[str, dict[str, str], str | None, tuple[str, ...]]]:
     """The GGUF models in the Hugging Face cache, one per repo and quant (``org/repo:Q4_K_M``); they start with
-    ``--offline``, since their files are already there."""
+    ``--offline``, since their files are already there.
+
+    No cache folder yet means no cache models. A cache that cannot be read (a file in its place, no permission)
+    lists none, and a repo folder huggingface_hub finds broken is left out; each is named in a warning, so a list
+    that lacks them says why.
+    """
+    folder = cache_dir() or constants.HF_HUB_CACHE
     try:
-        cache = huggingface_hub.scan_cache_dir(cache_dir())
-    except Exception:  # no cache folder yet, or one huggingface_hub cannot read: no cache models
+        cache = huggingface_hub.scan_cache_dir(folder)
+    except CacheNotFound:
         return []
+    except (OSError, ValueError) as exc:  # ValueError: a file where the folder should be
+        logger.warning("the Hugging Face cache %s cannot be read, so none of its models are listed: %s", folder, exc)
+        return []
+    for broken in cache.warnings:
+        logger.warning("a Hugging Face cache folder is left out of the models: %s", broken)
     out = []
     for repo in sorted(cache.repos, key=lambda r: r.repo_id):
         if repo.repo_type != "model" or not repo.revisions:

@@ -5,13 +5,14 @@ passed to the named model's child, and ``keep_alive`` given its meaning.
 they expire, ``/api/show`` describes one without loading it. A request's model may be named ``name``,
 ``name:latest`` or by an alias. Its ``keep_alive`` sets how long the model stays loaded once idle (0: unloaded
 as soon as the answer is done; negative: for ever; absent: the model's ``--models-ttl``); an empty request
-(no messages, no prompt) only loads the model, or with ``keep_alive: 0`` unloads it, as Ollama's do.
+(no messages, no prompt) only loads the model, or with ``keep_alive: 0`` unloads it, as Ollama's do. Bodies are
+parsed with the single server's models (:mod:`lfmserve.api.ollama.protocol`), so both refuse the same values with
+the same 400, before any model is loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,8 +20,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
+from ..api.offload import read_body
 from ..api.ollama import cards
-from ..api.ollama.lifecycle import keep_alive_seconds, lifecycle_answer, management_refusal, probe_answer, pull_success
+from ..api.ollama.lifecycle import lifecycle_answer, management_refusal, probe_answer, pull_success
+from ..api.ollama.protocol import ChatBody, EmbedBody, EmbeddingsBody, GenerateBody, NamedBody
 from ..errors import InvalidRequest, NotFound, NotSupported
 from .gguf_card import model_card
 from .instance import LOADED, Instance
@@ -28,8 +31,15 @@ from .pool import Pool
 
 #: Passes a request on to an instance's child: (request, instance, path, body) -> the child's answer.
 Send = Callable[[Request, Instance, str, bytes], Awaitable[Response]]
-#: The routes a model's child answers.
-_GENERATION = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
+#: A body a model's child takes: generation or embeddings.
+ModelBody = ChatBody | GenerateBody | EmbedBody | EmbeddingsBody
+#: The routes a model's child answers, and the body each takes.
+_GENERATION: dict[str, type[ModelBody]] = {
+    "/api/chat": ChatBody,
+    "/api/generate": GenerateBody,
+    "/api/embed": EmbedBody,
+    "/api/embeddings": EmbeddingsBody,
+}
 
 
 def add_ollama_routes(app: FastAPI, pool: Pool, send: Send) -> None:
@@ -43,12 +53,12 @@ def add_ollama_routes(app: FastAPI, pool: Pool, send: Send) -> None:
 
     @app.get("/api/tags")
     async def tags() -> dict[str, Any]:
-        listed = sorted((i for i in pool.instances.values() if not i.spec.hidden), key=lambda i: i.name)
+        listed = sorted((i for i in pool.registry.instances.values() if not i.spec.hidden), key=lambda i: i.name)
         return {"models": [cards.tags_entry(card) for card in await _cards(listed)]}
 
     @app.get("/api/ps")
     async def ps() -> dict[str, Any]:
-        loaded = sorted((i for i in pool.instances.values() if i.status == LOADED), key=lambda i: i.name)
+        loaded = sorted((i for i in pool.registry.instances.values() if i.status == LOADED), key=lambda i: i.name)
         now, clock = time.time(), time.monotonic()
         return {
             "models": [
@@ -59,34 +69,35 @@ def add_ollama_routes(app: FastAPI, pool: Pool, send: Send) -> None:
 
     @app.post("/api/show")
     async def show(request: Request) -> dict[str, Any]:
-        body = await _body(request)
-        instance = _named(pool, body.get("model") or body.get("name"))
+        body, _ = await read_body(request, NamedBody)
+        instance = _named(pool, body.model_name)
         return cards.show((await _cards([instance]))[0])
 
     @app.post("/api/pull")
     async def pull(request: Request) -> Response:
-        body = await _body(request)
-        _named(pool, body.get("model") or body.get("name"))
-        return pull_success(stream=body.get("stream", True) is not False)
+        body, _ = await read_body(request, NamedBody)
+        _named(pool, body.model_name)
+        return pull_success(stream=body.stream)
 
-    for path in _GENERATION:
-        app.add_api_route(path, _generation_route(pool, send, path), methods=["POST"])
+    for path, kind in _GENERATION.items():
+        app.add_api_route(path, _generation_route(pool, send, path, kind), methods=["POST"])
 
     @app.api_route("/api/{route:path}", methods=["GET", "POST", "PUT", "DELETE", "HEAD"])
     async def management(route: str) -> None:
         raise NotSupported(management_refusal(route))
 
 
-def _generation_route(pool: Pool, send: Send, path: str) -> Callable[[Request], Awaitable[Response]]:
+def _generation_route(
+    pool: Pool, send: Send, path: str, kind: type[ModelBody]
+) -> Callable[[Request], Awaitable[Response]]:
     async def route(request: Request) -> Response:
-        raw = await request.body()
-        body = await _parsed(raw)
-        instance = _named(pool, body.get("model"))
-        keep = keep_alive_seconds(body.get("keep_alive"))
-        if _empty(path, body):
-            return JSONResponse(await _load_or_unload(pool, instance, body["model"], keep, chat=path == "/api/chat"))
-        instance.keep_alive_s = keep
-        return await send(request, instance, path, raw)
+        body, _ = await read_body(request, kind)
+        instance = _named(pool, body.model)
+        if isinstance(body, ChatBody | GenerateBody) and body.lifecycle_only:
+            chat = isinstance(body, ChatBody)
+            return JSONResponse(await _load_or_unload(pool, instance, body.model, body.keep_alive, chat=chat))
+        instance.keep_alive_s = body.keep_alive
+        return await send(request, instance, path, await request.body())
 
     return route
 
@@ -104,40 +115,17 @@ async def _load_or_unload(pool: Pool, instance: Instance, name: str, keep: float
     return lifecycle_answer(name, "load", chat=chat)
 
 
-def _empty(path: str, body: dict[str, Any]) -> bool:
-    """A request that asks for nothing but the model's lifecycle (embeddings always ask for something)."""
-    if path == "/api/chat":
-        return not body.get("messages")
-    if path == "/api/generate":
-        return not body.get("prompt") and not body.get("images")
-    return False
-
-
 async def _cards(instances: list[Instance]) -> list[cards.ModelCard]:
     """The instances' cards, read off the event loop (a GGUF header not read before takes a moment)."""
     return await asyncio.to_thread(lambda: [model_card(instance.spec) for instance in instances])
 
 
-def _named(pool: Pool, name: Any) -> Instance:
+def _named(pool: Pool, name: str) -> Instance:
     """The model a request names, in any of Ollama's forms; 400 without a name, 404 for an unknown one."""
-    if not isinstance(name, str) or not name:
+    if not name:
         raise InvalidRequest("model is required", param="model")
     for form in cards.name_forms(name):
-        instance = pool.find(form)
+        instance = pool.registry.find(form)
         if instance is not None:
             return instance
     raise NotFound(f"model '{name}' not found")
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    return await _parsed(await request.body())
-
-
-async def _parsed(raw: bytes) -> dict[str, Any]:
-    try:
-        body = await asyncio.to_thread(json.loads, raw) if len(raw) > 1 << 20 else json.loads(raw or b"{}")
-    except ValueError as exc:
-        raise InvalidRequest(f"invalid JSON body: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return body

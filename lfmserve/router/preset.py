@@ -4,8 +4,9 @@ model and whose other sections are models, each key a flag.
 Besides flags, a section may hold the keys that only the router reads: ``load-on-startup``, ``stop-timeout``
 (seconds a model is given to exit before it is killed, default 10), ``ttl`` (lfmserve's: idle seconds before the
 model is unloaded) and ``dedup-cache-models`` (the cache entries a preset model comes from are left out of the
-list). Keys written before
-the first section form a model named ``default``, as in llama-server.
+list). Their values are checked as the file is read: a switch is true or false, seconds are a finite number, 0 or
+more, so a mistake stops the router naming its section rather than a model kept for ever by ``ttl = inf``. Keys
+written before the first section form a model named ``default``, as in llama-server.
 
 Example::
 
@@ -22,13 +23,16 @@ Example::
 from __future__ import annotations
 
 import configparser
+import math
 from dataclasses import dataclass
 
 from ..errors import LfmError
 from ..loading.hub import quant_tag
+from ..settings.argv import switch_value
 
-#: Keys of a section that are not flags: the router's own.
-ROUTER_KEYS = ("load-on-startup", "stop-timeout", "ttl", "dedup-cache-models")
+#: Keys of a section that are not flags: the router's own, the switches and the seconds.
+_SWITCH_KEYS = ("load-on-startup", "dedup-cache-models")
+_SECONDS_KEYS = ("stop-timeout", "ttl")
 GLOBAL_SECTION = "*"
 
 
@@ -55,16 +59,31 @@ def read_preset(path: str) -> tuple[PresetSection, list[PresetSection]]:
     models: list[PresetSection] = []
     for name in parser.sections():
         entries = {key: value.strip() for key, value in parser[name].items() if key != "version"}
+        router = {key: value for key, value in entries.items() if key in _SWITCH_KEYS + _SECONDS_KEYS}
+        for key, value in router.items():
+            _check_router_key(canonical_name(name), key, value)
         section = PresetSection(
-            canonical_name(name),
-            {key: value for key, value in entries.items() if key not in ROUTER_KEYS},
-            {key: value for key, value in entries.items() if key in ROUTER_KEYS},
+            canonical_name(name), {key: value for key, value in entries.items() if key not in router}, router
         )
         if name == GLOBAL_SECTION:
             everyone = section
         elif entries or name != "default":
             models.append(section)
     return everyone, models
+
+
+def _check_router_key(section: str, key: str, value: str) -> None:
+    """Refuse a router key's value that is not what the key takes (the catalog then reads it without a doubt)."""
+    if key in _SWITCH_KEYS:
+        if switch_value(value) is None:
+            raise LfmError(f"preset '{section}': {key} = {value!r}: not true or false")
+        return
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise LfmError(f"preset '{section}': {key} = {value!r} is not a number") from None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise LfmError(f"preset '{section}': {key} = {value!r} is not a number of seconds, 0 or more")
 
 
 def canonical_name(name: str) -> str:

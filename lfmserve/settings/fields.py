@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import field
 from typing import Any
@@ -18,6 +19,10 @@ DEFAULT_HF_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M"
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 #: llama-server's short "off" spellings that do not start with ``no``.
 _SHORT_OFF_FLAGS = frozenset({"-nr"})
+#: A size: a decimal number (``6442450944``, ``1.5``, ``6e9``), then an optional power-of-1024 unit, with or
+#: without ``B`` / ``iB``.
+_SIZE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(?:E[+-]?\d+)?)([KMGT]?)(?:I?B)?")
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def flag(
@@ -66,14 +71,21 @@ def physical_cores() -> int:
 
 
 def parse_size(text: str) -> int:
-    """A size in bytes from ``6442450944``, ``6G``, ``512M`` or ``64k`` (powers of 1024); ValueError otherwise."""
-    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    value = text.strip().upper().removesuffix("IB").removesuffix("B")
-    number, unit = (value[:-1], value[-1]) if value[-1:] in units else (value, "")
-    size = float(number) * units[unit]
-    if size <= 0:
+    """A size in bytes from ``6442450944``, ``6G``, ``512M``, ``1.5GiB`` or ``64k`` (powers of 1024); ValueError
+    (argparse's one-line error) for anything else, ``inf`` and an empty value among them."""
+    match = _SIZE.fullmatch(text.strip().upper())
+    size = float(match[1]) * _SIZE_UNITS[match[2]] if match else 0.0
+    if not 0 < size < 2**63:
         raise ValueError(f"not a positive size: {text!r}")
     return int(size)
+
+
+def parse_count(text: str) -> int:
+    """A whole number, 0 or more (a count of models, seconds); ValueError (argparse's one-line error) otherwise."""
+    count = int(text)
+    if count < 0:
+        raise ValueError(f"negative: {text!r}")
+    return count
 
 
 def is_off_flag(option: str) -> bool:

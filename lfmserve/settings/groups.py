@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .fields import KV_CACHE_TYPES, OnOffAction, flag, parse_size, physical_cores, switch
+from .fields import KV_CACHE_TYPES, OnOffAction, flag, parse_count, parse_size, physical_cores, switch
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -371,12 +371,17 @@ class EngineSettings:
         default=None,
         metadata=flag(
             "--cache-disk",
-            help="folder where the RAM cache's prompts are also kept, to be found again after a restart",
+            help="folder where the RAM cache's prompts are also kept, to be found again after a restart (one "
+            "subfolder per model and context: servers of several models may share it)",
         ),
     )
     cache_disk_size: int = field(
         default=8192,
-        metadata=flag("--cache-disk-size", help="MiB the --cache-disk folder may hold", type=int),
+        metadata=flag(
+            "--cache-disk-size",
+            help="MiB the whole --cache-disk folder may hold, every model's files together (oldest out first)",
+            type=int,
+        ),
     )
     cache_reuse: int = field(
         default=0,
@@ -644,7 +649,7 @@ class RouterSettings:
         metadata=flag(
             "--models-max",
             help="models loaded at once; loading one more unloads the least recently used idle one (0 = no limit)",
-            type=int,
+            type=parse_count,
         ),
     )
     models_autoload: bool = switch(
@@ -657,7 +662,7 @@ class RouterSettings:
         metadata=flag(
             "--models-ttl",
             help="unload a model idle for this many seconds (0 = never; a preset's ttl key sets it per model)",
-            type=int,
+            type=parse_count,
         ),
     )
     models_memory_max: int | None = field(

@@ -197,6 +197,16 @@ def test_environment_values_convert_to_the_fields_types(monkeypatch: pytest.Monk
             "warm",
             "environment variable LFMSERVE_TEMPERATURE has value 'warm': not a valid float",
         ),
+        (
+            "LFMSERVE_MODELS_MEMORY_MAX",
+            "inf",
+            "environment variable LFMSERVE_MODELS_MEMORY_MAX has value 'inf': not a valid parse_size",
+        ),
+        (
+            "LFMSERVE_MODELS_MAX",
+            "-2",
+            "environment variable LFMSERVE_MODELS_MAX has value '-2': not a valid parse_count",
+        ),
     ],
 )
 def test_an_environment_value_that_does_not_convert_is_a_startup_error_naming_it(
@@ -399,3 +409,39 @@ def test_lora_adapters_in_flag_order_with_their_scales() -> None:
     )
     with pytest.raises(ValueError, match="^--lora-scaled 'c.gguf': expected FILE:SCALE$"):
         _ = Settings.from_argv(["--lora-scaled", "c.gguf"]).source.lora_adapters
+
+
+@pytest.mark.parametrize(
+    ("argv", "router"),
+    [
+        (["--models-memory-max", "6G"], (4, 0, 6 * 2**30)),
+        (["--models-memory-max", "1.5GiB", "--models-max", "0", "--models-ttl", "0"], (0, 0, 3 * 2**29)),
+        (["--models-memory-max", "512mb"], (4, 0, 512 * 2**20)),
+        (["--models-memory-max", "6e9", "--models-ttl", "300"], (4, 300, 6 * 10**9)),
+    ],
+)
+def test_the_routers_counts_and_sizes(argv: list[str], router: tuple[int, int, int]) -> None:
+    settings = Settings.from_argv(argv).router
+    assert (settings.models_max, settings.models_ttl, settings.models_memory_max) == router
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--models-memory-max", value], f"argument --models-memory-max: invalid parse_size value: {value!r}")
+        for value in ("inf", "", "nan", "1e400", "0", "-5", "6X", "99999999999T")
+    ]
+    + [
+        (["--models-max", "-1"], "argument --models-max: invalid parse_count value: '-1'"),
+        (["--models-ttl", "-5"], "argument --models-ttl: invalid parse_count value: '-5'"),
+        (["--models-ttl", "1.5"], "argument --models-ttl: invalid parse_count value: '1.5'"),
+    ],
+)
+def test_a_bad_router_count_or_size_exits_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value no size or count is ends with argparse's one line, never a traceback (``inf`` once overflowed)."""
+    with pytest.raises(SystemExit) as exit_info:
+        Settings.from_argv(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"lfmserve: error: {message} (see --help)\n"

@@ -183,8 +183,11 @@ def show(card: ModelCard) -> dict[str, Any]:
 
 
 def ps_entry(card: ModelCard, *, now: float, keep_s: float) -> dict[str, Any]:
-    """One loaded model of ``/api/ps``: it expires ``keep_s`` from ``now`` (negative: never)."""
-    expires = datetime.fromtimestamp(now, UTC) + (_FOREVER if keep_s < 0 else timedelta(seconds=keep_s))
+    """One loaded model of ``/api/ps``: it expires ``keep_s`` from ``now`` (negative: never). A time-to-live past the
+    "for ever" horizon (``--models-ttl 1000000000000``) is shown as for ever: no date could be written for it."""
+    horizon_s = _FOREVER.total_seconds()
+    kept_s = horizon_s if keep_s < 0 else min(keep_s, horizon_s)
+    expires = datetime.fromtimestamp(now, UTC) + timedelta(seconds=kept_s)
     return {
         **{key: value for key, value in tags_entry(card).items() if key != "modified_at"},
         "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),

@@ -8,22 +8,24 @@ as there), ``think`` becomes the template's ``enable_thinking`` (a level also it
 base64 data; an ``[img]`` in the text marks where the next one goes, and the images without a marker go before
 the text (Ollama's renderer). The bytes decide whether an item is an image or audio, as Ollama sniffs them.
 Load-time options (``num_ctx``, ``num_gpu``, ``num_thread``, ...) are accepted and have no effect: the model is
-loaded with the server's own flags.
+loaded with the server's own flags. ``keep_alive`` is read here into seconds, so a server of one model and a router
+accept and refuse the same values. Nothing here loads llama.cpp: the router parses its bodies with these models.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, PlainValidator
+from pydantic_core import PydanticCustomError
 
-from ...chat.media import media_type_of_base64
 from ...chat.request import ChatRequest, ContentPart, GenerationOptions, Message
 from ...errors import InvalidRequest
 from ..body import INT32_MAX, Body, Penalty, Probability
 from ..openai.protocol import Tool
-from .lifecycle import KeepAlive
 
 #: Ollama's reasoning levels (``think: "high"``); any is also ``enable_thinking``.
 THINK_LEVELS = ("low", "medium", "high", "max")
@@ -121,9 +123,56 @@ def content_with_images(text: str, images: list[str] | tuple[str, ...]) -> str |
 
 
 def _media_part(data: str) -> ContentPart:
+    # Imported here: the bytes are sniffed by the chat layer's media module, which loads llama.cpp, and a router
+    # parses Ollama's bodies without ever adapting them.
+    from ...chat.media import media_type_of_base64
+
     return ContentPart(media_type_of_base64(data), source=data)
 
 
+#: The longest duration Go's ``time.Duration`` holds (int64 nanoseconds, about 292 years): Ollama refuses a longer
+#: duration string, and a number past it wraps round, so here both are a 400.
+MAX_KEEP_ALIVE_S = (2**63 - 1) / 1e9
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_SECONDS = re.compile(_NUMBER)
+_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def keep_alive_seconds(value: object) -> float | None:
+    """``keep_alive`` in seconds, read as Ollama reads it: a number of seconds or a Go duration (``"5m"``,
+    ``"1h30m"``, ``"-1"``); negative is "for ever" (returned as -1), None "the server's default". Anything else is
+    refused (a list, an object, a boolean, ``"inf"``, ``NaN``, more than Go's durations hold): a model kept for an
+    unwritable time could never be listed by ``/api/ps``."""
+    if value is None:
+        return None
+    seconds = _duration_seconds(value.strip()) if isinstance(value, str) else _number_seconds(value)
+    if seconds is None or not math.isfinite(seconds) or seconds > MAX_KEEP_ALIVE_S:
+        raise PydanticCustomError("keep_alive", "expected seconds or a duration such as '5m', up to 292 years")
+    return -1.0 if seconds < 0 else abs(seconds)  # abs: "-0s" is 0
+
+
+def _number_seconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int):
+        value = max(min(value, 2**64), -(2**64))  # past Go's range either way, and a huge int has no float
+    return float(value)
+
+
+def _duration_seconds(text: str) -> float | None:
+    """A Go duration (or, as Ollama also reads it, a bare number of seconds), signed; None if it is neither."""
+    sign, digits = (-1.0, text[1:]) if text.startswith("-") else (1.0, text.removeprefix("+"))
+    if _SECONDS.fullmatch(digits):
+        return sign * float(digits)
+    parts = _DURATION_PART.findall(digits)
+    if not digits or "".join(number + unit for number, unit in parts) != digits:
+        return None
+    return sign * sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+#: ``keep_alive`` as a body field: given as seconds or a duration, held as seconds (see :func:`keep_alive_seconds`).
+KeepAlive = Annotated[float | None, PlainValidator(keep_alive_seconds, json_schema_input_type=int | float | str | None)]
 Format = Literal["", "json"] | dict[str, Any]
 Think = bool | str
 
@@ -135,7 +184,7 @@ class GenerationBody(Body):
     format: Format | None = None
     options: Options | None = None
     stream: bool = True
-    keep_alive: KeepAlive | None = None
+    keep_alive: KeepAlive = None
     think: Think | None = None
     logprobs: bool = False
     top_logprobs: int = Field(default=0, ge=0, le=20)
@@ -174,6 +223,11 @@ class ChatBody(GenerationBody):
     messages: list[ChatMessage] = Field(default_factory=list)
     tools: list[Tool] | None = None
 
+    @property
+    def lifecycle_only(self) -> bool:
+        """No messages: the request only loads the model (or, on a router, with ``keep_alive: 0`` unloads it)."""
+        return not self.messages
+
     def to_chat_request(self) -> ChatRequest:
         return ChatRequest(
             messages=tuple(message.to_message() for message in self.messages),
@@ -195,6 +249,11 @@ class GenerateBody(GenerationBody):
     images: list[str] | None = None
     #: The token history older Ollama versions returned: never handed out here, so accepted and not read.
     context: list[int] | None = None
+
+    @property
+    def lifecycle_only(self) -> bool:
+        """No prompt and no images: the request only loads (or unloads) the model, as :class:`ChatBody`'s."""
+        return not self.prompt and not self.images
 
     def to_chat_request(self) -> ChatRequest:
         """The prompt as one user turn (after ``system``), rendered with the model's template."""
@@ -234,7 +293,7 @@ class EmbedBody(Body):
     truncate: bool = True
     dimensions: int | None = Field(default=None, ge=1)
     options: Options | None = None
-    keep_alive: KeepAlive | None = None
+    keep_alive: KeepAlive = None
 
     def items(self) -> list[str | ImageInput]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
@@ -246,7 +305,7 @@ class EmbeddingsBody(Body):
     model: str = ""
     prompt: str = ""
     options: Options | None = None
-    keep_alive: KeepAlive | None = None
+    keep_alive: KeepAlive = None
 
 
 class NamedBody(Body):

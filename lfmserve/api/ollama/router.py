@@ -33,7 +33,7 @@ from ..openapi import request_body
 from ..sse import until_disconnect
 from ..state import app_state, serving
 from . import cards, responses
-from .lifecycle import keep_alive_seconds, lifecycle_answer, management_refusal, probe_answer, pull_success
+from .lifecycle import lifecycle_answer, management_refusal, probe_answer, pull_success
 from .protocol import ChatBody, EmbedBody, EmbeddingsBody, GenerateBody, GenerationBody, ImageInput, NamedBody
 
 router = APIRouter()
@@ -120,7 +120,7 @@ def _named_card(request: Request, name: str) -> cards.ModelCard:
 async def chat(request: Request) -> Response:
     body, offload = await read_body(request, ChatBody)
     served, reply = _start(request, body)
-    if not body.messages:
+    if body.lifecycle_only:
         return JSONResponse(lifecycle_answer(body.model, "load", chat=True))
     served, engine_request, parser = await prepared_chat(request, body.to_chat_request(), offload)
     if body.stream:
@@ -133,7 +133,7 @@ async def chat(request: Request) -> Response:
 async def generate(request: Request) -> Response:
     body, offload = await read_body(request, GenerateBody)
     served, reply = _start(request, body)
-    if not body.prompt and not body.images:
+    if body.lifecycle_only:
         return JSONResponse(lifecycle_answer(body.model, "load", chat=False))
     if body.suffix:
         raise InvalidRequest(f'"{body.model}" does not support insert', param="suffix")
@@ -156,10 +156,10 @@ async def _raw(served: Serving, body: GenerateBody, offload: Offload) -> list[En
 
 
 def _start(request: Request, body: GenerationBody) -> tuple[Serving, responses.Reply]:
-    """The serving model and the reply in the making, once the request's name and ``think`` are checked."""
+    """The serving model and the reply in the making, once the request's name and ``think`` are checked (its
+    ``keep_alive`` was checked with the body, though one model stays loaded whatever it says)."""
     if not body.model:
         raise InvalidRequest("model is required", param="model")
-    keep_alive_seconds(body.keep_alive)  # checked, though one model stays loaded whatever it says
     served = serving(request)
     if body.wants_thinking and not cards.thinks(served.template):
         raise InvalidRequest(f'"{body.model}" does not support thinking', param="think")

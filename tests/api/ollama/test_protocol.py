@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,8 +16,14 @@ import pytest
 
 from lfmserve.api.body import parse_body
 from lfmserve.api.ollama import cards
-from lfmserve.api.ollama.lifecycle import keep_alive_seconds
-from lfmserve.api.ollama.protocol import ChatBody, GenerateBody, Options, content_with_images
+from lfmserve.api.ollama.protocol import (
+    ChatBody,
+    EmbedBody,
+    EmbeddingsBody,
+    GenerateBody,
+    Options,
+    content_with_images,
+)
 from lfmserve.api.ollama.responses import Reply, chat_lines, generate_lines
 from lfmserve.chat.media import media_type_of_base64
 from lfmserve.chat.output import AssistantOutputParser
@@ -48,17 +56,56 @@ WAV = base64.b64encode(wav_bytes(0.1)).decode()
         ("1.5h", 5400.0),
         ("250ms", 0.25),
         ("10", 10.0),
+        ("-0s", 0.0),
+        (-1e300, -1.0),  # any negative number is "for ever", as Ollama reads it
+        (-(10**400), -1.0),
+        (9223372036, 9223372036.0),  # Go's longest duration, a little under 2^63 ns
+        ("2562047h", 2562047 * 3600.0),
     ],
 )
 def test_keep_alive_is_read_in_every_form_clients_send(value: Any, seconds: float | None) -> None:
-    assert keep_alive_seconds(value) == seconds
+    for body in (ChatBody, GenerateBody, EmbedBody, EmbeddingsBody):
+        assert parse_body(body, json.dumps({"keep_alive": value}).encode()).keep_alive == seconds
 
 
-@pytest.mark.parametrize("value", ["5 minutes", "m", "", "5x", "--5m", True])
-def test_a_keep_alive_that_is_no_duration_is_a_400(value: Any) -> None:
+@pytest.mark.parametrize(
+    "value",
+    [
+        "5 minutes",
+        "m",
+        "",
+        "5x",
+        "--5m",
+        True,
+        "inf",
+        "-inf",
+        "nan",
+        "infinity",
+        "1e12",  # Go reads no exponent in a duration
+        1e12,  # seconds past Go's durations
+        "2562048h",
+        10**30,
+        float("inf"),  # the JSON text Infinity, which Python's json writes and pydantic reads
+        float("nan"),
+        [1],
+        {"seconds": 5},
+    ],
+)
+def test_a_keep_alive_that_is_no_finite_duration_is_a_400_naming_it(value: Any) -> None:
     with pytest.raises(InvalidRequest) as caught:
-        keep_alive_seconds(value)
-    assert caught.value.param == "keep_alive" and repr(value) in caught.value.message
+        parse_body(ChatBody, json.dumps({"model": "m", "keep_alive": value}).encode())
+    assert (caught.value.param, caught.value.message) == (
+        "keep_alive",
+        f"Invalid value for 'keep_alive': expected seconds or a duration such as '5m', up to 292 years (got {value!r})",
+    )
+
+
+def test_the_module_imports_without_llama_cpp_or_the_http_stack() -> None:
+    """The router parses Ollama's bodies with these models: importing them must not load llama.cpp (the media
+    sniffing that does is imported when an image is adapted), nor FastAPI."""
+    code = "import sys, lfmserve.api.ollama.protocol; print(sorted({'llama_cpp', 'fastapi'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert result.stdout == "[]\n"
 
 
 def test_images_go_where_their_markers_are_and_the_rest_before_the_text() -> None:
@@ -179,6 +226,27 @@ def test_names_take_latest_on_and_off_and_tags_inside_paths_do_not_count() -> No
     assert cards.ollama_name("host:8080/models/x") == "host:8080/models/x:latest"
     assert cards.matches("lfm2:latest", ["lfm2"]) and cards.matches("lfm2", ["lfm2:latest"])
     assert cards.matches("chat", ["lfm2", "chat"]) and not cards.matches("lfm2:q8", ["lfm2"])
+
+
+def test_ps_shows_a_time_to_live_past_the_horizon_as_for_ever() -> None:
+    """``--models-ttl`` takes any whole number of seconds; ``/api/ps`` must still write a date for it."""
+    card = cards.ModelCard(
+        name="m:latest",
+        size=1,
+        modified=0.0,
+        architecture="lfm2",
+        basename=None,
+        parameter_count=1,
+        size_label=None,
+        file_type=-1,
+        context_length=1,
+        embedding_length=1,
+        template="",
+        capabilities=("completion",),
+    )
+    expiries = [cards.ps_entry(card, now=0.0, keep_s=keep_s)["expires_at"] for keep_s in (-1, 10**12, 10**30, 60)]
+    assert expiries == [expiries[0], expiries[0], expiries[0], "1970-01-01T00:01:00.000000Z"]
+    assert expiries[0] == "2169-11-13T00:00:00.000000Z"  # 200 years of 365 days
 
 
 def _output(text: str, *, finish: str | None = None) -> EngineOutput:

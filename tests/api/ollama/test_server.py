@@ -30,6 +30,18 @@ THINKING_TEMPLATE = (
 )
 GREEDY = {"temperature": 0, "num_predict": 6}
 ASK = [{"role": "user", "content": "Say hi."}]
+#: The 400 for a ``keep_alive`` that is no finite duration, the value shown as Python writes it.
+KEEP_ALIVE_REFUSED = (
+    "Invalid value for 'keep_alive': expected seconds or a duration such as '5m', up to 292 years (got {})"
+)
+#: ``keep_alive`` values a router must refuse before they reach its pool, as JSON and as the 400 shows them.
+BAD_KEEP_ALIVES = (
+    ('"inf"', "'inf'"),
+    ('"nan"', "'nan'"),
+    ("1e12", "1000000000000.0"),
+    ("[5]", "[5]"),
+    ('{"m": 5}', "{'m': 5}"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +121,7 @@ def test_unknown_models_and_management_routes_answer_ollamas_error_shape(
         (b'{"messages": []}', "model is required"),
         (
             b'{"model": "m", "messages": [], "keep_alive": "soon"}',
-            "invalid keep_alive 'soon': give seconds, or a duration such as '5m'",
+            KEEP_ALIVE_REFUSED.format("'soon'"),
         ),
         (
             b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "think": true}',
@@ -118,6 +130,16 @@ def test_unknown_models_and_management_routes_answer_ollamas_error_shape(
     ):
         response = httpx.post(server.url + "/api/chat", content=body)
         assert (response.status_code, response.json()) == (400, {"error": error}), body
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate", "/api/embed", "/api/embeddings"])
+def test_a_keep_alive_that_is_no_finite_duration_is_a_400_and_ps_still_answers(server: ServerThread, path: str) -> None:
+    """The values a router must refuse before they reach its pool are refused here too, by the same body models."""
+    for raw, shown in BAD_KEEP_ALIVES:
+        body = f'{{"model": "m", "prompt": "x", "input": "x", "keep_alive": {raw}}}'
+        response = httpx.post(server.url + path, content=body, timeout=60)
+        assert (response.status_code, response.json()) == (400, {"error": KEEP_ALIVE_REFUSED.format(shown)}), raw
+    assert httpx.get(server.url + "/api/ps", timeout=60).status_code == 200
 
 
 def test_chat_whole_and_streamed_agree_with_the_openai_route(server: ServerThread, client: ollama.Client) -> None:
