@@ -65,12 +65,8 @@ class Engine:
         #: ``--lora``: the adapters, their server-wide scales, and which generations share a decode.
         self.adapters = Adapters(model, config.lora)
         self.stats = EngineStats()
-        disk = (
-            DiskPromptCache(config.cache_disk, config.cache_disk_bytes, _cache_identity(model, self._ctx, config))
-            if config.cache_disk
-            else None
-        )
         exact = not model.info.needs_checkpoints(swa_full=config.kv.swa_full)
+        disk = _disk_cache(model, self._ctx, config, self.stats)
         self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=exact, disk=disk)
         if projector is not None and self._memory.shifts_context:
             logger.warning("--context-shift is not supported with a multimodal projector: it is off")
@@ -305,16 +301,29 @@ class Engine:
 
 
 def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
-    """The shared context of the slots: one sequence per slot."""
+    """The shared context of the slots: one sequence per slot, sized as llama-server sizes it."""
     return NativeContext(
         model,
-        n_ctx=config.n_ctx,
+        n_ctx=config.context_sizes(model.info.n_ctx_train).n_ctx,
         n_batch=config.n_batch,
         n_ubatch=config.n_ubatch,
         n_seq_max=config.n_slots,
         n_threads=config.n_threads,
         n_threads_batch=config.n_threads_batch or config.n_threads,
         kv=config.kv,
+    )
+
+
+def _disk_cache(
+    model: NativeModel, ctx: NativeContext, config: EngineConfig, stats: EngineStats
+) -> DiskPromptCache | None:
+    """``--cache-disk``, if given. Entries waiting for its writer may hold a quarter of ``--cache-ram`` more (the
+    RAM cache may have let them go), so a slow disk costs dropped files, not unbounded memory."""
+    if not config.cache_disk:
+        return None
+    identity = _cache_identity(model, ctx, config)
+    return DiskPromptCache(
+        config.cache_disk, config.cache_disk_bytes, identity, max_pending_bytes=config.cache_ram_bytes // 4, stats=stats
     )
 
 

@@ -47,15 +47,16 @@ class SlotMemory:
         self._ctx = ctx
         self._config = config
         self._stats = stats
-        #: Each slot's limit: the context divided among the slots, as llama-server's -np; with ``--kv-unified``
-        #: the whole context, which the slots share (a decode that finds no room fails every generation in it).
-        self.n_ctx_slot: int = ctx.n_ctx if config.shared_context else ctx.n_ctx // config.n_slots
+        #: Each slot's limit: its share of the context, as llama-server's -np; with ``--kv-unified`` the whole
+        #: context, which the slots share (a decode that finds no room fails every generation in it).
+        self.n_ctx_slot: int = config.context_sizes(ctx.model.info.n_ctx_train).n_ctx_slot
         self.slots = tuple(Slot(i, n_ctx=self.n_ctx_slot) for i in range(config.n_slots))
         self.ram = RamPromptCache(config.cache_ram_bytes)
         #: ``--cache-disk``: the RAM cache's entries are written there too, and read back now.
         self.disk = disk
         if disk is not None:
-            loaded = [entry for entry in reversed(disk.load()) if self.ram.put(entry)]
+            # Only what the RAM cache holds is read, oldest first so that the newest are the last to go.
+            loaded = [entry for entry in reversed(disk.load(max_bytes=self.ram.max_bytes)) if self.ram.put(entry)]
             logger.info("prompt cache: %d entries read from %s", len(loaded), disk.folder)
         #: The memory can drop a sequence's tail by position (no recurrent state, no sliding window).
         self.can_truncate = exact_truncation
@@ -225,13 +226,13 @@ class SlotMemory:
         return "saved"
 
     def persist(self) -> None:
-        """``--cache-disk`` at shutdown: every slot's sequence is written too (engine thread stopped), then the
-        writer finishes."""
+        """``--cache-disk`` at shutdown: every slot's sequence is written too (engine thread stopped, so these wait
+        for the writer rather than be dropped), then the writer finishes."""
         if self.disk is None:
             return
         for slot in self.slots:
             if len(slot.tokens) >= MIN_RAM_TOKENS and not self.ram.covers(slot.tokens, slot.adapters):
-                self.disk.save(self._sequence(slot))
+                self.disk.save(self._sequence(slot), wait=True)
         self.disk.close()
 
     def _sequence(self, slot: Slot) -> CachedSequence:

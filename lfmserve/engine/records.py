@@ -339,15 +339,54 @@ class EngineConfig:
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     #: ``-fa``, ``-ctk``, ``-ctv``, ``--swa-full``.
     kv: KvCacheOptions = field(default_factory=KvCacheOptions)
-    #: ``--kv-unified``: each slot may fill the whole context, which they share (default: ``n_ctx / n_slots`` each).
+    #: ``--kv-unified``: each slot may fill the whole context, which they share (default: a share each).
     shared_context: bool = False
     #: ``--lora`` / ``--lora-scaled``: LoRA adapter files and their starting scales.
     lora: tuple[tuple[str, float], ...] = ()
 
+    def context_sizes(self, n_ctx_train: int) -> ContextSizes:
+        """The context this engine asks llama.cpp for, and each slot's, for a model trained on ``n_ctx_train``."""
+        return context_sizes(self.n_ctx, self.n_slots, n_ctx_train=n_ctx_train, shared=self.shared_context)
+
+
+#: llama.cpp rounds the context, and each slot's share of it, up to a multiple of this (``llama-context.cpp``).
+CONTEXT_PADDING = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSizes:
+    """The tokens of the whole context (what the KV cache holds) and of one slot (what one request may use)."""
+
+    n_ctx: int
+    n_ctx_slot: int
+
+
+def context_sizes(n_ctx: int, n_slots: int, *, n_ctx_train: int, shared: bool = False) -> ContextSizes:
+    """llama-server's sizes for ``-c n_ctx -np n_slots``, computed rather than read from a context so that the
+    router can report a model's ``n_ctx`` before any child loads it, and report what the child will.
+
+    ``n_ctx`` 0 is the model's training context. llama.cpp pads the context to a multiple of 256; unless the slots
+    share it (``--kv-unified``) it pads each slot's share too and grows the context to hold every share
+    (``llama_context``'s constructor: ``-c 4096 -np 3`` is 1536 a slot, a 4608-token context). llama-server then
+    caps a slot at the training context (``server_context``'s ``n_ctx_slot()``); ``n_ctx_train`` 0 (a header not
+    read) caps nothing.
+    """
+    total = _padded(n_ctx or n_ctx_train)
+    slots = max(n_slots, 1)
+    share = total if shared else _padded(total // slots)
+    return ContextSizes(
+        n_ctx=total if shared else share * slots, n_ctx_slot=min(share, n_ctx_train) if n_ctx_train else share
+    )
+
+
+def _padded(n_tokens: int) -> int:
+    return -(-n_tokens // CONTEXT_PADDING) * CONTEXT_PADDING
+
 
 @dataclass(slots=True)
 class EngineStats:
-    """Counters since start, for /metrics and /slots (written by the engine thread only).
+    """Counters since start, for /metrics and /slots (written by the engine thread only; the ``--cache-disk``
+    writer's own by that writer).
 
     The prompt and generation counters mean what llama-server's do: prompt tokens decoded (cached ones
     apart) and the time of the decodes that held them; generated tokens, the decode steps they took (the
@@ -376,6 +415,10 @@ class EngineStats:
     n_slot_copies: int = 0
     n_ram_saves: int = 0
     n_ram_restores: int = 0
+    #: ``--cache-disk``: entries written, dropped because the writer was behind, and lost to an error.
+    n_disk_cache_writes: int = 0
+    n_disk_cache_drops: int = 0
+    n_disk_cache_errors: int = 0
     n_shifted_tokens: int = 0
     #: ``--context-shift``: times a full slot dropped its older half.
     n_context_shifts: int = 0

@@ -1,4 +1,5 @@
-"""The engine's records made from the settings groups: :class:`EngineConfig` and its :class:`SpeculationConfig`.
+"""The engine's records made from the settings groups: :class:`EngineConfig` and its :class:`SpeculationConfig`,
+and the context one request of a model will have (:func:`slot_context`), known from its settings before it loads.
 
 The engine knows nothing of flags: it takes byte counts, slot counts and sizes. This module is the one place
 that turns ``--cache-ram`` MiB into bytes, ``--rerank`` into rank pooling and ``--spec-*`` into drafter sizes,
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal, cast
 
-from ..engine.records import EngineConfig, KvCacheOptions, Pooling
+from ..engine.records import EngineConfig, KvCacheOptions, Pooling, context_sizes
 from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig, resolve_synth_rates
 from ..errors import EngineError
 from ..settings import Settings, SpeculationSettings
@@ -48,6 +49,14 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         speculation=speculation_config(settings.speculation, draft_model),
         lora=_lora_adapters(settings),
     )
+
+
+def slot_context(settings: Settings, n_ctx_train: int) -> int:
+    """The tokens one request may use of a model trained on ``n_ctx_train`` once served with ``settings``: the
+    ``n_ctx`` its ``/props`` and ``/v1/models`` will report, known before it loads (the router lists it)."""
+    engine = settings.engine
+    sizes = context_sizes(engine.ctx_size, engine.parallel, n_ctx_train=n_ctx_train, shared=engine.kv_unified)
+    return sizes.n_ctx_slot
 
 
 def _lora_adapters(settings: Settings) -> tuple[tuple[str, float], ...]:

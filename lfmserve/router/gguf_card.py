@@ -1,10 +1,12 @@
-"""A router model's Ollama card, read from its GGUF files, so that ``/api/tags`` and ``/api/show`` describe a
-model that is not loaded (as Ollama does) without starting its child.
+"""A router model's Ollama card and the ``meta`` of its ``/v1/models`` entry, read from its GGUF files, so that
+``/api/tags``, ``/api/show`` and ``/v1/models`` describe a model that is not loaded (as Ollama does) without
+starting its child.
 
 The chat template is the file's own (or ``--chat-template-file``'s): its ``tools`` and ``thinking`` are found
-by the same probes a loaded model's template gets. The context is the one a request may use once loaded:
-``--ctx-size`` shared by ``--parallel`` slots when the model's settings give one, else the model's trained
-context.
+by the same probes a loaded model's template gets. The context is the one a request will have once the model
+loads, by the rule its child applies (:func:`~lfmserve.loading.engine_config.slot_context`): a client that sizes
+its prompts from the list before any load (Frigate) gets the number ``/props?model=`` reports after. A header is
+parsed once per file version; callers read it off the event loop.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from gguf import GGUFReader, GGUFValueType
 
 from ..api.ollama.cards import ModelCard, capabilities, files_size_and_time, ollama_name, template_capabilities
+from ..loading.engine_config import slot_context
 from .catalog import ModelSpec
 from .modalities import input_modalities
 
@@ -43,13 +46,10 @@ class _Header:
 
 def model_card(spec: ModelSpec) -> ModelCard:
     settings = spec.settings
-    weights = [path for path in spec.files if path != spec.projector] or [settings.source.model or ""]
-    header = _header(weights[0], _stamp(weights[0]))
+    header = _weights_header(spec)
     template = _template_text(settings.chat.chat_template_file) or header.chat_template
     tools, thinking = template_capabilities(template, header.bos_token, header.eos_token)
     modalities = input_modalities(spec.projector)
-    slots = max(settings.engine.parallel, 1)
-    context = settings.engine.ctx_size // slots if settings.engine.ctx_size > 0 else header.context_length
     size, modified = files_size_and_time(spec.files)
     return ModelCard(
         name=ollama_name(spec.name),
@@ -60,7 +60,7 @@ def model_card(spec: ModelSpec) -> ModelCard:
         parameter_count=header.parameter_count,
         size_label=header.size_label,
         file_type=header.file_type,
-        context_length=context,
+        context_length=slot_context(settings, header.context_length),
         embedding_length=header.embedding_length,
         template=template,
         capabilities=capabilities(
@@ -73,6 +73,22 @@ def model_card(spec: ModelSpec) -> ModelCard:
     )
 
 
+def listed_meta(spec: ModelSpec) -> dict[str, int] | None:
+    """``meta`` of a model no child describes yet: the context a request will have once it loads, and the one it
+    was trained on; None while its file cannot be read (a download to come), whose context nothing tells."""
+    header = _weights_header(spec)
+    if not header.context_length:
+        return None
+    return {"n_ctx": slot_context(spec.settings, header.context_length), "n_ctx_train": header.context_length}
+
+
+def _weights_header(spec: ModelSpec) -> _Header:
+    """The header of the model's (first) weights file; an empty one while it has none (a preset's ``hf-repo``,
+    downloaded by its child)."""
+    weights = [path for path in spec.files if path != spec.projector] or [spec.settings.source.model or ""]
+    return _header(weights[0], _stamp(weights[0])) if weights[0] else _Header()
+
+
 def _stamp(path: str) -> int:
     try:
         return os.stat(path).st_mtime_ns
@@ -80,7 +96,7 @@ def _stamp(path: str) -> int:
         return 0
 
 
-@functools.lru_cache(maxsize=64)
+@functools.cache  # one entry per file version: a router listing many models reads each header once
 def _header(path: str, stamp: int) -> _Header:  # noqa: ARG001 - the stamp keys the cache
     try:
         reader = GGUFReader(path)

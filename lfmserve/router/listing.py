@@ -1,16 +1,25 @@
 """The router's own answers about its models: ``/models`` and ``/v1/models`` entries, ``/props``, and
-llama-swap's ``/running``, in the shapes llama-server and llama-swap give them."""
+llama-swap's ``/running``, in the shapes llama-server and llama-swap give them.
+
+An entry's ``architecture`` and, until its child describes the model, its ``meta`` come from the model's files
+(:mod:`~lfmserve.router.modalities`, :mod:`~lfmserve.router.gguf_card`), read on a worker thread: parsing a
+header not read before takes the event loop milliseconds, and every request waits behind it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
 from ..settings import RouterSettings
+from .catalog import ModelSpec
 from .child import child_argv
+from .gguf_card import listed_meta
 from .instance import LOADED, Instance
 from .modalities import input_modalities
 from .preset import to_ini
@@ -27,21 +36,38 @@ def program() -> list[str]:
     return [sys.executable, "-m", "lfmserve"] if first.endswith(("__main__.py", "pytest")) else [first]
 
 
-def model_list(instances: list[Instance]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class OnDisk:
+    """What a model's files say for its entry: what it takes as input, and its ``meta`` before a child gives one
+    (None: its file cannot be read yet)."""
+
+    input_modalities: tuple[str, ...]
+    meta: dict[str, int] | None
+
+
+def _read_files(spec: ModelSpec) -> OnDisk:
+    """Reads the model's files (blocking: call it off the event loop)."""
+    return OnDisk(tuple(input_modalities(spec.projector)), listed_meta(spec))
+
+
+async def model_list(instances: list[Instance]) -> dict[str, Any]:
     """``GET /models`` and ``GET /v1/models``: every model, loaded or not, by name (llama-server keeps them in a
     sorted map)."""
     now = int(time.time())
     ordered = sorted((i for i in instances if not i.spec.hidden), key=lambda instance: instance.name)
-    return {"object": "list", "data": [model_entry(instance, now) for instance in ordered]}
+    files = await asyncio.to_thread(lambda: [_read_files(instance.spec) for instance in ordered])
+    return {"object": "list", "data": [model_entry(i, now, f) for i, f in zip(ordered, files, strict=True)]}
 
 
-def model_entry(instance: Instance, created: int) -> dict[str, Any]:
+def model_entry(instance: Instance, created: int, files: OnDisk) -> dict[str, Any]:
+    """The model's entry; ``meta`` is its child's while it runs and has described it, else the one its files
+    give (llama-server's has none then, and a client such as Frigate sizes its prompts from the whole ``-c``)."""
     spec = instance.spec
     port = instance.child.port if instance.child else 0
     argv = instance.child.argv if instance.child else child_argv(spec.settings, spec.name, port)
     status: dict[str, Any] = {"value": instance.status, "args": program() + argv, "preset": preset_text(instance)}
     if instance.failed:
-        status |= {"failed": True, "exit_code": instance.exit_code}
+        status |= {"failed": True, "exit_code": instance.exit_code, "error": instance.error}
     entry: dict[str, Any] = {
         "id": spec.name,
         "aliases": list(spec.aliases),
@@ -50,10 +76,12 @@ def model_entry(instance: Instance, created: int) -> dict[str, Any]:
         "owned_by": "llamacpp",
         "created": created,
         "status": status,
-        "architecture": {"input_modalities": input_modalities(spec.projector), "output_modalities": ["text"]},
+        "architecture": {"input_modalities": list(files.input_modalities), "output_modalities": ["text"]},
         "source": spec.source,
         "can_remove": spec.source == "cache",
     }
+    if files.meta is not None:
+        entry["meta"] = dict(files.meta)
     if instance.info is not None and instance.running:
         entry |= {key: value for key, value in instance.info.items() if key not in _ROUTER_KEYS}
     return entry

@@ -1,5 +1,6 @@
 """What a model takes besides text, read from its projector file on disk, so that ``/v1/models`` says it even
-while the model is not loaded (llama-server reads the file the same way)."""
+while the model is not loaded (llama-server reads the file the same way). A file is parsed once per version;
+callers read it off the event loop."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def input_modalities(projector: str | None) -> list[str]:
     return ["text", *_encoders(projector, stamp)]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.cache  # one entry per file version: a router listing many models reads each projector once
 def _encoders(path: str, stamp: int) -> tuple[str, ...]:  # noqa: ARG001 - the stamp keys the cache
     try:
         fields = GGUFReader(path).fields

@@ -41,7 +41,7 @@ def test_a_restarted_server_finds_its_prompt_on_disk(tiny_gguf: Path, tmp_path: 
     first = _answer(tiny_gguf, folder)
     n_prompt = first["usage"]["prompt_tokens"]
     assert n_prompt > 300 and first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert len(list(folder.glob("*.lfmcache"))) == 1  # written at shutdown
+    assert len(list(folder.glob("*/*.lfmcache"))) == 1  # written at shutdown, in the subfolder of its model
     again = _answer(tiny_gguf, folder)
     assert again["choices"][0]["message"] == first["choices"][0]["message"]
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == n_prompt == again["timings"]["cache_n"]
@@ -54,10 +54,11 @@ def test_another_context_or_a_corrupt_file_starts_cold(tiny_gguf: Path, tmp_path
     first = _answer(tiny_gguf, folder)
     other = _answer(tiny_gguf, folder, ctx_size=4096)  # a slot of another size: another identity
     assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert len(list(folder.iterdir())) == 2  # its own subfolder beside the first server's
     assert other["choices"][0]["message"] == first["choices"][0]["message"]
     corrupt = tmp_path / "corrupt"
     shutil.copytree(folder, corrupt)
-    for path in corrupt.glob("*.lfmcache"):
+    for path in corrupt.glob("*/*.lfmcache"):
         data = bytearray(path.read_bytes())
         data[-100] ^= 0xFF
         path.write_bytes(bytes(data))

@@ -47,9 +47,11 @@ def start_router(
     *flags: str,
     preset: Path | None = None,
     env: dict[str, str] | None = None,
+    child_flags: list[str] = CHILD_FLAGS,
 ) -> Running:
-    """``lfmserve --models-dir MODELS --models-preset PRESET`` with ``flags`` (the preset of ``router_models``
-    unless another is given) and ``env`` added to the environment, healthy."""
+    """``lfmserve --models-dir MODELS --models-preset PRESET`` with ``child_flags`` and ``flags`` (the preset of
+    ``router_models`` unless another is given) and ``env`` added to the environment, healthy. The router's flags
+    outweigh a preset's: a test of a preset's ``parallel`` passes ``child_flags`` without ``--parallel``."""
     command = shutil.which("lfmserve")
     assert command is not None
     router = Running(
@@ -59,7 +61,7 @@ def start_router(
             str(router_models / "models"),
             "--models-preset",
             str(preset or router_models / "preset.ini"),
-            *CHILD_FLAGS,
+            *child_flags,
             *flags,
         ],
         env={"HF_HUB_CACHE": str(router_models / "hf-cache"), **(env or {})},

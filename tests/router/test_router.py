@@ -24,7 +24,7 @@ def test_lists_every_model_with_its_settings_before_any_loads(router: Running, r
     assert text["source"] == "preset"  # found in the folder, given a section by the preset
     assert listed["vision"]["source"] == "models_dir"
     assert text["status"]["value"] == "unloaded"
-    assert "meta" not in text
+    assert text["meta"] == {"n_ctx": 2048, "n_ctx_train": 4096}  # read from its file: what its child will report
     assert text["status"]["args"][0] == shutil.which("lfmserve")
     assert text["status"]["args"][1:] == [
         "--host", "127.0.0.1", "--port", "0",
