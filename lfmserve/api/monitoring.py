@@ -11,12 +11,14 @@ cannot type ``n_tokens_max`` a counter.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..engine.core import Engine
-from ..engine.histograms import Histogram, RequestHistograms
-from ..engine.records import EngineStats, SlotTask
+if TYPE_CHECKING:  # annotations only: a router renders its metrics here without loading the engine
+    from ..engine.core import Engine
+    from ..engine.histograms import Histogram, RequestHistograms
+    from ..engine.records import EngineStats, SlotTask
 
 #: llama-server's ``Content-Type`` for /metrics.
 CONTENT_TYPE = "text/plain; version=0.0.4"
@@ -75,11 +77,38 @@ def _task_json(task: SlotTask, *, n_tokens: int, engine: Engine) -> dict[str, An
 
 
 @dataclass(frozen=True, slots=True)
-class _Metric:
+class Metric:
+    """One unlabelled sample, with its ``# HELP`` and ``# TYPE`` lines."""
+
     name: str
     kind: Literal["counter", "gauge"]
     help: str
     value: float
+
+
+class MetricSource(Protocol):
+    """What reports its own samples: the resumable streams' sessions, a router's conversations."""
+
+    def metrics(self) -> list[Metric]: ...
+
+
+def counter(name: str, doc: str, value: int) -> Metric:
+    """One of lfmserve's own counters, ``lfmserve:<name>_total``."""
+    return Metric(f"lfmserve:{name}_total", "counter", doc, value)
+
+
+def prometheus_text(metrics: Iterable[Metric]) -> str:
+    """The samples as Prometheus text; a router writes its own /metrics with it too."""
+    lines = [
+        line
+        for metric in metrics
+        for line in (
+            f"# HELP {metric.name} {metric.help}",
+            f"# TYPE {metric.name} {metric.kind}",
+            f"{metric.name} {_number(metric.value)}",
+        )
+    ]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +130,14 @@ class MetricsReporter:
 
     Example::
 
-        reporter = MetricsReporter(engine)
+        reporter = MetricsReporter(engine, streams)
         text = reporter.render()   # "# HELP llamacpp:prompt_tokens_total ...\\n# TYPE ... counter\\n..."
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, streams: MetricSource | None = None) -> None:
+        """``streams``: the server's resumable streams, whose bounds are reported too."""
         self.engine = engine
+        self.streams = streams
         self._window = _Window()
 
     @property
@@ -117,42 +148,37 @@ class MetricsReporter:
     def render(self) -> str:
         stats = self.engine.stats
         last, self._window = self._window, _Window.of(stats)
-        lines = []
-        for metric in [*_counters(stats), *self._gauges(stats, last), *_lfmserve_metrics(self.engine)]:
-            lines += [
-                f"# HELP {metric.name} {metric.help}",
-                f"# TYPE {metric.name} {metric.kind}",
-                f"{metric.name} {_number(metric.value)}",
-            ]
-        for name, doc, histogram in _histograms(stats.requests):
-            lines += _histogram_lines(name, doc, histogram)
-        return "\n".join(lines) + "\n"
+        metrics = [*_counters(stats), *self._gauges(stats, last), *_lfmserve_metrics(self.engine)]
+        if self.streams is not None:
+            metrics += self.streams.metrics()
+        histograms = [line for name, doc, h in _histograms(stats.requests) for line in _histogram_lines(name, doc, h)]
+        return prometheus_text(metrics) + "".join(f"{line}\n" for line in histograms)
 
-    def _gauges(self, s: EngineStats, last: _Window) -> list[_Metric]:
+    def _gauges(self, s: EngineStats, last: _Window) -> list[Metric]:
         def rate(n: float, seconds: float) -> float:
             return n / seconds if seconds > 0 else 0.0
 
         return [
-            _Metric(
+            Metric(
                 "llamacpp:prompt_tokens_seconds",
                 "gauge",
                 "Average prompt throughput in tokens/s",
                 rate(s.n_prompt_tokens - last.n_prompt_tokens, s.prompt_seconds - last.prompt_seconds),
             ),
-            _Metric(
+            Metric(
                 "llamacpp:predicted_tokens_seconds",
                 "gauge",
                 "Average generation throughput in tokens/s",
                 rate(s.n_predicted_steps - last.n_predicted_steps, s.predicted_seconds - last.predicted_seconds),
             ),
-            _Metric(
+            Metric(
                 "llamacpp:requests_processing",
                 "gauge",
                 "Number of requests processing",
                 sum(1 for slot in self.engine.slots if slot.busy),
             ),
-            _Metric("llamacpp:requests_deferred", "gauge", "Number of requests deferred", self.engine.n_waiting),
-            _Metric(
+            Metric("llamacpp:requests_deferred", "gauge", "Number of requests deferred", self.engine.n_waiting),
+            Metric(
                 "llamacpp:n_busy_slots_per_decode",
                 "gauge",
                 "Average number of busy slots per llama_decode() call",
@@ -161,52 +187,52 @@ class MetricsReporter:
         ]
 
 
-def _counters(s: EngineStats) -> list[_Metric]:
+def _counters(s: EngineStats) -> list[Metric]:
     return [
-        _Metric(
+        Metric(
             "llamacpp:prompt_tokens_total",
             "counter",
             "Number of prompt tokens processed, excluding cached tokens",
             s.n_prompt_tokens,
         ),
-        _Metric(
+        Metric(
             "llamacpp:prompt_tokens_cached_total",
             "counter",
             "Number of prompt tokens reused from the cache",
             s.n_cached_tokens,
         ),
-        _Metric("llamacpp:prompt_seconds_total", "counter", "Total time spent processing prompts", s.prompt_seconds),
-        _Metric(
+        Metric("llamacpp:prompt_seconds_total", "counter", "Total time spent processing prompts", s.prompt_seconds),
+        Metric(
             "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed", s.n_predicted_tokens
         ),
-        _Metric(
+        Metric(
             "llamacpp:tokens_predicted_seconds_total",
             "counter",
             "Total time spent generating tokens",
             s.predicted_seconds,
         ),
-        _Metric(
+        Metric(
             "llamacpp:n_decode_total",
             "counter",
             "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
             s.n_decode_calls,
         ),
-        _Metric(
+        Metric(
             "llamacpp:n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)", s.n_tokens_max
         ),
-        _Metric(
+        Metric(
             "llamacpp:spec_decode_num_draft_tokens_total",
             "counter",
             "Speculative: Total draft tokens generated",
             s.n_draft_tokens,
         ),
-        _Metric(
+        Metric(
             "llamacpp:spec_decode_num_accepted_tokens_total",
             "counter",
             "Speculative: Total draft tokens accepted by the target model",
             s.n_draft_tokens_accepted,
         ),
-        _Metric(
+        Metric(
             "llamacpp:spec_decode_num_drafts_total",
             "counter",
             "Speculative: Total speculative decoding verification steps",
@@ -215,12 +241,9 @@ def _counters(s: EngineStats) -> list[_Metric]:
     ]
 
 
-def _lfmserve_metrics(engine: Engine) -> list[_Metric]:
+def _lfmserve_metrics(engine: Engine) -> list[Metric]:
     """lfmserve's own counters: how requests waited and how the prompt cache served them."""
     s = engine.stats
-
-    def counter(name: str, doc: str, value: int) -> _Metric:
-        return _Metric(f"lfmserve:{name}_total", "counter", doc, value)
 
     return [
         counter("requests", "Requests accepted by the engine.", s.n_requests),
@@ -231,9 +254,12 @@ def _lfmserve_metrics(engine: Engine) -> list[_Metric]:
         counter("slot_copies", "Prefixes copied from another slot.", s.n_slot_copies),
         counter("ram_cache_saves", "Sequences kept in host RAM.", s.n_ram_saves),
         counter("ram_cache_restores", "Sequences restored from host RAM.", s.n_ram_restores),
+        counter("disk_cache_writes", "Prompt cache files written (--cache-disk).", s.n_disk_cache_writes),
+        counter("disk_cache_drops", "Prompt cache files not written: the disk was behind.", s.n_disk_cache_drops),
+        counter("disk_cache_errors", "Prompt cache files lost to an error while writing.", s.n_disk_cache_errors),
         counter("shifted_tokens", "Cached tokens reused by KV shifting (--cache-reuse).", s.n_shifted_tokens),
         counter("context_shifts", "Full slots that dropped their older half (--context-shift).", s.n_context_shifts),
-        _Metric("lfmserve:ram_cache_bytes", "gauge", "Host RAM held by the prompt cache.", engine.ram_cache.n_bytes),
+        Metric("lfmserve:ram_cache_bytes", "gauge", "Host RAM held by the prompt cache.", engine.ram_cache.n_bytes),
     ]
 
 

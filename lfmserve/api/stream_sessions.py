@@ -9,6 +9,11 @@ session: a newer one cancels the one before (its generation stops, its readers e
 finished. llama-server drops those on a 60 s timer; here they go when the sessions are next used, so nothing runs
 in the background.
 
+Every client can start sessions and name ids, so both are bounded, which llama-server's are not: at most
+:data:`MAX_SESSIONS` sessions are kept (past it, those that finished first are dropped first; a running one never
+is, as it belongs to a generation running now), and a lookup answers for the first :data:`LOOKUP_MAX_IDS` ids it
+names. What each bound let go is counted in ``/metrics`` (:meth:`StreamSessions.metrics`).
+
 Example::
 
     sessions = StreamSessions()
@@ -23,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
+
+from .monitoring import Metric, counter
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +41,13 @@ CONVERSATION_HEADER = "x-conversation-id"
 SESSION_TTL_S = 300.0
 #: The bytes a session keeps; older ones are dropped first (``STREAM_SESSION_MAX_BYTES``).
 SESSION_MAX_BYTES = 4 * 1024 * 1024
+#: The sessions kept. Each holds up to 4 MiB, though a typical answer's stream is some 100 KiB (about 250 bytes
+#: of SSE a token): 256 bound the worst case to 1 GiB, and keep every answer of a server finishing one a second
+#: replayable for its 300 s.
+MAX_SESSIONS = 256
+#: The ids one lookup answers for; the ones past it are ignored. llama-server's web UI names every conversation
+#: it holds, the most recently changed first (a running stream's is among them), so those ignored are the oldest.
+LOOKUP_MAX_IDS = 1024
 
 
 class StreamSession:
@@ -126,12 +140,19 @@ class StreamSessions:
         *,
         ttl_s: float = SESSION_TTL_S,
         max_bytes: int = SESSION_MAX_BYTES,
+        max_sessions: int = MAX_SESSIONS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_bytes = max_bytes
+        self.max_sessions = max_sessions
         self._clock = clock
+        #: In the order they started (a conversation's newer session starts at the end).
         self._sessions: dict[str, StreamSession] = {}
+        #: Finished sessions let go after :attr:`ttl_s`, and early for :attr:`max_sessions`; lookup ids ignored.
+        self.n_expired = 0
+        self.n_dropped = 0
+        self.n_lookup_ids_dropped = 0
 
     def open(self, conversation_id: str) -> StreamSession:
         """A new session for the conversation, replacing (and cancelling) the one it had."""
@@ -142,6 +163,7 @@ class StreamSessions:
         if previous is not None:
             logger.debug("stream session %s replaced by a newer request", conversation_id)
             _end(previous)
+        self._drop_finished(len(self._sessions) - self.max_sessions)
         return fresh
 
     def get(self, conversation_id: str) -> StreamSession | None:
@@ -157,17 +179,30 @@ class StreamSessions:
         return True
 
     def __len__(self) -> int:
+        """The sessions kept now (those past their 300 s are let go first)."""
+        self._expire()
         return len(self._sessions)
 
-    def matching(self, conversation_ids: Iterable[str]) -> list[StreamSession]:
-        """The sessions of the ids asked about, in their order: each id matches its own session and every
-        ``<id>::<model>`` one (the per-model sessions a router's web UI opens). Nothing else is ever listed."""
+    def matching(self, conversation_ids: Sequence[str]) -> list[StreamSession]:
+        """The sessions of the first :data:`LOOKUP_MAX_IDS` ids asked about, in their order: each id matches its own
+        session and every ``<id>::<model>`` one (the per-model sessions a router's web UI opens). Nothing else is
+        ever listed."""
         self._expire()
+        wanted = conversation_ids[:LOOKUP_MAX_IDS]
+        self.n_lookup_ids_dropped += len(conversation_ids) - len(wanted)
+        answering: dict[str, list[StreamSession]] = {}  # an index, so a lookup costs its ids plus the sessions
+        for key, session in self._sessions.items():
+            for name in _names(key):
+                answering.setdefault(name, []).append(session)
+        return [session for name in wanted for session in answering.get(name, ())]
+
+    def metrics(self) -> list[Metric]:
+        """What ``/metrics`` says of them: how many are kept, and how many each bound let go."""
         return [
-            session
-            for wanted in conversation_ids
-            for key, session in self._sessions.items()
-            if key == wanted or key.startswith(wanted + "::")
+            Metric("lfmserve:stream_sessions", "gauge", "Resumable stream sessions kept.", len(self)),
+            counter("stream_sessions_expired", "Finished stream sessions forgotten for their age.", self.n_expired),
+            counter("stream_sessions_dropped", "Stream sessions forgotten early, for their count.", self.n_dropped),
+            counter("stream_lookup_ids_dropped", "Lookup ids ignored, past the bound.", self.n_lookup_ids_dropped),
         ]
 
     def _expire(self) -> None:
@@ -175,6 +210,30 @@ class StreamSessions:
         for key, session in list(self._sessions.items()):
             if session.done and session.completed_at <= cutoff:
                 del self._sessions[key]
+                self.n_expired += 1
+
+    def _drop_finished(self, n_excess: int) -> None:
+        """Forget up to ``n_excess`` finished sessions, those that finished first (then started first) first."""
+        if n_excess <= 0:
+            return
+        finished = sorted((session for session in self._sessions.values() if session.done), key=_completed_at)
+        for session in finished[:n_excess]:
+            logger.debug("stream session %s dropped: more than %d kept", session.conversation_id, self.max_sessions)
+            del self._sessions[session.conversation_id]
+        self.n_dropped += min(n_excess, len(finished))
+
+
+def _completed_at(session: StreamSession) -> int:
+    return session.completed_at
+
+
+def _names(key: str) -> Iterator[str]:
+    """The ids a session's key answers a lookup for: itself, and its part before each ``::``."""
+    yield key
+    at = key.find("::")
+    while at != -1:
+        yield key[:at]
+        at = key.find("::", at + 1)
 
 
 def _end(session: StreamSession) -> None:

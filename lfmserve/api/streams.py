@@ -69,8 +69,8 @@ async def stop(request: Request, conv_id: str = "") -> Response:
 
 @router.post("/v1/streams/lookup", openapi_extra=request_body(StreamsLookupRequest))
 async def lookup(request: Request) -> JSONResponse:
-    """The sessions of the ids asked about (each with its ``<id>::<model>`` ones): ``[{"conversation_id",
-    "is_done", "total_bytes", "started_at", "completed_at"}]``."""
+    """The sessions of the ids asked about (each with its ``<id>::<model>`` ones; the first 1024 ids): ``[{
+    "conversation_id", "is_done", "total_bytes", "started_at", "completed_at"}]``."""
     wanted = requested_conversations(await request.body())
     return JSONResponse([session.describe() for session in sessions(request).matching(wanted)])
 
