@@ -288,7 +288,7 @@ class Serving:
 
         All are submitted before any is awaited, so one that the engine refuses is refused before the others
         run; if one fails, or the caller gives up (the client has gone), the others are cancelled too, so no
-        generation outlives its answer.
+        generation outlives its answer, and their outcomes (each cancelled one's error) are dropped unread.
         """
         submitted: list[tuple[int, CollectingStream]] = []
         try:
@@ -297,8 +297,9 @@ class Serving:
                 submitted.append((self.engine.submit(request, stream), stream))
             lasts = await asyncio.gather(*(stream.last() for _, stream in submitted))
         except BaseException:
-            for request_id, _ in submitted:
+            for request_id, stream in submitted:
                 self.engine.cancel(request_id)  # a no-op for the ones that finished
+                stream.discard()
             raise
         return [
             Collected("".join(stream.texts), stream.tokens, last, stream.logprobs)

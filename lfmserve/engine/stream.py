@@ -79,6 +79,10 @@ class CollectingStream:
         """The finished output, once generation has ended (raises a delivered error)."""
         return await self._last.result()
 
+    def discard(self) -> None:
+        """Nobody will await :meth:`last` any more (on the consumer's loop): what still comes is dropped."""
+        self._last.discard()
+
 
 class ResultFuture(Generic[T]):
     """One result (or error) put by the engine thread, awaited on an asyncio loop."""
@@ -100,6 +104,14 @@ class ResultFuture(Generic[T]):
 
     async def result(self) -> T:
         return await self._done
+
+    def discard(self) -> None:
+        """Nobody will await :meth:`result` any more (on the loop): an error delivered later, a cancelled request's
+        own, is dropped, and one already here is marked read, instead of "Future exception was never retrieved"."""
+        if not self._done.done():
+            self._done.cancel()
+        elif not self._done.cancelled():
+            self._done.exception()
 
 
 def _wake_up(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: object) -> None:

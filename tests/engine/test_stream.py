@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 
 import pytest
@@ -70,6 +71,26 @@ def test_collecting_stream_raises_a_delivered_error() -> None:
 
     with pytest.raises(EngineError, match="boom"):
         asyncio.run(main())
+
+
+def test_a_discarded_collecting_stream_drops_its_error_unread() -> None:
+    """A request given up on (``Serving.run_all``: another one failed) is cancelled and its stream discarded: the
+    cancel's error, whether it arrives later or is already there, is not "Future exception was never retrieved"."""
+    reported: list[str] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: reported.append(context["message"]))
+        later, already = CollectingStream(), CollectingStream()
+        _from_a_thread(already.put, [EngineError("cancelled")]).join()
+        await asyncio.sleep(0)  # its wake-up, queued before this task's, has run
+        for stream in (later, already):
+            stream.discard()
+        _from_a_thread(later.put, [EngineError("cancelled")]).join()
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    gc.collect()  # a future whose error was never read reports it as it is collected
+    assert reported == []
 
 
 def test_sync_stream_is_a_blocking_iterator() -> None:
