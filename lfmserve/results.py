@@ -183,7 +183,8 @@ class ListedModel:
     status: str | None
     vision: bool
     audio: bool
-    #: ``meta.n_ctx`` (what one request may use) while loaded, else ``--ctx-size`` from its arguments.
+    #: ``meta.n_ctx``: what one request may use (a router lists it also for a model not loaded), else ``--ctx-size``
+    #: from its arguments.
     n_ctx: int | None
 
 

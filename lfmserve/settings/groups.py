@@ -267,7 +267,13 @@ class EngineSettings:
     )
     parallel: int = field(
         default=4,
-        metadata=flag("-np", "--parallel", help="number of slots; each gets --ctx-size / N tokens", type=int),
+        metadata=flag(
+            "-np",
+            "--parallel",
+            help="number of slots; each gets --ctx-size / N tokens, rounded up to a multiple of 256 (at most the "
+            "training context)",
+            type=int,
+        ),
     )
     threads: int = field(
         default_factory=physical_cores,
