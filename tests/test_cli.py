@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,9 @@ from lfmserve.testing import TinyProjector, free_port, write_mmproj_gguf
 from tests.conftest import Running, wait_healthy
 
 LFMSERVE = shutil.which("lfmserve")
+#: How long a server may take to reach a state a test waits for: a deadline only a broken server reaches, however
+#: busy the machine is (each wait ends as soon as the state is seen).
+STATE_TIMEOUT_S = 120
 
 
 def test_serves_a_local_model_with_llama_server_flags(running: list[Running], tiny_gguf: Path) -> None:
@@ -125,23 +129,31 @@ def test_a_directory_or_an_empty_file_is_refused_before_serving(tmp_path: Path) 
         assert (result.returncode, result.stderr) == (1, message + "\n")
 
 
-@pytest.mark.slow  # about 5 s: a real process drained under load
-def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tiny_gguf: Path) -> None:
+@pytest.mark.slow  # about 7 s: a real process drained under load
+def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tiny_llama_gguf: Path) -> None:
     """Four requests run when SIGTERM arrives: the one that can finish within the grace does, with [DONE];
-    the endless ones end with a 503 (an error event in a stream, the error body otherwise); exit 0, no traceback."""
+    the endless ones end with a 503 (an error event in a stream, the error body otherwise); exit 0, no traceback.
+
+    The endless ones are endless whatever the machine's speed (context shift, ``ignore_eos``, no max_tokens); the
+    short one's 32 tokens have the grace's 5 s, and the test passes whether it finishes before SIGTERM or after.
+    """
     assert LFMSERVE is not None
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [LFMSERVE, "-m", str(tiny_gguf), "-c", "32768", "-np", "4", "-t", "2", "--shutdown-timeout", "3"]
-    process = subprocess.Popen([*argv, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    argv = [LFMSERVE, "-m", str(tiny_llama_gguf), "-c", "2048", "-np", "4", "-t", "2", "--context-shift"]
+    process = subprocess.Popen(
+        [*argv, "--shutdown-timeout", "5", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
-        wait_healthy(url, process)
+        wait_healthy(url, process, timeout_s=STATE_TIMEOUT_S)
         results: dict[str, list[str]] = {}
         streaming = {name: threading.Event() for name in ("endless one", "endless two", "short")}
+        # Reads wait as long as the server runs: the process is killed below if the test fails first.
+        timeout = httpx.Timeout(STATE_TIMEOUT_S, read=None)
 
-        def stream(name: str, max_tokens: int) -> None:
-            body = {"messages": [{"role": "user", "content": name}], "max_tokens": max_tokens, "ignore_eos": True}
-            with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
+        def stream(name: str, limit: dict[str, int]) -> None:
+            body = {"messages": [{"role": "user", "content": name}], "ignore_eos": True, "stream": True, **limit}
+            with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=timeout) as r:
                 lines = results.setdefault(name, [])
                 for line in r.iter_lines():
                     if line:
@@ -149,30 +161,29 @@ def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tin
                         streaming[name].set()
 
         def whole(name: str) -> None:
-            body = {"messages": [{"role": "user", "content": name}], "max_tokens": 100000, "ignore_eos": True}
-            response = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+            body = {"messages": [{"role": "user", "content": name}], "ignore_eos": True}
+            response = httpx.post(url + "/v1/chat/completions", json=body, timeout=timeout)
             results[name] = [str(response.status_code), response.text]
 
-        clients = [
-            threading.Thread(target=stream, args=("endless one", 100000)),
-            threading.Thread(target=stream, args=("endless two", 100000)),
-            threading.Thread(target=stream, args=("short", 200)),
+        endless = [
+            threading.Thread(target=stream, args=("endless one", {})),
+            threading.Thread(target=stream, args=("endless two", {})),
             threading.Thread(target=whole, args=("whole",)),
         ]
-        for client in clients:
+        for client in endless:
             client.start()
-        # All four are generating (on a busy machine a fixed wait was not always enough: a stream not yet begun
-        # ends with a 503 body instead of an error event).
-        for event in streaming.values():
-            assert event.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while not all(slot["is_processing"] for slot in httpx.get(url + "/slots").json()):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        # The three endless ones are generating (a stream not yet begun would end with a 503 body instead of an
+        # error event), then the short one is.
+        for name in ("endless one", "endless two"):
+            assert streaming[name].wait(timeout=STATE_TIMEOUT_S)
+        wait_until(lambda: n_processing(url) == 3, "the three endless requests are generating")
+        short = threading.Thread(target=stream, args=("short", {"max_tokens": 32}))
+        short.start()
+        assert streaming["short"].wait(timeout=STATE_TIMEOUT_S)
         process.send_signal(signal.SIGTERM)
-        for client in clients:
-            client.join(timeout=60)
-        _, stderr = process.communicate(timeout=60)
+        for client in [*endless, short]:
+            client.join(timeout=STATE_TIMEOUT_S)
+        _, stderr = process.communicate(timeout=STATE_TIMEOUT_S)
     finally:
         if process.poll() is None:
             process.kill()
@@ -183,6 +194,18 @@ def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tin
     assert results["whole"] == ["503", json.dumps(shutting_down, separators=(",", ":"))]
     finish = json.loads(results["short"][-2].removeprefix("data: "))
     assert results["short"][-1] == "data: [DONE]" and finish["choices"][0]["finish_reason"] == "length"
+
+
+def n_processing(url: str) -> int:
+    return sum(slot["is_processing"] for slot in httpx.get(url + "/slots").json())
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` once :data:`STATE_TIMEOUT_S` has passed."""
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
 
 
 def test_a_projector_for_another_text_width_fails_with_one_line(tmp_path: Path, vl_gguf: Path) -> None:

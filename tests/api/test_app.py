@@ -16,13 +16,17 @@ from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
 from tests.conftest import ServerThread, serve
 
+#: How long the app may take to reach a state a test waits for: a deadline only a broken app reaches, however busy
+#: the machine is (each wait ends as soon as the state is seen).
+STATE_TIMEOUT_S = 120
+
 
 def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:
     settings = Settings.of(model=str(tiny_gguf), ctx_size=512, parallel=1)
     release = threading.Event()
 
     def slow_load() -> Serving:
-        release.wait(30)
+        release.wait(STATE_TIMEOUT_S)  # the test sets it; the timeout only frees a thread a broken test left
         return load_serving(settings, str(tiny_gguf))
 
     server = serve(settings, slow_load)
@@ -50,10 +54,10 @@ def test_a_failed_load_is_reported_by_every_route_and_to_the_caller(tiny_gguf: P
 
     server = ServerThread(create_app(settings, broken_load, on_load_error=failures.append)).start()
     try:
-        for _ in range(100):
-            if failures:
-                break
-            time.sleep(0.02)
+        deadline = time.monotonic() + STATE_TIMEOUT_S
+        while not failures:
+            assert time.monotonic() < deadline, "the failed load was never reported to the caller"
+            time.sleep(0.01)
         for path in ("/health", "/v1/chat/completions"):
             response = httpx.get(server.url + path)
             assert response.status_code == 503

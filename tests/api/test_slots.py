@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import threading
 import time
@@ -15,6 +17,14 @@ from lfmserve.settings import Settings
 from tests.conftest import ServerThread
 
 CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "temperature": 0, "max_tokens": 4}
+
+#: How long the server may take to reach a state a test waits for: a deadline only a broken server reaches,
+#: however busy the machine is (each wait ends as soon as the state is seen).
+STATE_TIMEOUT_S = 120
+
+#: A reply that never ends by itself on an :func:`endless` or :func:`endless_four` server (no max_tokens): only its
+#: client ends it.
+ENDLESS = {"messages": [{"role": "user", "content": "Go on forever."}], "temperature": 0, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +131,13 @@ def stream_chat(server: ServerThread, content: str, results: list[str], errors: 
     body = {
         "messages": [{"role": "user", "content": content}],
         "temperature": 0,
-        "max_tokens": 400,
+        "max_tokens": 64,
         "ignore_eos": True,
         "stream": True,
         "cache_prompt": False,
     }
     try:
-        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120) as response:
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=STATE_TIMEOUT_S) as response:
             lines = [line for line in response.iter_lines() if line.startswith("data: ")]
         assert lines[-1] == "data: [DONE]"
         chunks = [json.loads(line[6:]) for line in lines[:-1]]
@@ -143,20 +153,47 @@ def metric(server: ServerThread, name: str) -> float:
     raise KeyError(name)
 
 
-def test_eight_streams_on_four_slots_all_complete_and_four_wait(server: ServerThread) -> None:
+@pytest.fixture(scope="module")
+def endless_four(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
+    """Four slots on an attention-only model with ``--context-shift``: an :data:`ENDLESS` reply holds its slot until
+    its client leaves."""
+    settings = Settings.of(
+        model=str(tiny_llama_gguf), ctx_size=2048, parallel=4, threads=1, context_shift=True, metrics=True
+    )
+    return server_factory(settings)
+
+
+def n_processing(server: ServerThread) -> int:
+    return sum(slot["is_processing"] for slot in httpx.get(server.url + "/slots").json())
+
+
+def test_eight_streams_on_four_slots_all_complete_and_four_wait(endless_four: ServerThread) -> None:
+    """Four endless streams hold the four slots, so the four sent next wait, however slow the machine; once the
+    first four's clients leave, the waiting four get the slots and run to their end."""
+    server = endless_four
     deferred_before = metric(server, "lfmserve:requests_deferred_total")
     results: list[str] = []
     errors: list[str] = []
-    threads = [
-        threading.Thread(target=stream_chat, args=(server, f"User {i} asks a question.", results, errors))
-        for i in range(8)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == [] and results == ["length"] * 8
+    with contextlib.ExitStack() as holding:
+        for i in range(4):
+            body = {**ENDLESS, "messages": [{"role": "user", "content": f"User {i} goes on."}], "stream": True}
+            url = server.url + "/v1/chat/completions"
+            held = holding.enter_context(httpx.stream("POST", url, json=body, timeout=STATE_TIMEOUT_S))
+            assert held.status_code == 200
+        wait_until(lambda: n_processing(server) == 4, "the first four streams hold the four slots")
+        waiting = [
+            threading.Thread(target=stream_chat, args=(server, f"User {i} asks a question.", results, errors))
+            for i in range(4, 8)
+        ]
+        for t in waiting:
+            t.start()
+        wait_until(lambda: metric(server, "llamacpp:requests_deferred") == 4, "the four others wait for a slot")
+        assert n_processing(server) == 4 and results == [] and errors == []
+    for t in waiting:  # the first four's clients have left: their slots go to the waiting ones
+        t.join(timeout=STATE_TIMEOUT_S)
+    assert errors == [] and results == ["length"] * 4
     assert metric(server, "lfmserve:requests_deferred_total") - deferred_before == 4
+    wait_until(lambda: n_processing(server) == 0, "every slot is free again")
     assert metric(server, "llamacpp:requests_deferred") == 0 and metric(server, "llamacpp:requests_processing") == 0
 
 
@@ -180,44 +217,46 @@ def test_metrics_use_llama_server_names(server: ServerThread) -> None:
     )
 
 
-def test_a_client_that_disconnects_frees_its_slot(server: ServerThread) -> None:
-    body = {
-        "messages": [{"role": "user", "content": "Go on forever."}],
-        "temperature": 0,
-        "max_tokens": 100000,
-        "ignore_eos": True,
-        "stream": True,
-        "id_slot": 3,
-    }
-    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as response:
+@pytest.fixture(scope="module")
+def endless(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
+    """One slot (and a queue of one) on an attention-only model with ``--context-shift``: an :data:`ENDLESS`
+    reply runs until its client leaves, so however late the test acts, the reply is still running."""
+    settings = Settings.of(
+        model=str(tiny_llama_gguf), ctx_size=512, parallel=1, threads=1, context_shift=True, max_queue=1, metrics=True
+    )
+    return server_factory(settings)
+
+
+def processing(server: ServerThread) -> bool:
+    return bool(httpx.get(server.url + "/slots").json()[0]["is_processing"])
+
+
+def assert_freed(server: ServerThread) -> None:
+    """The slot goes idle (only a cancel ends an endless reply) and then serves the next request."""
+    wait_until(lambda: not processing(server), "the generation stops after the client left")
+    answer = httpx.post(server.url + "/v1/chat/completions", json=CHAT, timeout=STATE_TIMEOUT_S).json()
+    assert (answer["choices"][0]["finish_reason"], answer["usage"]["completion_tokens"]) == ("length", 4)
+
+
+def test_a_client_that_disconnects_frees_its_slot(endless: ServerThread) -> None:
+    body = {**ENDLESS, "stream": True}
+    with httpx.stream("POST", endless.url + "/v1/chat/completions", json=body, timeout=STATE_TIMEOUT_S) as response:
         for i, _ in enumerate(response.iter_lines()):
             if i > 6:
                 break
-    deadline = time.monotonic() + 10
-    while httpx.get(server.url + "/slots").json()[3]["is_processing"]:
-        assert time.monotonic() < deadline, "the generation went on after the client left"
-        time.sleep(0.01)
-    tokens = httpx.get(server.url + "/slots").json()[3]["n_prompt_tokens"]
-    assert tokens < 200  # stopped long before the 1024-token slot filled
+    assert_freed(endless)
 
 
-def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_slot(
-    server_factory: Callable[..., ServerThread], tiny_gguf: Path
-) -> None:
-    big = server_factory(Settings.of(model=str(tiny_gguf), ctx_size=16384, parallel=1, threads=2))
-    body = {
-        "messages": [{"role": "user", "content": "Go on forever."}],
-        "temperature": 0,
-        "max_tokens": 100000,
-        "ignore_eos": True,
-    }
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(big.url + "/v1/chat/completions", json=body, timeout=0.5)
-    deadline = time.monotonic() + 10
-    while httpx.get(big.url + "/slots").json()[0]["is_processing"]:
-        assert time.monotonic() < deadline, "the generation went on after the client left"
-        time.sleep(0.01)
-    assert httpx.get(big.url + "/slots").json()[0]["n_prompt_tokens"] < 10000
+def test_a_client_that_stops_waiting_for_a_whole_answer_frees_its_slot(endless: ServerThread) -> None:
+    """The client sends a non-streaming request and hangs up without an answer once the slot is generating it."""
+    host, port = endless.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=STATE_TIMEOUT_S)
+    try:
+        connection.request("POST", "/v1/chat/completions", json.dumps(ENDLESS), {"Content-Type": "application/json"})
+        wait_until(lambda: processing(endless), "the request is generating")
+    finally:
+        connection.close()
+    assert_freed(endless)
 
 
 def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
@@ -227,7 +266,7 @@ def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThrea
         assert response.status_code == 501 and response.json()["error"]["type"] == "not_supported_error"
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = STATE_TIMEOUT_S) -> None:
     """Poll ``condition`` until it holds; fail naming ``what`` once ``timeout_s`` has passed."""
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -235,31 +274,23 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30) 
         time.sleep(0.01)
 
 
-def test_a_full_queue_answers_503(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> None:
-    small = server_factory(
-        Settings.of(model=str(tiny_gguf), ctx_size=16384, parallel=1, max_queue=1, metrics=True, threads=1)
-    )
+def test_a_full_queue_answers_503(endless: ServerThread) -> None:
     # The first streams until the test closes it: it holds the only slot for as long as the test needs.
-    endless = {
-        "messages": [{"role": "user", "content": "long"}],
-        "max_tokens": 100000,
-        "ignore_eos": True,
-        "stream": True,
-    }
+    first_body = {**ENDLESS, "stream": True}
     statuses: list[int] = []
 
     def call(body: dict[str, object]) -> None:
-        statuses.append(httpx.post(small.url + "/v1/chat/completions", json=body, timeout=120).status_code)
+        statuses.append(httpx.post(endless.url + "/v1/chat/completions", json=body, timeout=120).status_code)
 
-    with httpx.stream("POST", small.url + "/v1/chat/completions", json=endless, timeout=120) as first:
+    with httpx.stream("POST", endless.url + "/v1/chat/completions", json=first_body, timeout=120) as first:
         assert first.status_code == 200
-        wait_until(lambda: httpx.get(small.url + "/slots").json()[0]["is_processing"], "the first request runs")
+        wait_until(lambda: processing(endless), "the first request runs")
         second = threading.Thread(target=call, args=(CHAT,))
         second.start()
-        wait_until(lambda: metric(small, "llamacpp:requests_deferred") == 1, "the second request waits in the queue")
-        refused = httpx.post(small.url + "/v1/chat/completions", json=CHAT, timeout=60)
+        wait_until(lambda: metric(endless, "llamacpp:requests_deferred") == 1, "the second request waits in the queue")
+        refused = httpx.post(endless.url + "/v1/chat/completions", json=CHAT, timeout=60)
         assert refused.status_code == 503 and refused.json()["error"]["type"] == "unavailable_error"
-        assert httpx.get(small.url + "/slots").json()[0]["is_processing"] and statuses == []
+        assert processing(endless) and statuses == []
     second.join(timeout=120)  # the first one's client has left: its slot goes to the queued one
     assert statuses == [200]
-    assert metric(small, "llamacpp:requests_deferred") == 0
+    assert metric(endless, "llamacpp:requests_deferred") == 0

@@ -73,23 +73,30 @@ def test_invalid_requests_are_refused_at_submit(engine: Engine) -> None:
         engine.submit(EngineRequest(prompt_tokens=(1,), id_slot=9), SyncStream())
 
 
-def test_cancel_frees_the_slot_and_the_engine_keeps_serving(engine: Engine, model: NativeModel) -> None:
-    stream = SyncStream()
-    request_id = engine.submit(
-        EngineRequest(
-            prompt_tokens=prompt(model, "Go on"), sampling=GREEDY.updated({"ignore_eos": True}), max_tokens=100000
-        ),
-        stream,
-    )
-    received = []
-    with pytest.raises(RequestCancelled):
-        for out in stream:
-            received.append(out)
-            if len(received) == 3:
-                engine.cancel(request_id)
-    assert 3 <= len(received) < 1000
-    after = run(engine, EngineRequest(prompt_tokens=prompt(model, "Hi"), sampling=GREEDY, max_tokens=3))
-    assert after[-1].n_decoded == 3
+#: One slot on the attention-only model with context shifting: an :data:`ENDLESS` request (no max_tokens) never
+#: ends by itself, so however late a test cancels it, it is still running.
+SHIFTING = EngineConfig(n_ctx=512, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1, context_shift=True)
+ENDLESS = GREEDY.updated({"ignore_eos": True})
+#: How long the engine may take to reach a state a test waits for: a deadline only a broken engine reaches.
+STATE_TIMEOUT_S = 120
+
+
+def test_cancel_frees_the_slot_and_the_engine_keeps_serving(llama_model: NativeModel) -> None:
+    engine = Engine(llama_model, SHIFTING)
+    try:
+        stream = SyncStream()
+        request_id = engine.submit(EngineRequest(prompt_tokens=prompt(llama_model, "Go on"), sampling=ENDLESS), stream)
+        received = []
+        with pytest.raises(RequestCancelled):  # only the cancel ends it
+            for out in stream:
+                received.append(out)
+                if len(received) == 3:
+                    engine.cancel(request_id)
+        assert len(received) >= 3 and not any(out.finished for out in received)
+        after = run(engine, EngineRequest(prompt_tokens=prompt(llama_model, "Hi"), sampling=GREEDY, max_tokens=3))
+        assert after[-1].n_decoded == 3
+    finally:
+        engine.close()
 
 
 def test_more_requests_than_slots_all_complete(engine: Engine, model: NativeModel) -> None:
@@ -109,24 +116,25 @@ def test_more_requests_than_slots_all_complete(engine: Engine, model: NativeMode
     assert results == [8] * 10
 
 
-def test_cancelling_a_request_still_waiting_for_a_slot_ends_it_before_it_starts(model: NativeModel) -> None:
-    engine = Engine(model, EngineConfig(n_ctx=512, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1))
+def test_cancelling_a_request_still_waiting_for_a_slot_ends_it_before_it_starts(llama_model: NativeModel) -> None:
+    engine = Engine(llama_model, SHIFTING)
     try:
         busy, waiting = SyncStream(), SyncStream()
-        endless = GREEDY.updated({"ignore_eos": True})
-        first = engine.submit(EngineRequest(prompt_tokens=prompt(model, "one"), sampling=endless, max_tokens=400), busy)
+        first = engine.submit(EngineRequest(prompt_tokens=prompt(llama_model, "one"), sampling=ENDLESS), busy)
         second = engine.submit(
-            EngineRequest(prompt_tokens=prompt(model, "two"), sampling=GREEDY, max_tokens=4), waiting
+            EngineRequest(prompt_tokens=prompt(llama_model, "two"), sampling=GREEDY, max_tokens=4), waiting
         )
-        next(iter(busy))  # the first one is generating, so the second waits for its slot
-        for _ in range(200):
-            if engine.stats.n_requests_deferred == 1:
-                break
+        next(iter(busy))  # the first one is generating (until cancelled), so the second waits for its slot
+        deadline = time.monotonic() + STATE_TIMEOUT_S
+        while engine.stats.n_requests_deferred != 1:
+            assert time.monotonic() < deadline, "the second request never waited"
             time.sleep(0.01)
         engine.cancel(second)
+        received = []
         with pytest.raises(RequestCancelled, match=f"request {second} was cancelled"):
-            list(waiting)
-        assert engine.stats.n_requests_deferred == 1 and engine.n_waiting == 0
+            for out in waiting:
+                received.append(out)
+        assert received == [] and engine.stats.n_requests_deferred == 1 and engine.n_waiting == 0
         engine.cancel(first)
     finally:
         engine.close()

@@ -13,6 +13,7 @@ import pytest
 import lfmserve
 from lfmserve.errors import ContextLengthExceeded
 from lfmserve.results import ContentDelta
+from lfmserve.settings import Settings
 from lfmserve.testing import EOS_ID
 
 
@@ -78,60 +79,68 @@ def test_unknown_options_are_refused(model: lfmserve.Model) -> None:
         model.chat().send("Hi", warmth=3)
 
 
-def _freed(model: lfmserve.Model, slot: int) -> bool:
-    """Whether the slot's generation was stopped: it ends long before its 2,048-token slot would be full."""
-    for _ in range(200):
-        if model.engine.slot_request(slot) is None:
-            return len(model.engine.slot_tokens(slot)) < 200
+@pytest.fixture(scope="module")
+def endless(tiny_llama_gguf: Path) -> Iterator[lfmserve.Model]:
+    """One slot on an attention-only model with ``--context-shift``: an :data:`ENDLESS` turn never ends by itself,
+    so however late the consumer stops, the generation is still running and only its cancel ends it."""
+    settings = Settings.of(model=str(tiny_llama_gguf), ctx_size=512, parallel=1, threads=1, context_shift=True)
+    with lfmserve.Model.from_settings(settings) as m:
+        yield m
+
+
+def _assert_freed(model: lfmserve.Model, slot: int) -> None:
+    """The slot's generation stops (it never ends by itself: only the cancel ends it)."""
+    deadline = time.monotonic() + 120  # a deadline only a generation that goes on reaches
+    while model.engine.slot_request(slot) is not None:
+        assert time.monotonic() < deadline, "the generation went on after its consumer stopped"
         time.sleep(0.01)
-    return False
 
 
-ENDLESS: dict[str, Any] = {"temperature": 0, "max_tokens": 100000, "ignore_eos": True}
+ENDLESS: dict[str, Any] = {"temperature": 0, "ignore_eos": True}  # and no max_tokens
 
 
-def test_breaking_out_of_a_stream_cancels_it_and_keeps_the_reply_so_far(model: lfmserve.Model) -> None:
-    chat = model.chat()
+def test_breaking_out_of_a_stream_cancels_it_and_keeps_the_reply_so_far(endless: lfmserve.Model) -> None:
+    chat = endless.chat()
     pieces = []
     for piece in chat.stream("Go on", **ENDLESS):
         pieces.append(piece)
         if len(pieces) == 3:
             break
-    assert _freed(model, chat.slot)
+    _assert_freed(endless, chat.slot)
     assert chat.messages == [{"role": "user", "content": "Go on"}, {"role": "assistant", "content": "".join(pieces)}]
     assert chat.last_turn is None
     chat.send("And?", temperature=0, max_tokens=3)  # the conversation goes on from there
     assert chat.last_turn is not None and chat.last_turn.n_generated == 3
 
 
-def test_breaking_out_of_events_cancels_and_keeps_what_was_given_out(model: lfmserve.Model) -> None:
-    chat = model.chat()
+def test_breaking_out_of_events_cancels_and_keeps_what_was_given_out(endless: lfmserve.Model) -> None:
+    chat = endless.chat()
     shown = []
     for event in chat.events("Go on", **ENDLESS):
         assert isinstance(event, ContentDelta)
         shown.append(event.text)
         if len(shown) == 2:
             break
-    assert _freed(model, chat.slot)
+    _assert_freed(endless, chat.slot)
     assert chat.messages == [{"role": "user", "content": "Go on"}, {"role": "assistant", "content": "".join(shown)}]
     assert chat.last_turn is None
 
 
-def test_an_exception_in_the_consumer_cancels_the_stream(model: lfmserve.Model) -> None:
-    chat = model.chat()
+def test_an_exception_in_the_consumer_cancels_the_stream(endless: lfmserve.Model) -> None:
+    chat = endless.chat()
     with pytest.raises(KeyboardInterrupt):
         for _ in chat.stream("Go on", **ENDLESS):
             raise KeyboardInterrupt
-    assert _freed(model, chat.slot)
+    _assert_freed(endless, chat.slot)
 
 
-def test_a_stream_dropped_unfinished_is_cancelled(model: lfmserve.Model) -> None:
-    chat = model.chat()
+def test_a_stream_dropped_unfinished_is_cancelled(endless: lfmserve.Model) -> None:
+    chat = endless.chat()
     pieces = chat.stream("Go on", **ENDLESS)
     next(pieces)
     del pieces
     gc.collect()
-    assert _freed(model, chat.slot)
+    _assert_freed(endless, chat.slot)
 
 
 def test_a_refused_message_leaves_the_history_as_it_was(model: lfmserve.Model) -> None:

@@ -9,7 +9,6 @@ import os
 import re
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -221,10 +220,10 @@ def _handler(origin: Origin) -> type[BaseHTTPRequestHandler]:
                 self._send(200, b"x" * 10, length=10**9)
             elif path.startswith("/chunked/"):
                 self._chunks(int(path.removeprefix("/chunked/")), pause_s=0)
-            elif path == "/drip":  # each piece comes quickly, the whole never does
-                self._chunks(10 * 40, pause_s=0.05)
-            elif path == "/slow":  # no answer until released
-                origin.release.wait(10)
+            elif path == "/drip":  # each piece comes quickly, the whole not before the test ends (it releases it)
+                self._chunks(10 * 1200, pause_s=0.05)
+            elif path == "/slow":  # no answer until released (at the test's end)
+                origin.release.wait(60)
                 self._send(200, BODY)
             else:
                 self._send(404, b"not here")
@@ -376,8 +375,8 @@ def test_a_closed_port_is_refused_as_a_failed_download() -> None:
 
 @pytest.mark.parametrize("path", ["/slow", "/drip"])
 def test_an_answer_not_complete_within_the_timeout_is_refused(origin: Origin, path: str) -> None:
-    """``/slow`` sends nothing; ``/drip`` sends a piece every 50 ms, so only a deadline for the whole catches it."""
-    started = time.monotonic()
+    """``/slow`` sends nothing; ``/drip`` sends a piece every 50 ms, so only a deadline for the whole catches it
+    (a timeout per read would fail with ``ReadTimeout``, or not at all). The whole never comes before the test
+    ends, so the message is the verdict, not how long the refusal took."""
     message = _refused(f"{origin.url}{path}", MediaPolicy(fetch_private=True, timeout_s=0.3))
     assert message == "Failed to download image: no complete answer within 0.3 s"
-    assert time.monotonic() - started < 2

@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pexpect
@@ -29,22 +28,34 @@ GREEDY = ["--temp", "0", "--top-k", "1"]
 STATS = re.compile(r"(\d+) tokens, [\d.]+ tok/s, (\d+) cached")
 
 
+#: How long the chat may take to reach a state it is waiting for: a deadline only a broken chat reaches, however
+#: busy the machine is (each wait ends as soon as its text appears).
+STATE_TIMEOUT_S = 120
+
+
 @pytest.fixture(scope="module")
 def server(server_factory: Callable[..., ServerThread], tiny_gguf: Path) -> ServerThread:
-    # A 2048-token slot: an --ignore-eos reply runs about a second before the context ends it.
     return server_factory(Settings.of(model=str(tiny_gguf), ctx_size=2048, parallel=1, threads=1))
 
 
+@pytest.fixture(scope="module")
+def endless(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) -> ServerThread:
+    """A server whose --ignore-eos replies never end by themselves (--context-shift, no max_tokens): only a stop
+    ends one, so a Ctrl-C however late still finds the reply running."""
+    settings = Settings.of(model=str(tiny_llama_gguf), ctx_size=512, parallel=1, threads=1, context_shift=True)
+    return server_factory(settings)
+
+
 @pytest.fixture
-def chat(server: ServerThread) -> Iterator[Callable[..., pexpect.spawn]]:
+def chat() -> Iterator[Callable[..., pexpect.spawn]]:
     children: list[pexpect.spawn] = []
 
-    def spawn(*flags: str) -> pexpect.spawn:
+    def spawn(server: ServerThread, *flags: str) -> pexpect.spawn:
         env = {**os.environ, "TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
         argv = ["-m", "lfmserve", "chat", "--url", server.url, *flags]
-        child = pexpect.spawn(sys.executable, argv, cwd=ROOT, env=env, encoding="utf-8", timeout=15)
+        child = pexpect.spawn(sys.executable, argv, cwd=ROOT, env=env, encoding="utf-8", timeout=STATE_TIMEOUT_S)
         children.append(child)
-        child.expect(f"tiny-lfm2.gguf at {server.url}")
+        child.expect_exact(f".gguf at {server.url}")
         wait_for_prompt(child)
         return child
 
@@ -56,7 +67,7 @@ def chat(server: ServerThread) -> Iterator[Callable[..., pexpect.spawn]]:
 def wait_for_prompt(child: pexpect.spawn) -> None:
     """The prompt is drawn, and prompt_toolkit has the terminal in raw mode (else ^D and ^C would be cooked)."""
     child.expect("> ")
-    assert child.waitnoecho(timeout=5)
+    assert child.waitnoecho()
 
 
 def send(child: pexpect.spawn, line: str) -> None:
@@ -71,13 +82,11 @@ def saved(child: pexpect.spawn, path: Path) -> list[dict[str, object]]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
-def idle_slots(server: ServerThread, timeout_s: float = 5) -> list[dict[str, Any]]:
-    """GET /slots once no slot is processing (the server cancels a generation when its stream closes)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        slots: list[dict[str, Any]] = httpx.get(server.url + "/slots").json()
-        if not any(slot["is_processing"] for slot in slots):
-            return slots
+def wait_idle(server: ServerThread) -> None:
+    """Until no slot is processing: the server cancels a generation when its stream closes (an endless one
+    otherwise runs past any deadline)."""
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while any(slot["is_processing"] for slot in httpx.get(server.url + "/slots").json()):
         assert time.monotonic() < deadline, "the server still generates after the stream was closed"
         time.sleep(0.05)
 
@@ -90,7 +99,7 @@ def without_whitespace(text: str) -> str:
 def test_a_reply_streams_and_reset_forgets(
     server: ServerThread, chat: Callable[..., pexpect.spawn], tmp_path: Path
 ) -> None:
-    child = chat(*GREEDY, "-n", "24")
+    child = chat(server, *GREEDY, "-n", "24")
     send(child, "Hello")
     child.expect(STATS)
     shown, n_tokens = child.before, int(child.match.group(1))
@@ -118,26 +127,19 @@ def test_a_reply_streams_and_reset_forgets(
 
 
 def test_ctrl_c_stops_the_reply_and_the_server_cancels(
-    server: ServerThread, chat: Callable[..., pexpect.spawn], tmp_path: Path
+    endless: ServerThread, chat: Callable[..., pexpect.spawn], tmp_path: Path
 ) -> None:
-    child = chat(*GREEDY, "--ignore-eos", "-n", "100000")
-    send(child, "Tell me a long story")
-    child.expect(r"\S")  # the first piece of the reply
-    child.sendintr()
-    child.expect("stopped")
-    wait_for_prompt(child)
-    (slot,) = idle_slots(server)
-    # Cancelled, not run to its end: left alone, the reply would fill the 2048-token context.
-    assert slot["next_token"][0]["n_decoded"] < 1000
-
-    send(child, "Go on")  # this reply ends when the context is full
-    child.expect(STATS)
-    assert int(child.match.group(1)) > 100
-    child.expect("cut at max tokens")
-    wait_for_prompt(child)
+    child = chat(endless, "--ignore-eos")
+    stop_a_reply(child, endless, "Tell me a long story")
     history = saved(child, tmp_path / "chat.json")
-    assert [message["role"] for message in history] == ["user", "assistant", "user", "assistant"]
+    assert [message["role"] for message in history] == ["user", "assistant"]
     assert history[1]["content"], "the stopped reply is kept as far as it went"
+
+    # The chat goes on after a stop (started over: the stopped reply's length, whatever it reached, is no prompt).
+    send(child, "/reset")
+    child.expect("conversation forgotten")
+    wait_for_prompt(child)
+    stop_a_reply(child, endless, "Go on")
 
     child.sendintr()  # Ctrl-C at an empty prompt: the chat stays
     wait_for_prompt(child)
@@ -145,13 +147,24 @@ def test_ctrl_c_stops_the_reply_and_the_server_cancels(
     child.expect(pexpect.EOF)
 
 
+def stop_a_reply(child: pexpect.spawn, server: ServerThread, line: str) -> None:
+    """Send ``line``, Ctrl-C once its endless reply shows, and wait until the server has stopped generating it."""
+    send(child, line)
+    child.expect(r"\S")  # the first piece of the reply
+    child.sendintr()
+    child.expect("stopped")
+    wait_for_prompt(child)
+    wait_idle(server)
+
+
 def test_in_process_chat(tiny_gguf: Path) -> None:
     """``-m FILE`` and the other llama-server flags load the model in the chat's own process."""
     flags = ["-m", str(tiny_gguf), "-c", "1024", "-t", "1", *GREEDY, "-n", "8"]
     env = {**os.environ, "TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "lfmserve", "chat", *flags], cwd=ROOT, env=env, encoding="utf-8")
+    argv = ["-m", "lfmserve", "chat", *flags]
+    child = pexpect.spawn(sys.executable, argv, cwd=ROOT, env=env, encoding="utf-8", timeout=STATE_TIMEOUT_S)
     try:
-        child.expect("tiny-lfm2.gguf. ", timeout=30)
+        child.expect("tiny-lfm2.gguf. ")
         wait_for_prompt(child)
         send(child, "Hi")
         child.expect(STATS)

@@ -58,8 +58,7 @@ def _sanitizer_parsing_a_handler(message: ConsoleMessage) -> bool:
 
 @pytest.fixture(scope="package")
 def server(tiny_gguf: Path) -> Iterator[ServerThread]:
-    """The tiny model, also shown at ``/lfm/`` as a reverse proxy would; 4096 tokens a slot, which the stop test's
-    long generation takes a few seconds to fill."""
+    """The tiny model, also shown at ``/lfm/`` as a reverse proxy would; 4096 tokens a slot."""
     settings = Settings.of(model=str(tiny_gguf), ctx_size=8192, parallel=2, threads=1)
     server = serve(settings, wrap=UnderPrefix)
     server.wait_ready()
@@ -71,3 +70,14 @@ def server(tiny_gguf: Path) -> Iterator[ServerThread]:
 def url(server: ServerThread) -> str:
     """The page behind the prefix."""
     return f"{server.url}{PREFIX}/"
+
+
+@pytest.fixture(scope="package")
+def endless(tiny_llama_gguf: Path) -> Iterator[ServerThread]:
+    """A server whose ``ignore_eos`` replies never end by themselves (an attention-only model with
+    ``--context-shift``, no max_tokens): only a stop ends one, so a stop however late still finds it running."""
+    settings = Settings.of(model=str(tiny_llama_gguf), ctx_size=512, parallel=1, threads=1, context_shift=True)
+    server = serve(settings, wrap=UnderPrefix)
+    server.wait_ready()
+    yield server
+    server.stop()

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page, Request, expect
 
 from tests.conftest import ServerThread
-from tests.webui.pages import open_chat, rendered, send, set_settings, stat, stored, wait_idle
+from tests.webui.pages import PREFIX, open_chat, rendered, send, set_settings, stat, stored, wait_idle
 
 #: A greedy, fixed-length request: the page and the server must agree on every token.
 GREEDY = {"temperature": "0", "top_k": "1", "max_tokens": "24"}
@@ -68,14 +68,20 @@ def test_a_streamed_reply_is_the_servers_answer_and_regenerate_and_edit_resend(
     assert [r.url for r in asked if not r.url.startswith(url)] == []
 
 
+#: How long the server may take to reach a state a test waits for: a deadline only a broken server reaches,
+#: however busy the machine is (each wait ends as soon as the state is seen).
+STATE_TIMEOUT_S = 120
+
+
 @pytest.mark.parametrize("how", ["Stop", "Escape"])
-def test_stop_aborts_the_stream_and_the_server_frees_the_slot(
-    page: Page, server: ServerThread, url: str, how: str
-) -> None:
-    open_chat(page, url)
-    set_settings(page, max_tokens="4000", ignore_eos=True)  # seconds of generation
-    page.fill("#prompt", "Count for a long time")
-    page.press("#prompt", "Enter")
+def test_stop_aborts_the_stream_and_the_server_frees_the_slot(page: Page, endless: ServerThread, how: str) -> None:
+    open_chat(page, f"{endless.url}{PREFIX}/")
+    set_settings(page, ignore_eos=True)  # and no max_tokens: on this server only the stop ends the reply
+    with page.expect_request("**/v1/chat/completions") as request:
+        page.fill("#prompt", "Count for a long time")
+        page.press("#prompt", "Enter")
+    body = request.value.post_data_json
+    assert body["ignore_eos"] is True and "max_tokens" not in body
     expect(page.locator(".message.assistant [data-stat=completionTokens]")).to_be_visible()  # tokens arrive
     assert page.locator("#stop").is_visible()
     if how == "Stop":
@@ -84,9 +90,10 @@ def test_stop_aborts_the_stream_and_the_server_frees_the_slot(
         page.keyboard.press("Escape")
     wait_idle(page)
     expect(page.locator(".message.assistant .stat.stopped")).to_have_text("stopped")
-    assert stat(page, "completionTokens") < 4000
-    deadline = time.monotonic() + 5
-    while any(slot["is_processing"] for slot in httpx.get(f"{server.url}/slots").json()):
+    assert stat(page, "completionTokens") >= 1
+    # The reply never ends by itself: the slot goes idle only because the server cancelled it.
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while any(slot["is_processing"] for slot in httpx.get(f"{endless.url}/slots").json()):
         assert time.monotonic() < deadline, "the generation went on after the page stopped it"
         time.sleep(0.05)
     assert stored(page)[0]["messages"][-1]["stopped"] is True
