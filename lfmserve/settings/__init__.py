@@ -3,8 +3,8 @@
 Flag names, short forms and meanings follow llama-server (``-m``, ``-hf``, ``-c``, ``-np``, ``-ngl``,
 ``--jinja``...). A :class:`Settings` holds one record per group (:mod:`.groups`): ``source`` (which model),
 ``chat`` (template and reasoning), ``media``, ``embedding``, ``engine`` (context, batching, prompt cache),
-``speculation``, ``server``, ``router`` (several models) and ``sampling`` (defaults). Each field's flags and
-help live in its metadata, so the parser, ``--help`` (a section per group), ``docs/cli.md`` and
+``speculation``, ``server``, ``router`` (several models), ``sampling`` (defaults) and ``logging``. Each field's
+flags and help live in its metadata, so the parser, ``--help`` (a section per group), ``docs/cli.md`` and
 :meth:`Settings.to_argv` are built from the classes and nothing is written twice. Environment variables
 ``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``, and llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``)
 give what flags do not; :mod:`.argv` reads them and nothing else does. Secret fields (API keys, their files, the
@@ -34,6 +34,7 @@ from .groups import (
     ChatSettings,
     EmbeddingSettings,
     EngineSettings,
+    LoggingSettings,
     MediaSettings,
     RouterSettings,
     SamplingSettings,
@@ -48,6 +49,7 @@ __all__ = [
     "ChatSettings",
     "EmbeddingSettings",
     "EngineSettings",
+    "LoggingSettings",
     "MediaSettings",
     "RouterSettings",
     "SamplingSettings",
@@ -77,6 +79,10 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     router: RouterSettings = field(default_factory=RouterSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    #: llama-server options given that this build ignores (flags, or variables without their flag), for the one
+    #: warning line at start.
+    ignored: tuple[str, ...] = ()
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     @classmethod
     def of(cls, **values: Any) -> Settings:
@@ -97,7 +103,8 @@ class Settings:
     @classmethod
     def from_argv(cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
         """Parse llama-server style arguments, with ``environ`` (default: the process's environment) giving what
-        they do not; an unknown flag exits with status 2 and one line. ``environ={}``: the flags alone."""
+        they do not; an unknown or refused flag exits with status 1 (llama-server's) and one line.
+        ``environ={}``: the flags alone."""
         return cls(**parse_groups(sys.argv[1:] if argv is None else argv, os.environ if environ is None else environ))
 
     def without_secrets(self) -> Settings:

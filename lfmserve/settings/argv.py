@@ -1,40 +1,33 @@
 """The command line of :class:`~lfmserve.settings.Settings`, both ways: llama-server style arguments (and
-``LFMSERVE_<FIELD>`` environment variables) into groups, and groups back into the flags that reproduce them.
+environment variables) into groups, and groups back into the flags that reproduce them.
 
-The parser is built from the groups' field metadata, one ``--help`` section per group, then the flags of
-llama-server's that lfmserve refuses, each with its reason. Environment variables are read here and nowhere else,
-from the mapping the caller passes (a router's children are given none: their settings travel as flags).
+The parser is built from the groups' field metadata, one ``--help`` section per group, then llama-server's
+options that no field takes (:mod:`.llama_server`): those ignored on this build, then those refused, each with its
+reason. It is as strict as llama-server: an option is spelled in full (no abbreviations) and never joined to its
+value (``-sm none`` is the split mode, never ``-s m``), and every error exits 1, llama-server's code. Environment
+variables are read here and nowhere else, from the mapping the caller passes (a router's children are given
+none: their settings travel as flags): ``LFMSERVE_<FIELD>`` first, then llama-server's ``LLAMA_ARG_NO_X`` and
+``LLAMA_ARG_X``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .fields import OnOffAction, is_off_flag
 from .groups import GROUPS
+from .llama_server import HELP, NEGATIVE_VARIABLES, OPTIONS, Disposition, Option, option_of, taken
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
+_TRUE = ("1", "true", "yes", "on", "enabled")
+_FALSE = ("0", "false", "no", "off", "disabled", "")
 _BOOLEAN_ACTIONS = ("store_true", argparse.BooleanOptionalAction, OnOffAction)
+IGNORED_TITLE = "ignored on this build"
 REFUSED_TITLE = "refused flags"
-
-#: llama-server flags lfmserve does not take, and why: each fails at startup with its message (llama-server's
-#: own message for the ones it removed).
-REFUSED_FLAGS: dict[tuple[str, ...], str] = {
-    ("--draft", "--draft-n", "--draft-max"): "the argument has been removed. use --spec-draft-n-max or "
-    "--spec-ngram-mod-n-max",
-    ("--draft-min", "--draft-n-min"): "the argument has been removed. use --spec-draft-n-min or --spec-ngram-mod-n-min",
-    ("--spec-ngram-size-n",): "the argument has been removed. use the respective --spec-ngram-*-size-n",
-    ("--spec-ngram-size-m",): "the argument has been removed. use the respective --spec-ngram-*-size-m",
-    ("--spec-ngram-min-hits",): "the argument has been removed. use the respective --spec-ngram-*-min-hits",
-    ("-mu", "--model-url", "-mmu", "--mmproj-url"): "downloads by URL are not supported by lfmserve: use -hf or -m",
-    ("--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json", "--ui-mcp-proxy", "--agent"): (
-        "built-in tools and MCP servers are not supported by lfmserve"
-    ),
-}
+#: Where the parser collects the ignored options given, and the name of the Settings field that lists them.
+IGNORED = "ignored"
 
 
 def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
@@ -45,40 +38,64 @@ def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
 
 
 def parser() -> argparse.ArgumentParser:
-    """lfmserve's argument parser: one section per group, then the refused flags. A flag not given is left out of
-    the parsed values (the environment fills it in :func:`parse_groups`)."""
-    built = _OneLineErrorParser(
+    """lfmserve's argument parser: one section per group, then llama-server's options ignored on this build, then
+    those refused. A flag not given is left out of the parsed values (the environment fills it in
+    :func:`parse_groups`)."""
+    built = _StrictParser(
         prog="lfmserve",
         usage="lfmserve [options]",
-        allow_abbrev=False,
+        add_help=False,
         description="Serve LFM (and other GGUF) models with llama-server's HTTP API.",
     )
+    built.add_argument(*HELP.spellings, action="help", help="show this help and exit")
     sections = {group: built.add_argument_group(kind.TITLE) for group, kind in GROUPS.items()}
     for group, f in all_fields():
         meta = f.metadata
         kwargs = {"default": argparse.SUPPRESS, **meta["argparse"]}
         sections[group].add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
+    ignored = built.add_argument_group(IGNORED_TITLE)
     refused = built.add_argument_group(REFUSED_TITLE)
-    for flags, message in REFUSED_FLAGS.items():
-        refused.add_argument(*flags, action=_RefusedFlag, nargs="?", default=argparse.SUPPRESS, help=message)
+    for option in OPTIONS:
+        if option.disposition is Disposition.IGNORED:
+            ignored.add_argument(
+                *option.spellings,
+                action=_IgnoredFlag,
+                dest=IGNORED,
+                default=argparse.SUPPRESS,
+                metavar="VALUE",
+                help=option.why,
+                nargs=None if option.values == 1 else option.values,  # None: one value, as llama-server's takes
+            )
+        elif not taken(option):
+            refused.add_argument(
+                *option.spellings,
+                action=_RefusedFlag,
+                nargs=0 if option.values == 0 else "?",  # a value or none: the refusal names the option either way
+                default=argparse.SUPPRESS,
+                help=option.why,
+            )
     return built
 
 
 def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Each group built from ``argv`` (llama-server style) and ``environ``: a variable gives a field's value only
-    when the command line does not (for repeatable flags too: ``--api-key k2`` replaces ``LFMSERVE_API_KEY=k1``).
-    A bad flag or variable exits 2 with one line."""
+    """Each group built from ``argv`` (llama-server style) and ``environ``, and under ``ignored`` the ignored
+    options given (their flags, or their variables when the flag is not given). A variable gives a field's value
+    only when the command line does not (for repeatable flags too: ``--api-key k2`` replaces
+    ``LFMSERVE_API_KEY=k1``). A bad or refused flag or variable exits 1 with one line."""
     built = parser()
     values = vars(built.parse_args(_scaled_pairs(_dashed(argv))))
+    ignored = values.pop(IGNORED, [])
     for name, value in _environment_values(built, environ).items():
         values.setdefault(name, value)
     for _, f in all_fields():
         if f.metadata["argparse"].get("action") == "append" and f.name in values:
             values[f.name] = tuple(values[f.name])  # argparse collects a list; the settings keep a tuple
-    return {
+    groups: dict[str, Any] = {
         group: kind(**{f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values})
         for group, kind in GROUPS.items()
     }
+    variables = _untaken_variables(built, environ, {option_of(name) for name in ignored})
+    return {**groups, IGNORED: tuple(dict.fromkeys([*ignored, *variables]))}
 
 
 def to_argv(groups: Mapping[str, Any]) -> list[str]:
@@ -95,42 +112,69 @@ def to_argv(groups: Mapping[str, Any]) -> list[str]:
 
 
 def preset_argv(entries: Mapping[str, str]) -> list[str]:
-    """The flags one section of a llama-server preset (INI) stands for. Its keys are long flags without their
-    dashes (``ctx-size``), short ones (``c``), or variable names (``LLAMA_ARG_CTX_SIZE``, ``LFMSERVE_CTX_SIZE``);
-    a switch's value is true/false (on/off, 1/0), and its off spelling (``no-jinja = true``) turns it off.
+    """The flags one section of a llama-server preset (INI) stands for. Its keys are llama-server's: a long or
+    short flag without its dashes (``ctx-size``, ``c``, ``no-jinja``) or a variable (``LLAMA_ARG_CTX_SIZE``,
+    ``LLAMA_ARG_NO_JINJA``), or lfmserve's ``LFMSERVE_CTX_SIZE``. A switch's value is true/false (on/off, 1/0),
+    and an off key (``no-jinja = true``, ``LLAMA_ARG_NO_JINJA = true``) turns it off. The key of an option no field
+    takes gives its flag, which the model's command line then ignores or refuses by name.
     Raises KeyError naming an unknown key, ValueError for a switch that is neither."""
-    keys = _preset_keys()
+    built = parser()
+    keys = _preset_keys(built)
+    fields = {f.name: f for _, f in all_fields()}
     argv: list[str] = []
     for key, raw in entries.items():
         if key not in keys:
             raise KeyError(key)
-        f, spelling = keys[key]
-        action = f.metadata["argparse"].get("action")
-        if action in _BOOLEAN_ACTIONS:
+        spelling, flip = keys[key]
+        action = built._option_string_actions[spelling]
+        f = fields.get(action.dest)
+        if action.nargs == 0:
             value = switch_value(raw)
             if value is None:
                 raise ValueError(f"{key} = {raw!r}: not true or false")
-            argv += _flags_of(f, value != is_off_flag(spelling))
+            on = value != (is_off_flag(spelling) != flip)
+            argv += _flags_of(f, on) if f else _switch_flags(action.option_strings, on)
+        elif f is not None:
+            argv += _flags_of(f, (raw,) if f.metadata["argparse"].get("action") == "append" else raw)
         else:
-            argv += _flags_of(f, (raw,) if action == "append" else raw)
+            argv += _valued(_longest(action.option_strings, off=False), raw)
     return argv
 
 
 def switch_value(raw: str) -> bool | None:
-    """A preset's on/off value (true/false, on/off, yes/no, 1/0, enabled/disabled); None for anything else."""
+    """A switch's value in a preset or a variable (true/false, on/off, yes/no, 1/0, enabled/disabled; empty is
+    false); None for anything else."""
     value = raw.strip().lower()
-    if value in _TRUE + ("enabled",):
+    if value in _TRUE:
         return True
-    return False if value in _FALSE + ("disabled",) else None
+    return False if value in _FALSE else None
 
 
-def _preset_keys() -> dict[str, tuple[dataclasses.Field[Any], str]]:
-    keys: dict[str, tuple[dataclasses.Field[Any], str]] = {}
-    for _, f in all_fields():
-        for variable in (f"LLAMA_ARG_{f.name.upper()}", *environment_names(f)):
-            keys[variable] = (f, "")
-        keys.update({spelling.lstrip("-"): (f, spelling) for spelling in f.metadata["flags"]})
+def _preset_keys(built: argparse.ArgumentParser) -> dict[str, tuple[str, bool]]:
+    """Each preset key -> the spelling it stands for, and whether it turns a switch's value around (the
+    ``LLAMA_ARG_NO_*`` variables)."""
+    fields = {f.name: f for _, f in all_fields()}
+    keys: dict[str, tuple[str, bool]] = {}
+    for action in built._actions:
+        if action.dest == "help":
+            continue
+        keys.update({spelling.lstrip("-"): (spelling, False) for spelling in action.option_strings})
+        f = fields.get(action.dest)
+        option = option_of(action.option_strings[0])
+        variables = environment_names(f) if f else option.variables if option else ()
+        on = _longest(action.option_strings, off=False)
+        keys.update({variable: (on, variable in NEGATIVE_VARIABLES) for variable in variables})
     return keys
+
+
+def _longest(spellings: Sequence[str], *, off: bool) -> str:
+    return max((name for name in spellings if is_off_flag(name) == off), key=len, default="")
+
+
+def _switch_flags(spellings: Sequence[str], on: bool) -> list[str]:
+    """A switch no field takes, on or off: its longest spelling for that (none when it has no off spelling)."""
+    name = _longest(spellings, off=not on)
+    return [name] if name else []
 
 
 def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
@@ -160,9 +204,25 @@ class _RefusedFlag(argparse.Action):
         parser.error(f"{option}: {self.help}")
 
 
-class _OneLineErrorParser(argparse.ArgumentParser):
+class _IgnoredFlag(argparse.Action):
+    """Takes the option's values, as llama-server does, and notes the spelling given for the start-up warning."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, [*getattr(namespace, self.dest, []), option])
+
+
+class _StrictParser(argparse.ArgumentParser):
+    """argparse as strict as llama-server, which matches each argument whole: no abbreviations (``--ctx`` is not
+    ``--ctx-size``) and no value joined to a short option (``-sm`` is not ``-s m``, ``-c4096`` is unknown); any
+    error is one line and exit code 1."""
+
+    def _get_option_tuples(self, option_string: str) -> list[Any]:
+        return []
+
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(1, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _dashed(argv: Sequence[str]) -> list[str]:
@@ -200,8 +260,12 @@ def _is_number(text: str) -> bool:
 
 
 def environment_names(f: dataclasses.Field[Any]) -> tuple[str, ...]:
-    """The variables that set a field, the first found winning: ``LFMSERVE_<FIELD>``, then llama-server's names."""
-    return (f"LFMSERVE_{f.name.upper()}", *f.metadata["environment"])
+    """The variables that set a field, the first set winning: ``LFMSERVE_<FIELD>``, then llama-server's for the
+    option whose spellings the field takes (``LLAMA_ARG_NO_X`` before ``LLAMA_ARG_X``), then any others the field
+    names (``HUGGING_FACE_HUB_TOKEN``)."""
+    options = [option for name in f.metadata["flags"] if (option := option_of(name)) is not None]
+    names = [f"LFMSERVE_{f.name.upper()}", *(v for option in options for v in option.variables)]
+    return tuple(dict.fromkeys([*names, *f.metadata["environment"]]))
 
 
 def secret_variables() -> tuple[str, ...]:
@@ -224,16 +288,38 @@ def _environment_values(parser: argparse.ArgumentParser, environ: Mapping[str, s
 def _environment_value(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], variable: str, raw: str) -> Any:
     kind = f.metadata["argparse"].get("type")
     action = f.metadata["argparse"].get("action")
+    choices = f.metadata["argparse"].get("choices")
+    if variable in NEGATIVE_VARIABLES:  # llama.cpp: set at all, whatever its value, it turns the switch off
+        return False
     if action in _BOOLEAN_ACTIONS:
-        value = raw.strip().lower()
-        if value not in _TRUE + _FALSE:
+        value = switch_value(raw)
+        if value is None:
             parser.error(f"environment variable {variable} has value {raw!r}: not a valid bool")
-        return value in _TRUE
+        return value
     if action == "append":
         return [raw]
+    if choices is not None and raw not in choices:
+        parser.error(f"environment variable {variable} has value {raw!r}: not one of {', '.join(choices)}")
     if kind is None:
         return raw
     try:
         return kind(raw)
     except ValueError:
         parser.error(f"environment variable {variable} has value {raw!r}: not a valid {kind.__name__}")
+
+
+def _untaken_variables(
+    parser: argparse.ArgumentParser, environ: Mapping[str, str], given: Iterable[Option | None]
+) -> list[str]:
+    """The variables set for options no field takes: an ignored one's name (unless its flag was given: the
+    command line replaces the environment), a refused one an error naming it."""
+    names = []
+    for option in OPTIONS:
+        variable = next((name for name in option.variables if name in environ), None)
+        if variable is None or taken(option):
+            continue
+        if option.disposition is not Disposition.IGNORED:
+            parser.error(f"environment variable {variable}: {option.why}")
+        if option not in given:
+            names.append(variable)
+    return names

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import field
 from typing import Any
 
+from .llama_server import option_of
+
 DEFAULT_HF_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M"
 #: The KV cache types llama-server takes for ``-ctk`` / ``-ctv``.
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-#: llama-server's short "off" spellings that do not start with ``no``.
-_SHORT_OFF_FLAGS = frozenset({"-nr"})
 #: A size: a decimal number (``6442450944``, ``1.5``, ``6e9``), then an optional power-of-1024 unit, with or
 #: without ``B`` / ``iB``.
 _SIZE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(?:E[+-]?\d+)?)([KMGT]?)(?:I?B)?")
@@ -89,9 +89,10 @@ def parse_count(text: str) -> int:
 
 
 def is_off_flag(option: str) -> bool:
-    """Whether a spelling of an on/off switch turns it off (``--no-x``, llama-server's ``-no-kvu``, ``-nocb``,
-    ``-nr``)."""
-    return option.lstrip("-").startswith("no") or option in _SHORT_OFF_FLAGS
+    """Whether a spelling of an on/off switch turns it off: as llama-server's help lists it (``-nr``, ``-nkvo``,
+    ``--no-jinja``; not ``--no-host``), else lfmserve's own ``--no-x``."""
+    known = option_of(option)
+    return option in known.negative if known else option.lstrip("-").startswith("no")
 
 
 class OnOffAction(argparse.Action):

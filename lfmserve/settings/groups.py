@@ -10,6 +10,8 @@ environment variable (``LFMSERVE_<NAME>``) and its keyword in :meth:`Settings.of
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -171,6 +173,68 @@ class ChatSettings:
             help="text written before the end of thinking when the reasoning budget ends it",
         ),
     )
+    chat_template_kwargs: str | None = field(
+        default=None,
+        metadata=flag(
+            "--chat-template-kwargs",
+            help="JSON object of template variables every request gets under its own chat_template_kwargs, "
+            "e.g. '{\"keep_past_thinking\": true}'",
+        ),
+    )
+    reasoning_effort: str = field(
+        default="default",
+        metadata=flag(
+            "--reasoning-effort",
+            help="the template's reasoning_effort unless a request sets one: default (the template's own), or a "
+            "level such as minimal, low, medium, high, xhigh or max",
+        ),
+    )
+    reasoning_preserve: bool | None = switch(
+        "--reasoning-preserve",
+        help="tell the template to keep the reasoning of every past assistant turn, not only the last "
+        "(preserve_reasoning; default: on, unless --chat-template-kwargs sets it)",
+        default=None,
+    )
+    skip_chat_parsing: bool = switch(
+        "--skip-chat-parsing",
+        help="return the model's output as content, unparsed: reasoning and tool calls included",
+        default=False,
+    )
+    prefill_assistant: bool = switch(
+        "--prefill-assistant",
+        help="continue a chat's final assistant message (default; --no-prefill-assistant closes it and starts a "
+        "new assistant turn)",
+        default=True,
+    )
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """``--chat-template-kwargs`` as a mapping; ValueError (a startup error) unless it is a JSON object, and
+        for an ``enable_thinking`` that is not a boolean (which every request would fail on, as in llama-server)."""
+        if not self.chat_template_kwargs:
+            return {}
+        try:
+            kwargs = json.loads(self.chat_template_kwargs)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--chat-template-kwargs is not valid JSON: {exc}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--chat-template-kwargs {self.chat_template_kwargs!r}: expected a JSON object")
+        if not isinstance(kwargs.get("enable_thinking", False), bool):
+            raise ValueError("--chat-template-kwargs: 'enable_thinking' must be true or false")
+        return kwargs
+
+    @property
+    def template_variables(self) -> dict[str, Any]:
+        """What every render gets under a request's own ``chat_template_kwargs`` (llama-server's
+        ``default_template_kwargs``): ``--chat-template-kwargs``, then ``--reasoning-effort`` and
+        ``--reasoning-preserve``; ``preserve_reasoning`` is on when neither sets it, as in llama-server."""
+        variables = self.template_kwargs
+        if self.reasoning_effort != "default":
+            variables["reasoning_effort"] = self.reasoning_effort
+        if self.reasoning_preserve is not None:
+            variables["preserve_reasoning"] = self.reasoning_preserve
+        variables.setdefault("preserve_reasoning", True)
+        return variables
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,6 +427,7 @@ class EngineSettings:
     ctx_checkpoints: int = field(
         default=32,
         metadata=flag(
+            "-ctxcp",
             "--ctx-checkpoints",
             "--swa-checkpoints",
             help="checkpoints of the recurrent / sliding-window state kept per slot",
@@ -552,6 +617,50 @@ class ServerSettings:
             help="origins allowed by CORS, comma-separated; 'localhost' allows only local pages (default: *)",
         ),
     )
+    cors_methods: str = field(
+        default="GET, POST, DELETE, OPTIONS",
+        metadata=flag("--cors-methods", help="methods a CORS preflight allows, comma-separated"),
+    )
+    cors_headers: str = field(
+        default="*", metadata=flag("--cors-headers", help="request headers a CORS preflight allows, comma-separated")
+    )
+    cors_credentials: bool = switch(
+        "--cors-credentials",
+        help="allow credentials (cookies, Authorization) across origins; with --cors-origins * the request's Origin "
+        "is echoed, since * cannot carry credentials (default; --no-cors-credentials answers * itself)",
+        default=True,
+    )
+    api_prefix: str = field(
+        default="",
+        metadata=flag(
+            "--api-prefix",
+            help="path prefix every route and the web UI are served under, without the trailing slash "
+            "(/llm: /llm/v1/chat/completions, /llm/health, the UI at /llm/); other paths answer 404",
+        ),
+    )
+    ssl_cert_file: str | None = field(
+        default=None, metadata=flag("--ssl-cert-file", help="PEM certificate: serve HTTPS (with --ssl-key-file)")
+    )
+    ssl_key_file: str | None = field(
+        default=None,
+        repr=False,
+        metadata=flag("--ssl-key-file", help="PEM private key of --ssl-cert-file", secret=True),
+    )
+    reuse_port: bool = switch(
+        "--reuse-port",
+        help="bind with SO_REUSEPORT, so several servers can listen on the same port (the kernel spreads the "
+        "connections)",
+        default=False,
+        action="store_true",
+    )
+    sse_ping_interval: int = field(
+        default=30,
+        metadata=flag(
+            "--sse-ping-interval",
+            help="seconds a stream may stay silent before a ':' comment line keeps it alive (0 or -1 = never)",
+            type=int,
+        ),
+    )
     max_body_bytes: int = field(
         default=64 * 2**20,
         metadata=flag(
@@ -584,6 +693,19 @@ class ServerSettings:
         help="serve the web UI at / (default; --no-ui answers 404 there)",
         default=True,
         action=OnOffAction,
+    )
+    ui_config: str | None = field(
+        default=None,
+        metadata=flag(
+            "--ui-config",
+            "--webui-config",
+            help="JSON object of the web UI's default settings, sent as /props ui_settings (wins over "
+            "--ui-config-file)",
+        ),
+    )
+    ui_config_file: str | None = field(
+        default=None,
+        metadata=flag("--ui-config-file", "--webui-config-file", help="file holding --ui-config's JSON object"),
     )
     props: bool = switch(
         "--props", help="allow changing server properties with POST /props", default=False, action="store_true"
@@ -618,7 +740,25 @@ class ServerSettings:
         ),
     )
     verbose: bool = switch(
-        "-v", "--verbose", help="log per-step detail and llama.cpp's own log", default=False, action="store_true"
+        "-v",
+        "--verbose",
+        "--log-verbose",
+        help="log everything, whatever -lv says: per-step detail, llama.cpp's own log, each request's access line",
+        default=False,
+        action="store_true",
+    )
+    show_version: bool = switch(
+        "--version",
+        help="print lfmserve's version and the llama.cpp build it runs, then exit",
+        default=False,
+        action="store_true",
+    )
+    cache_list: bool = switch(
+        "-cl",
+        "--cache-list",
+        help="list the models in the Hugging Face cache (as -hf names them), then exit",
+        default=False,
+        action="store_true",
     )
 
     @property
@@ -629,6 +769,25 @@ class ServerSettings:
             with open(self.api_key_file, encoding="utf-8") as handle:
                 keys += [line.strip() for line in handle]
         return tuple(k for k in keys if k)
+
+    @property
+    def ui_settings(self) -> dict[str, Any]:
+        """The web UI's defaults from --ui-config, else --ui-config-file (read on each call: the app reads it
+        once); ValueError naming the flag when it is not a JSON object, OSError when the file cannot be read."""
+        if self.ui_config is not None:
+            name, text = "--ui-config", self.ui_config
+        elif self.ui_config_file is not None:
+            with open(self.ui_config_file, encoding="utf-8") as handle:
+                name, text = f"--ui-config-file {self.ui_config_file}", handle.read()
+        else:
+            return {}
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"{name}: not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{name}: not a JSON object")
+        return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -741,6 +900,65 @@ class SamplingSettings:
         return {name: getattr(self, name) for name in sampling_fields() if getattr(self, name) is not None}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoggingSettings:
+    """Where the log goes and what its lines show: llama-server's logging flags, for lfmserve's and llama.cpp's."""
+
+    TITLE: ClassVar[str] = "logging"
+
+    log_disable: bool = switch("--log-disable", help="log nothing", default=False, action="store_true")
+    log_file: str | None = field(
+        default=None,
+        metadata=flag(
+            "--log-file",
+            help="also write the log to this file, emptied first (a router's children log only to the shared stderr)",
+        ),
+    )
+    log_colors: str = field(
+        default="auto",
+        metadata=flag(
+            "--log-colors",
+            help="colored log lines: on, off or auto (on when stderr is a terminal, NO_COLOR is unset and TERM is not "
+            "dumb)",
+            choices=("on", "off", "auto"),
+        ),
+    )
+    log_verbosity: int = field(
+        default=3,
+        metadata=flag(
+            "-lv",
+            "--verbosity",
+            "--log-verbosity",
+            help="most verbose level logged: 0 critical only, 1 errors, 2 warnings, 3 info, 4 also llama.cpp's own "
+            "info lines (TRACE), 5 debug (-v: everything)",
+            type=int,
+        ),
+    )
+    log_prefix: bool = switch(
+        "--log-prefix",
+        help="begin each line with its time, level and logger (--no-log-prefix: the message alone)",
+        default=True,
+    )
+    log_timestamps: bool = switch(
+        "--log-timestamps", help="the time in each line's prefix, and in JSONL's time field", default=True
+    )
+    log_jsonl: bool = switch(
+        "--log-jsonl",
+        help="log one JSON object per line to stdout (type, time, level, logger, msg), without colors",
+        default=False,
+    )
+
+    @property
+    def level(self) -> int:
+        """The :mod:`logging` level ``-lv`` stands for. llama.cpp's scale has six steps and Python's five, so its
+        trace step (4) is the level, between DEBUG and INFO, that :mod:`lfmserve.llama` gives llama.cpp's own
+        info lines, as llama-server shows them only from 4 on."""
+        return _LOG_LEVELS[min(max(self.log_verbosity, 0), len(_LOG_LEVELS) - 1)]
+
+
+#: ``-lv`` 0 to 5 as :mod:`logging` levels (below 0 as 0, above 5 as 5).
+_LOG_LEVELS = (logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO, logging.INFO - 5, logging.DEBUG)
+
 #: The groups, as :class:`~lfmserve.settings.Settings` names them, in ``--help`` order.
 GROUPS: dict[str, type[Any]] = {
     "source": SourceSettings,
@@ -752,6 +970,7 @@ GROUPS: dict[str, type[Any]] = {
     "server": ServerSettings,
     "router": RouterSettings,
     "sampling": SamplingSettings,
+    "logging": LoggingSettings,
 }
 
 

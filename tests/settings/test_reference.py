@@ -26,7 +26,7 @@ def test_every_flag_of_help_is_in_docs_cli_md(capsys: pytest.CaptureFixture[str]
         Settings.from_argv(["--help"])
     listed = capsys.readouterr().out
     assert all(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", listed) for name in help_flags)  # what --help shows
-    documented = set(re.findall(r"`(--?[a-z][a-z0-9-]*)`", CLI_MD.read_text(encoding="utf-8")))
+    documented = set(re.findall(r"`(--?[A-Za-z][\w.-]*)`", CLI_MD.read_text(encoding="utf-8")))
     assert len(help_flags) > 150
     assert help_flags - {"-h", "--help"} <= documented
     assert {"--ctx-size", "-np", "--no-jinja", "-nr", "--no-repack", "--spec-type", "--draft-max"} <= documented
