@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .errors import LfmError
+from .log_lines import JsonLineFormatter, LineFormatter, colors_on
 
 if TYPE_CHECKING:
     from .router.link import ChildLink
@@ -44,7 +45,7 @@ def serve_ray(argv: Sequence[str]) -> int:
     from .scaleout.serve_options import ServeRayOptions
 
     options = ServeRayOptions.from_argv(argv)
-    configure_logging(verbose=options.settings.server.verbose)
+    configure_logging(options.settings)
     try:
         from .scaleout.serve_app import main as serve_app
     except ImportError as exc:
@@ -53,17 +54,34 @@ def serve_ray(argv: Sequence[str]) -> int:
     return serve_app(options)
 
 
-def configure_logging(*, verbose: bool, model: str | None = None) -> None:
-    """The process's one logging setup: lfmserve's lines on stderr, DEBUG with ``-v``; a router's child names its
-    model in each line (they share the router's stderr)."""
-    where = f" [{model}]" if model else ""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format=f"%(asctime)s %(levelname)s{where} %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def configure_logging(settings: Settings, model: str | None = None) -> None:
+    """The process's one logging setup, llama-server's logging flags applied to lfmserve's lines and llama.cpp's
+    (docs/usage.md, "Logging"): text on stderr, JSONL on stdout, a copy in ``--log-file``, nothing at all with
+    ``--log-disable``; ``-lv``'s level, DEBUG with ``-v``. A router's child names its model in each line (they
+    share the router's stderr)."""
+    options = settings.logging
+    if options.log_disable:
+        logging.disable()  # every record dropped before any handler, --log-file's too, as in llama-server
+        return
+    console = logging.StreamHandler(sys.stdout if options.log_jsonl else sys.stderr)
+    handlers: list[logging.Handler] = [console]
+    if options.log_file:
+        try:
+            handlers.append(logging.FileHandler(options.log_file, mode="w", encoding="utf-8"))
+        except OSError as exc:
+            raise SystemExit(f"lfmserve: error: --log-file {options.log_file}: {exc.strerror}") from None
+    for handler in handlers:
+        colors = handler is console and colors_on(options.log_colors, console.stream)
+        handler.setFormatter(
+            JsonLineFormatter(options, model) if options.log_jsonl else LineFormatter(options, model, colors)
+        )
+    logging.basicConfig(level=logging.DEBUG if settings.server.verbose else options.level, handlers=handlers)
     for chatty in ("httpx", "httpx2", "httpcore", "huggingface_hub"):  # one line per hub request is noise
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    if settings.ignored:  # llama-server's scripts pass options this build has no use for: said once, at start
+        from .settings.llama_server import ignored_line
+
+        logger.warning("%s", ignored_line(settings.ignored))
 
 
 def serve(argv: Sequence[str]) -> int:
@@ -72,6 +90,13 @@ def serve(argv: Sequence[str]) -> int:
     from .settings import Settings
 
     settings = Settings.from_argv(argv)
+    if settings.server.show_version:
+        from .loading.build import version_text
+
+        print(version_text())
+        return 0
+    if settings.server.cache_list:
+        return list_cache()
     if settings.source.model is None and settings.source.hf_repo is None:
         return serve_router(settings)
     return serve_model(settings)
@@ -85,19 +110,8 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
     from .loading.engine_config import engine_config
     from .loading.loader import load_serving, resolve_model_files
 
-    configure_logging(verbose=settings.server.verbose, model=child.name if child else None)
+    configure_logging(settings, model=child.name if child else None)
     fail = child.failed if child else _print_error
-    try:
-        engine_config(
-            settings, settings.speculation.spec_draft_hf
-        )  # a bad engine setting fails before any download or load
-        files = resolve_model_files(settings)
-        settings.server.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
-        # a taken port fails before the model loads
-        sockets = child.sockets if child else listen(settings.server.host, settings.server.port)
-    except (LfmError, OSError) as exc:
-        fail(str(exc))
-        return 1
     exit_code = 0
 
     def stop_on_load_error(exc: BaseException) -> None:
@@ -106,14 +120,26 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         exit_code = 1
         server.should_exit = True
 
-    app = create_app(
-        settings,
-        lambda: load_serving(settings, files),
-        on_load_error=stop_on_load_error,
-        on_ready=child.ready if child else None,
-    )
-    server = Server(app, settings.server, app.state.app_state.drain)
-    logger.info("listening on %s (model %s)", ", ".join(url(sock) for sock in sockets), files.model)
+    try:
+        engine_config(
+            settings, settings.speculation.spec_draft_hf
+        )  # a bad engine setting fails before any download or load
+        files = resolve_model_files(settings)
+        settings.server.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
+        # a taken port fails before the model loads
+        sockets = child.sockets if child else listen(settings.server)
+        # the app reads --ui-config(-file), the server the TLS files: either failing is one line, not a traceback
+        app = create_app(
+            settings,
+            lambda: load_serving(settings, files),
+            on_load_error=stop_on_load_error,
+            on_ready=child.ready if child else None,
+        )
+        server = Server(app, settings.server, app.state.app_state.drain)
+    except (LfmError, OSError, ValueError) as exc:
+        fail(str(exc))
+        return 1
+    logger.info("listening on %s (model %s)", ", ".join(url(sock, settings.server) for sock in sockets), files.model)
     started = server.serve_on(sockets)  # a load error, seen while serving, has set exit_code by now
     return exit_code if started else 1
 
@@ -128,12 +154,24 @@ def serve_router(settings: Settings) -> int:
     from .api.server import listen
     from .router.serve import serve_router as run_router
 
-    configure_logging(verbose=settings.server.verbose)
+    configure_logging(settings)
     try:
-        return run_router(settings, serve_child, listen(settings.server.host, settings.server.port))
-    except (LfmError, OSError) as exc:
+        return run_router(settings, serve_child, listen(settings.server))
+    except (LfmError, OSError, ValueError) as exc:  # ValueError: a --ui-config that is not a JSON object
         _print_error(str(exc))
         return 1
+
+
+def list_cache() -> int:
+    """``-cl`` / ``--cache-list``: the Hugging Face cache's models as llama-server lists them, by the names the
+    router gives them (``org/repo:Q4_K_M``, what ``-hf`` takes)."""
+    from .router.catalog import scan_cache
+
+    names = [name for name, *_ in scan_cache()]
+    print(f"number of models in cache: {len(names)}")
+    for number, name in enumerate(names, 1):
+        print(f"{number:4d}. {name}")
+    return 0
 
 
 def serve_child(start: ChildStart) -> None:

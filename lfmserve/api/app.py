@@ -33,6 +33,7 @@ from .ollama.router import router as ollama_router
 from .openai.router import router as openai_router
 from .openai_responses.router import router as responses_router
 from .openapi import install_openapi
+from .prefix import serve_under
 from .rerank import router as rerank_router
 from .resumable import ResumableStreams
 from .sleep import Sleeper
@@ -56,7 +57,7 @@ def create_app(
 ) -> FastAPI:
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server), ``on_ready``
     when the model serves (a router's child tells its router)."""
-    state = AppState(settings, tuple(k.encode() for k in settings.server.api_keys))
+    state = AppState(settings, tuple(k.encode() for k in settings.server.api_keys), settings.server.ui_settings)
     streams = state.streams
     sleeper = (
         Sleeper(state, load, settings.server.sleep_idle_seconds) if settings.server.sleep_idle_seconds > 0 else None
@@ -74,8 +75,8 @@ def create_app(
 
     app = FastAPI(title="lfmserve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.app_state = state  # the CLI's server drains it on shutdown
-    # The middleware added first runs innermost: CORS, the catch-all, the web UI, the gate, the sleeper, the trace
-    # recorder (only requests the gate let through), the resumable streams, then the routes.
+    # The middleware added first runs innermost: CORS, the --api-prefix, the catch-all, the web UI, the gate, the
+    # sleeper, the trace recorder (only requests the gate let through), the resumable streams, then the routes.
     app.add_middleware(ResumableStreams, sessions=streams)
     if settings.server.trace_requests:
         app.add_middleware(TraceRecorder, path=settings.server.trace_requests)
@@ -85,7 +86,8 @@ def create_app(
     if settings.server.ui:
         app.add_middleware(WebUI, assets=load_assets())
     install_error_handlers(app)
-    app.add_middleware(Cors, origins=settings.server.cors_origins)
+    serve_under(app, settings.server.api_prefix)
+    app.add_middleware(Cors, settings=settings.server)
     routers = (
         native_router,
         openai_router,

@@ -1,11 +1,11 @@
 """CORS as llama-server answers it: ``Access-Control-Allow-Origin`` on every response, and every ``OPTIONS``
-request answered at once (200, empty), before the loading check and the API key, since a browser's preflight
-carries no key.
+request answered at once (200, empty, with ``--cors-methods``, ``--cors-headers`` and whether
+``--cors-credentials``), before the loading check and the API key, since a browser's preflight carries no key.
 
 ``--cors-origins`` chooses the origin allowed:
 
-- ``*`` (the default): the request's ``Origin``, echoed back, because llama-server allows credentials and
-  ``*`` cannot be used with them;
+- ``*`` (the default): the request's ``Origin``, echoed back while credentials are allowed (the default), since
+  ``*`` cannot be used with them; ``*`` itself with ``--no-cors-credentials``;
 - ``localhost``: the ``Origin`` only when its host is localhost, 127.0.0.1 or [::1] (any port), so only local
   pages can call the server;
 - a comma-separated list of origins: the ``Origin`` when it is on the list. llama-server sends the list itself,
@@ -23,24 +23,25 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-#: llama-server's defaults for ``--cors-methods`` and ``--cors-headers``, which lfmserve does not take.
-ALLOW_METHODS = "GET, POST, DELETE, OPTIONS"
-ALLOW_HEADERS = "*"
+from ..settings import ServerSettings
+
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-_PREFLIGHT = [
-    (b"Access-Control-Allow-Credentials", b"true"),
-    (b"Access-Control-Allow-Methods", ALLOW_METHODS.encode()),
-    (b"Access-Control-Allow-Headers", ALLOW_HEADERS.encode()),
-]
 
 
 class Cors:
     """ASGI middleware, outermost, so that errors (401, 503) carry the header too."""
 
-    def __init__(self, app: ASGIApp, origins: str) -> None:
+    def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
-        self.origins = origins.strip()
-        self.listed = frozenset(o.strip() for o in origins.split(",") if o.strip())
+        self.origins = settings.cors_origins.strip()
+        self.listed = frozenset(o.strip() for o in settings.cors_origins.split(",") if o.strip())
+        self.credentials = settings.cors_credentials
+        # as llama-server writes them: "false" too, which a browser reads as no
+        self.preflight = [
+            (b"Access-Control-Allow-Credentials", b"true" if settings.cors_credentials else b"false"),
+            (b"Access-Control-Allow-Methods", settings.cors_methods.encode("latin-1")),
+            (b"Access-Control-Allow-Headers", settings.cors_headers.encode("latin-1")),
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,7 +50,7 @@ class Cors:
         allowed = self.allowed_origin(Headers(scope=scope).get("origin", ""))
         if scope["method"] == "OPTIONS":
             preflight = Response(b"", media_type="text/html")
-            preflight.raw_headers += _allow(allowed) + _PREFLIGHT
+            preflight.raw_headers += _allow(allowed) + self.preflight
             await preflight(scope, receive, send)
             return
         if allowed is None:
@@ -65,6 +66,8 @@ class Cors:
 
     def allowed_origin(self, origin: str) -> str | None:
         """The ``Access-Control-Allow-Origin`` value for a request from ``origin`` (None: send none)."""
+        if self.origins == "*" and not self.credentials:
+            return "*"  # llama-server's answer, with or without an Origin
         if not origin:
             return None
         if self.origins == "*":
@@ -79,8 +82,9 @@ def _allow(origin: str | None) -> list[tuple[bytes, bytes]]:
     into a plain dict look them up so (Starlette's ``Headers`` would lower-case them)."""
     if origin is None:
         return []
-    # the answer depends on the request's Origin: a cache must keep the answers apart
-    return [(b"Access-Control-Allow-Origin", origin.encode("latin-1")), (b"Vary", b"Origin")]
+    allow = [(b"Access-Control-Allow-Origin", origin.encode("latin-1"))]
+    # an echoed Origin makes the answer depend on the request's: a cache must keep the answers apart
+    return allow if origin == "*" else [*allow, (b"Vary", b"Origin")]
 
 
 def _is_local(origin: str) -> bool:

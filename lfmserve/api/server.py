@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 
@@ -32,6 +33,7 @@ class Server(uvicorn.Server):
     timeout, each with a traceback and no answer, so a stream would end cut, with no error event."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings, drain: Drain) -> None:
+        tls = tls_files(settings)
         config = uvicorn.Config(
             app,
             # h11 writes header names as given (httptools lower-cases them): clients that copy the headers into a
@@ -39,9 +41,12 @@ class Server(uvicorn.Server):
             # costs about 5 us more per streamed event (measured: 8 against 3 us of the loop's time); through a
             # router, the decode ratio to the model served alone was the same as with httptools (0.99 and 0.98).
             http="h11",
+            log_config=None,  # its lines go through lfmserve's handlers: --log-file, --log-jsonl and the rest
             log_level="info" if settings.verbose else "warning",
             access_log=settings.verbose,
             timeout_graceful_shutdown=_WRITE_ENDS_S,
+            ssl_certfile=tls[0],
+            ssl_keyfile=tls[1],
         )
         super().__init__(config)
         self._drain = drain
@@ -70,14 +75,32 @@ async def settle(busy: Callable[[], bool], timeout_s: float) -> None:
         await asyncio.sleep(0.05)
 
 
-def listen(hosts: str, port: int) -> list[socket.socket]:
-    """A bound socket for each address of ``--host`` (comma-separated, IPv4 or IPv6), all on ``port``.
+def tls_files(settings: ServerSettings) -> tuple[str | None, str | None]:
+    """``--ssl-cert-file`` and ``--ssl-key-file`` (both None: plain HTTP), checked by loading them: uvicorn would
+    find a bad file only once serving, and say neither which file nor flag. Raises OSError (ssl.SSLError is one)
+    naming the files, or when only one of the two is given (llama-server then serves plain HTTP without a word)."""
+    cert, key = settings.ssl_cert_file, settings.ssl_key_file
+    if cert is None and key is None:
+        return None, None
+    if cert is None or key is None:
+        raise OSError("--ssl-cert-file and --ssl-key-file must be given together")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except OSError as exc:
+        raise OSError(f"--ssl-cert-file {cert} / --ssl-key-file {key}: {exc}") from exc
+    return cert, key
+
+
+def listen(settings: ServerSettings) -> list[socket.socket]:
+    """A bound socket for each address of ``--host`` (comma-separated, IPv4 or IPv6), all on ``--port``, with
+    ``SO_REUSEPORT`` under ``--reuse-port``.
 
     As llama-server binds them: with several addresses, ``::`` is bound IPv6-only so that it does not also
     claim 0.0.0.0, and ``--port 0`` is refused (each address would get a different port). Raises OSError
     naming the address that could not be bound.
     """
-    names = [name.strip() for name in hosts.split(",") if name.strip()]
+    port = settings.port
+    names = [name.strip() for name in settings.host.split(",") if name.strip()]
     if not names:
         raise OSError("--host requires at least one address")
     if port == 0 and len(names) > 1:
@@ -85,7 +108,7 @@ def listen(hosts: str, port: int) -> list[socket.socket]:
     sockets: list[socket.socket] = []
     try:
         for name in names:
-            sockets.append(_bind(name, port, v6only=len(names) > 1))
+            sockets.append(_bind(name, port, v6only=len(names) > 1, reuse_port=settings.reuse_port))
     except OSError as exc:
         for sock in sockets:
             sock.close()
@@ -93,7 +116,7 @@ def listen(hosts: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-def _bind(host: str, port: int, *, v6only: bool) -> socket.socket:
+def _bind(host: str, port: int, *, v6only: bool, reuse_port: bool) -> socket.socket:
     """The first of ``host``'s addresses that binds (cpp-httplib tries them in order too)."""
     error: OSError = OSError(f"no address for {host}")
     for family, kind, proto, _, address in socket.getaddrinfo(
@@ -102,6 +125,8 @@ def _bind(host: str, port: int, *, v6only: bool) -> socket.socket:
         sock = socket.socket(family, kind, proto)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # rebind while old connections linger
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6 and v6only:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
@@ -112,7 +137,9 @@ def _bind(host: str, port: int, *, v6only: bool) -> socket.socket:
     raise error
 
 
-def url(sock: socket.socket) -> str:
-    """The address a bound socket serves, as a URL for the log."""
+def url(sock: socket.socket, settings: ServerSettings) -> str:
+    """The address a bound socket serves, as a URL for the log (https with the TLS files, and the prefix)."""
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+    scheme = "https" if settings.ssl_cert_file else "http"
+    address = f"[{host}]" if sock.family == socket.AF_INET6 else host
+    return f"{scheme}://{address}:{port}{settings.api_prefix}"

@@ -1,7 +1,9 @@
 """Server-sent events: chunks framed as ``data: {json}``, errors as an ``error:`` event, and a disconnect watch.
 
 Anthropic's streams also name each event (``event: message_start``) and send an error as ``event: error``
-with llama-server's error object as its data (``named_events``).
+with llama-server's error object as its data (``named_events``). A stream silent for ``--sse-ping-interval``
+seconds (a long prompt, a slow model) gets llama-server's ping, a comment line clients skip, since some clients
+(undici's fetch) give up on a connection that sends nothing for a while.
 """
 
 from __future__ import annotations
@@ -19,19 +21,29 @@ from ..errors import LfmError, RequestCancelled
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
+#: llama-server's keep-alive: an SSE comment line, which clients skip.
+PING = b":\n\n"
 
 
 def sse(
-    chunks: AsyncIterator[dict[str, Any]], *, done_marker: bool, named_events: bool = False, error_as_data: bool = False
+    chunks: AsyncIterator[dict[str, Any]],
+    *,
+    done_marker: bool,
+    named_events: bool = False,
+    error_as_data: bool = False,
+    ping_s: float = -1,
 ) -> StreamingResponse:
     """Stream ``chunks``; ``done_marker`` ends with ``data: [DONE]`` (OpenAI's streams, not llama-server's native);
     ``named_events`` puts each chunk's ``type`` on an ``event:`` line before it (Anthropic's streams);
     ``error_as_data`` sends an error as ``data: {"error": ...}`` (llama-server's Responses streams: OpenAI's
-    clients raise it)."""
+    clients raise it); ``ping_s``: ``--sse-ping-interval`` (0 or less: no pings)."""
 
     async def frames() -> AsyncIterator[bytes]:
         try:
-            async for chunk in chunks:
+            async for chunk in _pinged(chunks, ping_s):
+                if chunk is None:
+                    yield PING
+                    continue
                 name = b"event: " + str(chunk["type"]).encode() + b"\n" if named_events else b""
                 yield name + b"data: " + json_line(chunk) + b"\n\n"
         except RequestCancelled:
@@ -50,6 +62,30 @@ def sse(
     return StreamingResponse(
         frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
+
+
+async def _pinged(chunks: AsyncIterator[T], ping_s: float) -> AsyncIterator[T | None]:
+    """``chunks``, with a None each time ``ping_s`` seconds pass without one. The next chunk is awaited in a
+    task, so waiting can time out without cancelling it (about 10 us a chunk); leaving early cancels it, which
+    ends the generation as a disconnect does."""
+    if ping_s <= 0:
+        async for chunk in chunks:
+            yield chunk
+        return
+    step: asyncio.Future[T] | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(chunks))
+            while not (await asyncio.wait({step}, timeout=ping_s))[0]:
+                yield None
+            try:
+                chunk = step.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        if step is not None:
+            step.cancel()
 
 
 def error_frame(error: LfmError, *, named_events: bool, error_as_data: bool) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import Request
 
@@ -20,6 +21,8 @@ class AppState:
 
     settings: Settings
     api_keys: tuple[bytes, ...]
+    #: ``--ui-config``'s object, read once: /props sends it to the web UI as ``ui_settings``.
+    ui_settings: dict[str, Any]
     serving: Serving | None = None
     load_error: BaseException | None = None
     metrics: MetricsReporter | None = None

@@ -25,7 +25,7 @@ from ..engine.records import EngineOutput
 from ..errors import InvalidRequest, NotSupported
 from .offload import Offload
 from .sse import sse, until_disconnect
-from .state import serving
+from .state import app_state, serving
 
 router = APIRouter()
 
@@ -61,7 +61,11 @@ async def transcriptions(request: Request) -> Response:
         raise InvalidRequest("the file is not audio (an image can be described through chat)", param="file")
     engine_request, parser = await Offload(large=True)(served.prepare_chat, chat, media)  # mtmd resamples
     if fields.get("stream", "false") == "true":
-        return sse(_events(parser, served.start(engine_request)), done_marker=True)
+        return sse(
+            _events(parser, served.start(engine_request)),
+            done_marker=True,
+            ping_s=app_state(request).settings.server.sse_ping_interval,
+        )
     done = await until_disconnect(request, served.run(engine_request))
     text = parser.parse(done.text).content
     if response_format == "text":

@@ -26,6 +26,7 @@ from ..api.cors import Cors
 from ..api.gate import bounded, request_refusal
 from ..api.handlers import error_response, install_error_handlers
 from ..api.monitoring import CONTENT_TYPE, prometheus_text
+from ..api.prefix import serve_under
 from ..api.sse import unless, until_disconnect
 from ..api.stream_sessions import CONVERSATION_HEADER
 from ..api.webui import WebUI, load_assets
@@ -85,7 +86,8 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     if settings.server.ui:
         app.add_middleware(WebUI, assets=load_assets())
     install_error_handlers(app)
-    app.add_middleware(Cors, origins=settings.server.cors_origins)
+    serve_under(app, settings.server.api_prefix)
+    app.add_middleware(Cors, settings=settings.server)
     _add_model_routes(app, settings, pool, events)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:
@@ -157,11 +159,12 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
 def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Proxy, owners: ConversationOwners) -> None:
     """The routes answered by a model's child: ``/props?model=``, llama-swap's ``/upstream/{model}/...``, and
     the model routes the router does not answer itself (``_MODEL_ROUTES``)."""
+    ui_settings = settings.server.ui_settings  # read once, at start: a bad --ui-config fails there
 
     @app.get("/props")
     async def props(request: Request) -> Response:
         if "model" not in request.query_params:
-            return JSONResponse(router_props(settings.router))
+            return JSONResponse(router_props(settings.router, ui_settings))
         return await _forward(request, pool, proxy, settings, owners)
 
     @app.get("/metrics")

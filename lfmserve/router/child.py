@@ -23,6 +23,8 @@ from .spawn import ChildStart, Spawner, forkserver_alive
 
 logger = logging.getLogger(__name__)
 CHILD_HOST = "127.0.0.1"
+#: The router's server settings that are not a child's (see :func:`child_argv`).
+_ROUTER_SERVER_ONLY = ("host", "port", "ssl_cert_file", "ssl_key_file", "api_prefix", "reuse_port")
 #: What multiprocessing reports as the exit code of a child whose fork server died.
 _LOST = 255
 #: How long a fork server whose line closed has to be seen exiting (polled): far longer than the kernel takes.
@@ -40,10 +42,15 @@ class ChildFailed(Exception):
 
 def child_argv(settings: Settings, name: str, port: int) -> list[str]:
     """A child's flags, as ``status.args`` lists them after the program: the model's settings on loopback, under
-    its name, with the context size and ``--jinja`` always written (clients such as Frigate read them there)."""
+    its name, with the context size and ``--jinja`` always written (clients such as Frigate read them there).
+    Never ``--log-file``: the child logs to the stderr it shares with the router, which alone writes the file
+    (as llama-server's router drops ``LLAMA_ARG_LOG_FILE`` from its children's). Nor the router's own server: it
+    calls the child over plain HTTP at its root, on a socket it binds (no TLS files, ``--api-prefix`` or
+    ``--reuse-port``)."""
     defaults = Settings().server
     argv = ["--host", CHILD_HOST, "--port", str(port)]
-    argv += settings.replace(host=defaults.host, port=defaults.port, alias=name).to_argv()
+    own = {field: getattr(defaults, field) for field in _ROUTER_SERVER_ONLY}
+    argv += settings.replace(**own, alias=name, log_file=None).to_argv()
     if "--ctx-size" not in argv:
         argv += ["--ctx-size", str(settings.engine.ctx_size)]
     if settings.chat.jinja and "--jinja" not in argv:

@@ -102,8 +102,9 @@ def preset_text(instance: Instance) -> str:
     return to_ini(instance.name, {k: v for k, v in entries.items() if k not in _NOT_IN_PRESET})
 
 
-def router_props(settings: RouterSettings) -> dict[str, Any]:
-    """``GET /props`` without a model: the router describes itself (llama-server's fields)."""
+def router_props(settings: RouterSettings, ui_settings: dict[str, Any]) -> dict[str, Any]:
+    """``GET /props`` without a model: the router describes itself (llama-server's fields), with the web UI's
+    defaults (``--ui-config``)."""
     return {
         "role": "router",
         "max_instances": settings.models_max,
@@ -111,7 +112,7 @@ def router_props(settings: RouterSettings) -> dict[str, Any]:
         "model_alias": "lfmserve",
         "model_path": "none",
         "default_generation_settings": {"params": {}, "n_ctx": 0},
-        "ui_settings": {},
+        "ui_settings": ui_settings,
         "build_info": f"b{version('lfmserve')} (lfmserve, llama-cpp-python {version('llama-cpp-python')})",
     }
 

@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 from lfmserve.api.cors import Cors
 from lfmserve.chat.serving import Serving
 from lfmserve.loading.loader import load_serving
-from lfmserve.settings import Settings
+from lfmserve.settings import ServerSettings, Settings
 from tests.conftest import ServerThread, serve
 
 PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "Authorization"}
@@ -42,7 +42,7 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
     ],
 )
 def test_the_allowed_origin_under_each_policy(origins: str, origin: str, allowed: str | None) -> None:
-    assert Cors(_app, origins).allowed_origin(origin) == allowed
+    assert Cors(_app, ServerSettings(cors_origins=origins)).allowed_origin(origin) == allowed
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from ..chat_route import prepared_chat
 from ..offload import read_body
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
+from ..state import app_state
 from . import responses
 from .protocol import MessagesRequest
 
@@ -26,7 +27,9 @@ async def messages(request: Request) -> Response:
     body, served, engine_request, parser = await _prepare(request)
     if body.stream:
         events = responses.message_events(served, parser, served.start(engine_request))
-        return sse(events, done_marker=False, named_events=True)
+        return sse(
+            events, done_marker=False, named_events=True, ping_s=app_state(request).settings.server.sse_ping_interval
+        )
     done = await until_disconnect(request, served.run(engine_request))
     return JSONResponse(responses.message(served, done, parser))
 

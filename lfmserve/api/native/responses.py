@@ -11,8 +11,9 @@ from ...engine.records import EngineOutput, EngineRequest, TokenLogprob
 from ..body import SamplingFields
 
 
-def props(serving: Serving, *, is_sleeping: bool) -> dict[str, Any]:
-    """``GET /props``: the generation defaults, slots, template and model, as llama-server reports them."""
+def props(serving: Serving, *, is_sleeping: bool, ui_settings: dict[str, Any]) -> dict[str, Any]:
+    """``GET /props``: the generation defaults, slots, template and model, as llama-server reports them, and the
+    web UI's defaults (``--ui-config``)."""
     info = serving.model.info
     return {
         "default_generation_settings": {
@@ -37,6 +38,7 @@ def props(serving: Serving, *, is_sleeping: bool) -> dict[str, Any]:
         "eos_token": info.eos_token,
         "build_info": serving.options.fingerprint,
         "is_sleeping": is_sleeping,
+        "ui_settings": ui_settings,
         "model": info.to_json(),
     }
 

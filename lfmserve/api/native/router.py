@@ -30,7 +30,8 @@ async def health() -> dict[str, str]:
 
 @router.get("/props")
 async def props(request: Request) -> dict[str, Any]:
-    return responses.props(serving(request), is_sleeping=app_state(request).sleeping)
+    state = app_state(request)
+    return responses.props(serving(request), is_sleeping=state.sleeping, ui_settings=state.ui_settings)
 
 
 @router.post("/props")
@@ -50,7 +51,7 @@ async def completion(request: Request) -> Response:
     if body.stream:
         streamed = replace(engine_requests[0], return_progress=body.return_progress)
         chunks = responses.completion_chunks(served, body, streamed, served.start(streamed))
-        return sse(chunks, done_marker=False)
+        return sse(chunks, done_marker=False, ping_s=app_state(request).settings.server.sse_ping_interval)
     results = await until_disconnect(request, served.run_all(engine_requests))
     out = [
         responses.completion_result(served, body, engine_request, done, done.last, index=i)
@@ -68,7 +69,7 @@ async def infill(request: Request) -> Response:
     engine_request = await offload(prepare_infill, served, body.to_infill(), body.generation_options())
     if body.stream:
         chunks = responses.completion_chunks(served, body, engine_request, served.start(engine_request))
-        return sse(chunks, done_marker=False)
+        return sse(chunks, done_marker=False, ping_s=app_state(request).settings.server.sse_ping_interval)
     done = await until_disconnect(request, served.run(engine_request))
     return JSONResponse(responses.completion_result(served, body, engine_request, done, done.last))
 

@@ -42,9 +42,17 @@ async def chat_completions(request: Request) -> Response:
     )
     if body.stream:
         if len(prepared) > 1:
-            return sse(responses.choices_chunks(served, body, prepared, served.start), done_marker=True)
+            return sse(
+                responses.choices_chunks(served, body, prepared, served.start),
+                done_marker=True,
+                ping_s=app_state(request).settings.server.sse_ping_interval,
+            )
         engine_request, parser = prepared[0]
-        return sse(responses.chat_chunks(served, body, parser, served.start(engine_request)), done_marker=True)
+        return sse(
+            responses.chat_chunks(served, body, parser, served.start(engine_request)),
+            done_marker=True,
+            ping_s=app_state(request).settings.server.sse_ping_interval,
+        )
     results = await until_disconnect(request, served.run_all([engine_request for engine_request, _ in prepared]))
     return JSONResponse(responses.chat_completion(served, body, prepared, results))
 
@@ -65,7 +73,11 @@ async def completions(request: Request) -> Response:
     engine_requests = await prepare_completion(served, body, offload)
     if body.stream:
         outputs = served.start(engine_requests[0])
-        return sse(responses.text_completion_chunks(served, body, outputs), done_marker=True)
+        return sse(
+            responses.text_completion_chunks(served, body, outputs),
+            done_marker=True,
+            ping_s=app_state(request).settings.server.sse_ping_interval,
+        )
     results = await until_disconnect(request, served.run_all(engine_requests))
     return JSONResponse(responses.text_completion(served, body, results))
 

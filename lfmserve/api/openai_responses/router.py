@@ -14,7 +14,7 @@ from ..chat_route import prepared_chat
 from ..offload import read_body
 from ..openapi import request_body
 from ..sse import sse, until_disconnect
-from ..state import serving
+from ..state import app_state, serving
 from . import responses
 from .protocol import ResponsesRequest
 
@@ -35,7 +35,13 @@ async def create_response(request: Request) -> Response:
     served = serving(request)
     if body.stream:
         events = responses.response_events(served, body, parser, served.start(engine_request))
-        return sse(events, done_marker=False, named_events=True, error_as_data=True)
+        return sse(
+            events,
+            done_marker=False,
+            named_events=True,
+            error_as_data=True,
+            ping_s=app_state(request).settings.server.sse_ping_interval,
+        )
     done = await until_disconnect(request, served.run(engine_request))
     return JSONResponse(responses.whole_response(served, parser, done))
 

@@ -5,6 +5,8 @@
 const STORAGE = "lfmserve.settings";
 /** The /props `default_generation_settings.params` that fill the sampling fields (same names as the request's). */
 const SAMPLING = ["temperature", "top_k", "top_p", "min_p", "repeat_penalty"];
+/** The /props `ui_settings` (--ui-config, in llama-server's web UI names) this panel has: key -> field. */
+const UI_SETTINGS = { systemMessage: "system_prompt", max_tokens: "max_tokens", ...Object.fromEntries(SAMPLING.map((n) => [n, n])) };
 
 export class SettingsError extends Error {}
 
@@ -26,6 +28,10 @@ export class Settings {
     const params = props.default_generation_settings?.params ?? {};
     for (const name of SAMPLING) {
       if (typeof params[name] === "number") this.defaults[name] = String(Number(params[name].toPrecision(6)));
+    }
+    for (const [key, name] of Object.entries(UI_SETTINGS)) {
+      const value = props.ui_settings?.[key]; // the server's operator chose these: they win over the model's
+      if (typeof value === "string" || typeof value === "number") this.defaults[name] = String(value);
     }
     this.thinking = (props.chat_template ?? "").includes("enable_thinking");
     this.form.querySelector("#thinking-row").hidden = !this.thinking;

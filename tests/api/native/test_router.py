@@ -55,6 +55,7 @@ def test_props_report_defaults_slots_template_and_model(tiny_server: ServerThrea
         "bos_token": "<|startoftext|>",
         "eos_token": "<|im_end|>",
         "is_sleeping": False,
+        "ui_settings": {},
     }
 
 
