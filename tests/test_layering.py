@@ -35,7 +35,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         "scaleout": "api loading llama settings errors",
         "router": "api loading settings errors",
         "testing": "llama",
-        "cli": "api loading router scaleout settings tui errors",
+        "log_lines": "settings",
+        "cli": "api loading log_lines router scaleout settings tui errors",
         "__main__": "cli",
         "__init__": "client local results settings errors",
     }.items()

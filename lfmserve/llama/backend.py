@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
 import re
 import threading
@@ -13,9 +14,15 @@ from typing import Any
 
 import llama_cpp._utils as llama_utils
 import llama_cpp.llama_cpp as llama
+from llama_cpp._ctypes_extensions import load_shared_library
 
-# ggml log levels: 3 = warning, 4 = error; everything else (load chatter) goes to DEBUG.
-_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
+#: Between DEBUG and INFO: llama.cpp's info lines (its load chatter), which llama-server shows from ``-lv 4``, its
+#: trace step (:attr:`~lfmserve.settings.LoggingSettings.level` maps ``-lv 4`` here).
+_TRACE = logging.INFO - 5
+logging.addLevelName(_TRACE, "TRACE")
+# ggml log levels: 1 = debug, 3 = warning, 4 = error; the rest (2 = info, 5 = a continued line) is trace, as
+# llama-server's common_log_get_verbosity has them.
+_LOG_LEVELS = {1: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 _llama_logger = logging.getLogger("lfmserve.llama_cpp")
 _backend_ready = False
 _capture = threading.local()  # .errors: a list collecting this thread's llama.cpp errors instead of logging them
@@ -30,7 +37,7 @@ def _log_llama(level: int, text: bytes, _user_data: Any) -> None:
         errors.append(line)
         _llama_logger.debug("%s", line)
         return
-    _llama_logger.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s", line)
+    _llama_logger.log(_LOG_LEVELS.get(level, _TRACE), "%s", line)
 
 
 @contextmanager
@@ -77,6 +84,25 @@ def init_backend() -> None:
 def build_info() -> str:
     """The llama.cpp build linked in, named by the pinned llama-cpp-python release."""
     return f"llama-cpp-python {version('llama-cpp-python')}"
+
+
+def llama_build() -> str:
+    """The llama.cpp build linked in: its version, and the commit it was built from.
+
+    llama-server prints its build number, compiler and target too, but llama.cpp keeps those in libcommon, which
+    llama-cpp-python does not ship. ggml, built from the same tree, is stamped with the same commit, and
+    libggml-base exports it.
+    """
+    ggml = load_shared_library("ggml-base", llama._base_path)
+    ggml.ggml_commit.restype = ctypes.c_char_p
+    commit = ggml.ggml_commit().decode()
+    return f"llama.cpp {llama.llama_version().decode()}, commit {commit}, through {build_info()}"
+
+
+def system_info() -> str:
+    """What llama.cpp was compiled to use here (its CPU features and backends), as llama-server logs it."""
+    info: bytes = llama.llama_print_system_info()
+    return info.decode().strip().rstrip("|").strip()
 
 
 def amx_built_in() -> bool:
