@@ -79,8 +79,10 @@ def template_kwargs(request: ChatRequest) -> dict[str, Any]:
     return kwargs
 
 
-def plan_chat(request: ChatRequest, grammars: Grammars, *, reasoning_format: str) -> ChatPlan:
-    """Decide the template variables, constraint and parser; every conflict or bad value is a 400 here."""
+def plan_chat(request: ChatRequest, grammars: Grammars, *, reasoning_format: str, parse: bool = True) -> ChatPlan:
+    """Decide the template variables, constraint and parser; every conflict or bad value is a 400 here.
+    ``parse=False`` (``--skip-chat-parsing``) leaves the whole answer in the content: constraints still apply, but
+    no reasoning or tool call is taken out of it."""
     plan = ChatPlan(template_kwargs=template_kwargs(request))
     plan.split_reasoning = (request.reasoning_format or reasoning_format) != "none"
     plan.keep_special = _known(grammars, THINK_START, THINK_END)
@@ -99,6 +101,8 @@ def plan_chat(request: ChatRequest, grammars: Grammars, *, reasoning_format: str
         _plan_tools(plan, request, choice, grammars)
     elif choice not in ("auto", "none"):
         raise InvalidRequest(f"tool_choice {_choice_name(choice)!r} needs 'tools'", param="tool_choice")
+    if not parse:
+        plan.split_reasoning = plan.parse_tool_calls = False
     return plan
 
 

@@ -6,10 +6,10 @@ content in the model's own markup, exactly as it generated them, so the prompt c
 whole earlier turn. A past ``reasoning_content`` is also passed as ``thinking``, the name
 LFM2.5-8B-A1B's template reads.
 
-A final assistant message is continued, not closed (a prefill, or ``continue_final_message``), as
-llama-server's ``common_chat_templates_apply`` does: the earlier messages, the generation prompt (what
-``add_generation_prompt`` adds to them), then the message's reasoning in the template's think tags
-and its content, so the model goes on from its last character.
+A final assistant message is continued, not closed (a prefill, unless ``--no-prefill-assistant``, or
+``continue_final_message``), as llama-server's ``common_chat_templates_apply`` does: the earlier messages,
+the generation prompt (what ``add_generation_prompt`` adds to them), then the message's reasoning in the
+template's think tags and its content, so the model goes on from its last character.
 """
 
 from __future__ import annotations
@@ -27,14 +27,20 @@ from .tool_calls import format_calls
 
 
 def render_chat(
-    template: ChatFormatter, request: ChatRequest, plan: ChatPlan | None = None, *, media_marker: str = ""
+    template: ChatFormatter,
+    request: ChatRequest,
+    plan: ChatPlan | None = None,
+    *,
+    media_marker: str = "",
+    prefill: bool = True,
 ) -> str:
     """The prompt text; ``plan`` decides which tools and variables the template sees (all, without one).
 
     Each media part becomes ``media_marker`` in its message's text, which the projector replaces by the media.
+    ``prefill``: see :func:`continuation`.
     """
     messages, tools, extra = _template_inputs(template, request, plan, media_marker)
-    mode = continuation(request)
+    mode = continuation(request, prefill=prefill)
     if mode == "none":
         return template.render(messages, tools=tools, add_generation_prompt=request.add_generation_prompt, extra=extra)
     history = messages[:-1]
@@ -65,12 +71,14 @@ def _template_inputs(
     return [template_message(template, m, media_marker) for m in request.messages], tools, extra
 
 
-def continuation(request: ChatRequest) -> Literal["none", "content", "reasoning"]:
-    """What of the last message the prompt continues; llama-server's conflicts are 400s here."""
+def continuation(request: ChatRequest, *, prefill: bool = True) -> Literal["none", "content", "reasoning"]:
+    """What of the last message the prompt continues; llama-server's conflicts are 400s here. ``prefill``
+    (``--prefill-assistant``): a final assistant message is continued unasked; without it, it is closed like
+    any other, and the chat's 2-assistant check is skipped too, as in llama-server."""
     messages, mode = request.messages, request.continue_final_message
     last = messages[-1] if messages else None  # Anthropic's route takes an empty chat
     if mode == "none":
-        if last is None or last.role != "assistant":
+        if not prefill or last is None or last.role != "assistant":
             return "none"
         if len(messages) >= 2 and messages[-2].role == "assistant":
             raise InvalidRequest("Cannot have 2 or more assistant messages at the end of the list.", param="messages")

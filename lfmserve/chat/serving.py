@@ -65,6 +65,10 @@ class ServingOptions:
     #: ``--reasoning-budget`` (-1: no limit) and ``--reasoning-budget-message``.
     reasoning_budget: int = -1
     reasoning_budget_message: str = ""
+    #: ``--skip-chat-parsing``: the answer is all content, its reasoning and tool calls left as text.
+    skip_chat_parsing: bool = False
+    #: ``--prefill-assistant``: a chat's final assistant message is continued rather than closed.
+    prefill_assistant: bool = True
 
 
 @dataclass(slots=True)
@@ -121,7 +125,9 @@ class Serving:
         """The prompt a chat request renders to, every tool and template variable included (/apply-template);
         media parts are the media marker."""
         self.media.check_types(chat_media_sources(request))
-        return render_chat(self.template, request, media_marker=self.media_marker)
+        return render_chat(
+            self.template, request, media_marker=self.media_marker, prefill=self.options.prefill_assistant
+        )
 
     async def read_media(self, request: ChatRequest) -> list[Media]:
         """The chat's media, fetched and decoded (in a worker thread); [] when it has none."""
@@ -144,10 +150,12 @@ class Serving:
             raise InvalidRequest(f"n is {n}, but the server has {self.engine.n_slots} slots", param="n")
         if len(media) != len(chat_media_sources(request)):
             raise InvalidRequest("the chat's media have not been read (Serving.read_media)", param="messages")
-        plans = [plan_chat(request, self.grammars, reasoning_format=self.options.reasoning_format) for _ in range(n)]
-        prompt = render_chat(self.template, request, plans[0], media_marker=self.media_marker)
+        reasoning_format, parse = self.options.reasoning_format, not self.options.skip_chat_parsing
+        plans = [plan_chat(request, self.grammars, reasoning_format=reasoning_format, parse=parse) for _ in range(n)]
+        prefill = self.options.prefill_assistant
+        prompt = render_chat(self.template, request, plans[0], media_marker=self.media_marker, prefill=prefill)
         tokens, spans = self.tokenize_with_media(prompt, media, chat=True)
-        in_reasoning = continuation(request) == "reasoning"
+        in_reasoning = continuation(request, prefill=prefill) == "reasoning"
         thinking = thinking_budget(self.model, request, self.options, inside=in_reasoning or opens_thinking(prompt))
         return [
             (

@@ -4,10 +4,13 @@ The environment copies what Hugging Face transformers gives chat templates (and 
 use): ``tojson`` that keeps key order and does not escape HTML, ``raise_exception``,
 ``strftime_now``, loop controls, trimmed blocks and a no-op ``{% generation %}`` tag. Like
 llama-server, every render also gets ``enable_thinking`` (``--reasoning``; under ``auto``, whether the
-template reacts to it) and today's date as ``datetime`` and ``date_string`` (Llama 3.x and
-firefunction templates print them). It is
-jinja2's ``ImmutableSandboxedEnvironment``, so a template cannot reach Python internals
-(``''.__class__.__mro__``) or mutate its inputs; such a template fails with :class:`TemplateError`.
+template reacts to it), today's date as ``datetime`` and ``date_string`` (Llama 3.x and
+firefunction templates print them) and the server's variables (``--chat-template-kwargs``,
+``--reasoning-effort``, ``--reasoning-preserve``), each under what the request itself sets;
+``preserve_reasoning`` and ``reasoning_effort`` also reach the template under the other names llama.cpp
+gives them (``preserve_thinking``...). It is jinja2's ``ImmutableSandboxedEnvironment``, so a template
+cannot reach Python internals (``''.__class__.__mro__``) or mutate its inputs; such a template fails with
+:class:`TemplateError`.
 
 Example::
 
@@ -81,6 +84,22 @@ def _today() -> dict[str, str]:
     return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
 
 
+def _reasoning_aliases(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The names templates other than the asked one read for ``preserve_reasoning`` and ``reasoning_effort``
+    (llama.cpp's ``caps_apply_preserve_reasoning`` / ``caps_apply_reasoning_effort``): LFM2.5-8B-A1B's template
+    reads ``preserve_thinking``. A variable given by its own name still wins."""
+    aliases: dict[str, Any] = {}
+    preserve = kwargs.get("preserve_reasoning")
+    if isinstance(preserve, bool):
+        aliases["preserve_thinking"] = preserve
+        for name in ("clear_thinking", "truncate_history_thinking", "drop_thinking"):
+            aliases[name] = not preserve
+    effort = kwargs.get("reasoning_effort")
+    if isinstance(effort, str) and effort:
+        aliases["reasoning_strength"] = effort
+    return aliases
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True,
@@ -151,7 +170,15 @@ _MARK = "LFMSERVE_PROBE"
 class ChatTemplate:
     """A compiled chat template plus the special tokens it may print."""
 
-    def __init__(self, source: str, *, bos_token: str, eos_token: str, reasoning: Reasoning = "auto") -> None:
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str,
+        eos_token: str,
+        reasoning: Reasoning = "auto",
+        variables: Mapping[str, Any] | None = None,
+    ) -> None:
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
@@ -161,11 +188,15 @@ class ChatTemplate:
             raise TemplateError(f"Chat template syntax error (line {exc.lineno}): {exc.message}") from exc
         #: What every render gets as ``enable_thinking`` unless the request's kwargs say (the probes: true).
         self.enable_thinking = True
+        #: The server's template variables (``--chat-template-kwargs``...), under a request's own; the probes
+        #: render without them, as llama-server's do.
+        self.variables: dict[str, Any] = {}
         self.caps = self._probe_caps()
         #: The template's prompt changes with ``enable_thinking`` (llama-server's "supports thinking").
         self.supports_thinking = self._reads_enable_thinking()
         self.enable_thinking = reasoning == "on" or (reasoning == "auto" and self.supports_thinking)
         self.think_tags = self._probe_think_tags() if THINK_START in source else None
+        self.variables = dict(variables or {})
 
     def render(
         self,
@@ -176,12 +207,14 @@ class ChatTemplate:
         extra: Mapping[str, Any] | None = None,
     ) -> str:
         """Render the conversation; template errors and sandbox refusals raise :class:`TemplateError`."""
+        given = {**self.variables, **(extra or {})}
         variables: dict[str, Any] = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
             "enable_thinking": self.enable_thinking,
             **_today(),
-            **(extra or {}),
+            **_reasoning_aliases(given),
+            **given,
             "messages": [dict(m) for m in messages],
             "tools": list(tools) if tools else None,
             "add_generation_prompt": add_generation_prompt,
@@ -248,7 +281,8 @@ class ChatTemplate:
             [user, {"role": "assistant", "content": "", "tool_calls": [call(_MARK), call(_MARK + "2")]}]
         )
         reasoning = self._probe(
-            [user, {"role": "assistant", "content": "ok", "reasoning_content": _MARK, "thinking": _MARK}, user]
+            [user, {"role": "assistant", "content": "ok", "reasoning_content": _MARK, "thinking": _MARK}, user],
+            extra={"preserve_reasoning": True},
         )
         return TemplateCaps(
             supports_string_content=_MARK in string,

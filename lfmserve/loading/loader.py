@@ -97,6 +97,13 @@ def sampling_defaults(sampling: SamplingSettings, model: NativeModel) -> Resolve
     return resolve_defaults(cli=sampling.defaults(), gguf_sampling=gguf_sampling(model.meta), identity=identity)
 
 
+#: Template variables with flags of their own, which llama-server warns about in ``--chat-template-kwargs``.
+_DEPRECATED_KWARGS = {
+    "enable_thinking": "--reasoning on / --reasoning off",
+    "preserve_reasoning": "--reasoning-preserve / --no-reasoning-preserve",
+}
+
+
 def chat_template(chat: ChatSettings, model: NativeModel) -> ChatFormatter:
     """``--chat-template-file`` > ``--chat-template`` > the GGUF's template > ChatML (llama-server's fallback).
 
@@ -104,7 +111,8 @@ def chat_template(chat: ChatSettings, model: NativeModel) -> ChatFormatter:
     (as in llama-server), the others llama.cpp's built-in format, with or without ``--jinja``, where
     llama-server would print the name as a template's text. With ``--no-jinja`` the template is matched to
     one of those built-in formats. ``--reasoning`` (``--reasoning-format nothink``: off) sets the template's
-    ``enable_thinking``.
+    ``enable_thinking``; ``--chat-template-kwargs``, ``--reasoning-effort`` and ``--reasoning-preserve`` its other
+    variables. Like llama-server, it warns about the switches ``--chat-template-kwargs`` sets that have flags.
     """
     if chat.chat_template_file:
         source = Path(chat.chat_template_file).read_text(encoding="utf-8")
@@ -114,11 +122,19 @@ def chat_template(chat: ChatSettings, model: NativeModel) -> ChatFormatter:
     if not chat.jinja or builtin:
         return BuiltinTemplate(source, lambda s, m, add: model.apply_builtin_template(s, m, add_assistant=add))
     reasoning = "off" if chat.reasoning_format == "nothink" else cast(Reasoning, chat.reasoning)
+    try:
+        variables = chat.template_variables
+    except ValueError as exc:
+        raise LfmError(str(exc)) from None
+    for key, instead in _DEPRECATED_KWARGS.items():
+        if key in chat.template_kwargs:
+            logger.warning("Setting '%s' via --chat-template-kwargs is deprecated. Use %s instead.", key, instead)
     return ChatTemplate(
         CHATML_TEMPLATE if source == "chatml" else source,
         bos_token=model.info.bos_token,
         eos_token=model.info.eos_token,
         reasoning=reasoning,
+        variables=variables,
     )
 
 
@@ -140,6 +156,8 @@ def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -
         verbose=settings.server.verbose,
         reasoning_budget=settings.chat.reasoning_budget,
         reasoning_budget_message=settings.chat.reasoning_budget_message,
+        skip_chat_parsing=settings.chat.skip_chat_parsing,
+        prefill_assistant=settings.chat.prefill_assistant,
     )
 
 

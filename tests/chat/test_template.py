@@ -9,6 +9,7 @@ import pytest
 
 from lfmserve.chat.template import ChatTemplate, Reasoning, ThinkTags
 from lfmserve.errors import TemplateError
+from lfmserve.settings import ChatSettings
 from tests.conftest import fixture_template
 
 BOS, EOS = "<|startoftext|>", "<|im_end|>"
@@ -102,6 +103,27 @@ def test_lfm25_8b_template_renders_date_tools_thinking_and_past_calls() -> None:
         "<|tool_call_start|>[get_weather(city='Paris', days=3)]<|tool_call_end|><|im_end|>\n"
         "<|im_start|>tool\nsunny<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+@pytest.mark.parametrize(("preserve", "first_turn"), [(None, "<think>sun</think>Sunny."), (False, "Sunny.")])
+def test_lfm25_8b_template_keeps_past_thinking_unless_told_not_to_preserve_reasoning(
+    preserve: bool | None, first_turn: str
+) -> None:
+    """llama-server tells every template preserve_reasoning (on by default), which this one reads as
+    preserve_thinking; so it also reports the template as one that preserves reasoning."""
+    variables = ChatSettings(reasoning_preserve=preserve).template_variables
+    source = fixture_template("lfm2.5-8b-a1b.jinja").read_text()
+    template = ChatTemplate(source, bos_token=BOS, eos_token=EOS, variables=variables)
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Sunny.", "thinking": "sun"},
+        {"role": "user", "content": "Thanks"},
+    ]
+    assert template.render(messages) == (
+        "<|startoftext|><|im_start|>user\nWeather?<|im_end|>\n"
+        f"<|im_start|>assistant\n{first_turn}<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert template.caps.supports_preserve_reasoning
 
 
 @pytest.mark.parametrize("name", ["lfm2-tools.jinja", "lfm2.5-instruct.jinja", "lfm2.5-8b-a1b.jinja"])

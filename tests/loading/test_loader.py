@@ -83,6 +83,27 @@ def test_chat_template_names_a_builtin_format_or_is_jinja_and_reasoning_reaches_
         model.close()
 
 
+def test_chat_template_kwargs_with_flags_of_their_own_warn_and_bad_ones_stop_the_start(
+    tiny_gguf: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = NativeModel(tiny_gguf)
+    source = "{{ enable_thinking }} {{ preserve_reasoning }} {{ clear_thinking }}"
+    try:
+        kwargs = '{"enable_thinking": false, "preserve_reasoning": false}'
+        template = chat_template(Settings.of(chat_template=source, chat_template_kwargs=kwargs).chat, model)
+        assert template.render([]) == "False False True"
+        assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+            "Setting 'enable_thinking' via --chat-template-kwargs is deprecated. Use --reasoning on / --reasoning off "
+            "instead.",
+            "Setting 'preserve_reasoning' via --chat-template-kwargs is deprecated. Use --reasoning-preserve / "
+            "--no-reasoning-preserve instead.",
+        ]
+        with pytest.raises(LfmError, match=r"^--chat-template-kwargs '\[\]': expected a JSON object$"):
+            chat_template(Settings.of(chat_template=source, chat_template_kwargs="[]").chat, model)
+    finally:
+        model.close()
+
+
 def test_defaults_layer_the_command_line_over_the_gguf(tmp_path: Path) -> None:
     path = write_lfm2_gguf(tmp_path / "k.gguf", TinyLfm2(seed=1, name="Some Model", sampling={"temp": 0.6, "top_k": 9}))
     model = NativeModel(path)
