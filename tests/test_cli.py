@@ -78,9 +78,9 @@ def test_python_dash_m_is_the_same_cli(running: list[Running], tiny_gguf: Path) 
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
-        (["--no-such-flag"], 2, "lfmserve: error: unrecognized arguments: --no-such-flag (see --help)"),
+        (["--no-such-flag"], 1, "lfmserve: error: unrecognized arguments: --no-such-flag (see --help)"),
         (["-m", "/nonexistent/model.gguf"], 1, "lfmserve: error: model file not found: /nonexistent/model.gguf"),
-        (["-c", "many"], 2, "lfmserve: error: argument -c/--ctx-size: invalid int value: 'many' (see --help)"),
+        (["-c", "many"], 1, "lfmserve: error: argument -c/--ctx-size: invalid int value: 'many' (see --help)"),
     ],
 )
 def test_bad_command_lines_exit_non_zero_with_one_line(argv: list[str], code: int, message: str) -> None:
