@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -353,7 +354,9 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
             n_ctx=ctx.n_ctx,
             n_batch=config.n_batch,
             n_slots=config.n_slots,
-            n_threads=config.n_threads,
+            n_threads=spec.n_threads or config.n_threads,
+            n_threads_batch=spec.n_threads_batch or spec.n_threads or config.n_threads,
+            kv=dataclasses.replace(config.kv, type_k=spec.type_k, type_v=spec.type_v),
             n_max=spec.n_max,
             p_min=spec.p_min,
         )

@@ -92,6 +92,10 @@ def speculation_config(spec: SpeculationSettings, draft_model: str | None = None
             n_match=spec.spec_ngram_mod_n_match, n_min=spec.spec_ngram_mod_n_min, n_max=spec.spec_ngram_mod_n_max
         ),
         draft_model=draft_model or spec.spec_draft_model,
+        n_threads=spec.spec_draft_threads,
+        n_threads_batch=spec.spec_draft_threads_batch,
+        type_k=spec.spec_draft_type_k,
+        type_v=spec.spec_draft_type_v,
     )
     try:
         rates = resolve_synth_rates(spec.spec_synth_len, spec.synth_rate_values, config.max_draft)

@@ -514,6 +514,46 @@ class SpeculationSettings:
             type=float,
         ),
     )
+    spec_draft_threads: int | None = field(
+        default=None,
+        metadata=flag(
+            "-td",
+            "--threads-draft",
+            "--spec-draft-threads",
+            help="the draft model's threads for generation (default: --threads)",
+            type=int,
+        ),
+    )
+    spec_draft_threads_batch: int | None = field(
+        default=None,
+        metadata=flag(
+            "-tbd",
+            "--threads-batch-draft",
+            "--spec-draft-threads-batch",
+            help="the draft model's threads for prompt processing (default: --spec-draft-threads)",
+            type=int,
+        ),
+    )
+    spec_draft_type_k: str = field(
+        default="f16",
+        metadata=flag(
+            "-ctkd",
+            "--cache-type-k-draft",
+            "--spec-draft-type-k",
+            help="the draft model's KV cache type for K",
+            choices=KV_CACHE_TYPES,
+        ),
+    )
+    spec_draft_type_v: str = field(
+        default="f16",
+        metadata=flag(
+            "-ctvd",
+            "--cache-type-v-draft",
+            "--spec-draft-type-v",
+            help="the draft model's KV cache type for V",
+            choices=KV_CACHE_TYPES,
+        ),
+    )
     spec_synth_len: float | None = field(
         default=None,
         metadata=flag(

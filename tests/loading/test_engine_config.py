@@ -66,6 +66,12 @@ def test_spec_flags_become_the_speculation_config_and_bad_ones_are_refused() -> 
         types=("draft-simple",), n_max=5, draft_model="d.gguf"
     )
     assert speculation_config(draft.speculation).max_draft == 5
+    own = Settings.from_argv(
+        ["-m", "m.gguf", "--spec-type", "draft-simple", "-md", "d.gguf", *"-td 1 -tbd 2 -ctkd q8_0 -ctvd q4_0".split()]
+    )
+    assert speculation_config(own.speculation) == SpeculationConfig(
+        types=("draft-simple",), draft_model="d.gguf", n_threads=1, n_threads_batch=2, type_k="q8_0", type_v="q4_0"
+    )
     assert not speculation_config(Settings.of(model="m.gguf", spec_type="none").speculation).enabled
     with pytest.raises(EngineError, match=r"^--spec-type draft-eagle3 is not supported \(supported: ngram-simple, "):
         speculation_config(Settings.of(model="m.gguf", spec_type="ngram-simple,draft-eagle3").speculation)

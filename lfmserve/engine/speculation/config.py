@@ -49,6 +49,12 @@ class SpeculationConfig:
     ngram_mod: NgramModSizes = field(default_factory=NgramModSizes)
     #: ``draft-simple``'s model file (``-md``, or resolved from ``-hfd``).
     draft_model: str | None = None
+    #: ``draft-simple``'s threads (``-td``, ``-tbd``; None: the target's, and ``-td`` for ``-tbd``).
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    #: ``draft-simple``'s KV cache types (``-ctkd``, ``-ctvd``).
+    type_k: str = "f16"
+    type_v: str = "f16"
     #: ``--spec-synth-rates`` / ``--spec-synth-len``: each draft position's chance of being kept whatever the model
     #: says (llama-server's benchmarking mode; empty: drafts are verified).
     synth_rates: tuple[float, ...] = ()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import EngineError
-from ...llama.context import NativeContext
+from ...llama.context import KvCache, NativeContext
 from ...llama.model import NativeModel
 
 #: llama-server's draft sampler: top-k 10, whose softmax gives the probability ``p_min`` is compared with.
@@ -73,6 +73,8 @@ class DraftModel:
         n_threads: int,
         n_max: int,
         p_min: float,
+        n_threads_batch: int | None = None,
+        kv: KvCache | None = None,
     ) -> None:
         problem = vocab_mismatch(target, model)
         if problem is not None:
@@ -86,7 +88,8 @@ class DraftModel:
             n_ubatch=n_batch,
             n_seq_max=n_slots,
             n_threads=n_threads,
-            n_threads_batch=n_threads,
+            n_threads_batch=n_threads if n_threads_batch is None else n_threads_batch,
+            kv=kv,
             # Its rejected guesses are rolled back through kept states (at most n_max of them; past 16 LFM2's
             # graph overflows, and a failed rollback empties the sequence, which catches up again).
             n_rollback=min(n_max, MAX_ROLLBACK),

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import llama_cpp as llama
 import numpy as np
 import pytest
 
+from lfmserve.engine.records import KvCacheOptions
 from lfmserve.engine.speculation.draft_model import DraftModel, DraftRequest, vocab_mismatch
 from lfmserve.errors import EngineError
 from lfmserve.llama.context import NativeContext
@@ -92,3 +94,31 @@ def test_a_draft_model_of_another_vocabulary_is_refused(tiny_gguf: Path, tmp_pat
             spec_engine(model, spec_config("draft-simple", n=1, draft_model=other))
     finally:
         model.close()
+
+
+def test_the_draft_context_takes_its_own_threads_and_kv_cache_types(llama_model: NativeModel) -> None:
+    """``-td 1 -tbd 2``: the draft context's thread counts; ``-ctkd/-ctvd f32``: its KV cache, larger than f16's for
+    the same tokens (the tiny model's heads are too narrow for the quantized types' 32-value blocks)."""
+    tokens = prompt(llama_model, "Count with me")
+    sizes = {}
+    for kind in ("f16", "f32"):
+        drafter = DraftModel(
+            llama_model,
+            NativeModel(llama_model.path),
+            n_ctx=512,
+            n_batch=64,
+            n_slots=1,
+            n_threads=1,
+            n_threads_batch=2,
+            kv=KvCacheOptions(type_k=kind, type_v=kind),
+            n_max=2,
+            p_min=0.0,
+        )
+        try:
+            handle = drafter._ctx.handle
+            assert (llama.llama_n_threads(handle), llama.llama_n_threads_batch(handle)) == (1, 2)
+            assert len(drafter.draft([DraftRequest(0, tokens[:-1], tokens[-1], limit=2)])[0]) == 2
+            sizes[kind] = drafter._ctx.get_state(0, partial=False).size
+        finally:
+            drafter.close()
+    assert sizes["f32"] > sizes["f16"]
