@@ -102,15 +102,37 @@ def _repack_default() -> bool:
     return True
 
 
+#: llama.cpp's model loading modes by their ``-lm`` names (mlock fails to load where the memory lock limit is too
+#: low, with llama.cpp's reason).
+LOAD_MODES = {
+    "auto": llama.LLAMA_LOAD_MODE_AUTO,
+    "none": llama.LLAMA_LOAD_MODE_NONE,
+    "mmap": llama.LLAMA_LOAD_MODE_MMAP,
+    "mlock": llama.LLAMA_LOAD_MODE_MLOCK,
+    "mmap+mlock": llama.LLAMA_LOAD_MODE_MMAP_MLOCK,
+    "dio": llama.LLAMA_LOAD_MODE_DIRECT_IO,
+}
+#: llama.cpp's on-demand reading of the tensors an architecture marks (``-lzm``).
+LAZY_MODES = {"off": llama.LLAMA_LAZY_MODE_OFF, "auto": llama.LLAMA_LAZY_MODE_AUTO, "on": llama.LLAMA_LAZY_MODE_ON}
+
+
 class NativeModel:
     """A loaded GGUF: weights and vocabulary. Thread-safe for tokenizing; decoding needs a context."""
 
     def __init__(
-        self, path: str | Path, *, n_gpu_layers: int = -1, vocab_only: bool = False, repack: bool | None = None
+        self,
+        path: str | Path,
+        *,
+        n_gpu_layers: int = -1,
+        vocab_only: bool = False,
+        repack: bool | None = None,
+        load_mode: str = "auto",
+        lazy_mode: str = "auto",
     ) -> None:
         """``repack``: let llama.cpp place weights in its extra CPU buffer types (repacked for its faster
         kernels; ``--repack`` / ``--no-repack``); None: yes, unless that would hand them to AMX, which crashes
-        (:func:`.backend.amx_built_in`)."""
+        (:func:`.backend.amx_built_in`). ``load_mode`` / ``lazy_mode``: llama.cpp's ``-lm`` / ``-lzm``
+        (:data:`LOAD_MODES`, :data:`LAZY_MODES`)."""
         init_backend()
         self.path = str(path)
         problem = model_file_problem(self.path)
@@ -122,6 +144,8 @@ class NativeModel:
         #: Whether the weights went to llama.cpp's extra buffer types (a draft model follows its target).
         self.repack = _repack_default() if repack is None else repack
         params.use_extra_bufts = self.repack
+        params.load_mode = LOAD_MODES[load_mode]
+        params.lazy_mode = LAZY_MODES[lazy_mode]
         with captured_errors() as errors:
             self._model = llama.llama_model_load_from_file(self.path.encode(), params)
         if not self._model:

@@ -182,7 +182,14 @@ def load_projector(settings: Settings, path: str, model: NativeModel) -> Project
 def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
     files = path if isinstance(path, ModelFiles) else ModelFiles(path)
-    model = NativeModel(files.model, n_gpu_layers=settings.engine.n_gpu_layers, repack=settings.engine.repack)
+    weights = settings.engine
+    model = NativeModel(
+        files.model,
+        n_gpu_layers=weights.n_gpu_layers,
+        repack=weights.repack,
+        load_mode=weights.model_load_mode,
+        lazy_mode=weights.lazy_mode,
+    )
     template = chat_template(settings.chat, model)
     projector = load_projector(settings, files.projector, model) if files.projector else None
     engine = Engine(model, engine_config(settings, files.draft), projector=projector)

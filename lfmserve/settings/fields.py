@@ -19,6 +19,9 @@ from .llama_server import option_of
 DEFAULT_HF_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF:Q4_K_M"
 #: The KV cache types llama-server takes for ``-ctk`` / ``-ctv``.
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: llama.cpp's ``-lm`` model loading modes and ``-lzm`` lazy modes (lfmserve.llama.model maps them to its enums).
+LOAD_MODES = ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio")
+LAZY_MODES = ("on", "auto", "off")
 #: A size: a decimal number (``6442450944``, ``1.5``, ``6e9``), then an optional power-of-1024 unit, with or
 #: without ``B`` / ``iB``.
 _SIZE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(?:E[+-]?\d+)?)([KMGT]?)(?:I?B)?")

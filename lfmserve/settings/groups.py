@@ -15,7 +15,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .fields import KV_CACHE_TYPES, OnOffAction, flag, parse_count, parse_size, physical_cores, switch
+from .fields import (
+    KV_CACHE_TYPES,
+    LAZY_MODES,
+    LOAD_MODES,
+    OnOffAction,
+    flag,
+    parse_count,
+    parse_size,
+    physical_cores,
+    switch,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -364,6 +374,38 @@ class EngineSettings:
         default=None,
         action=OnOffAction,
     )
+    load_mode: str = field(
+        default="auto",
+        metadata=flag(
+            "-lm",
+            "--load-mode",
+            help="how the weights are loaded: auto (mmap), none (read into memory), mmap, mlock (read and locked in "
+            "RAM), mmap+mlock, dio (direct I/O); docs/usage.md says what each costs",
+            choices=LOAD_MODES,
+        ),
+    )
+    lazy_mode: str = field(
+        default="auto",
+        metadata=flag(
+            "-lzm",
+            "--lazy-mode",
+            help="read the rows of tensors an architecture marks (per-layer embeddings) on demand: on, off, or auto "
+            "(only those over 4 GiB); needs mmap",
+            choices=LAZY_MODES,
+        ),
+    )
+    no_mmap: bool = switch(
+        "--no-mmap",
+        help="llama-server's older spelling of -lm none (with --mlock: -lm mlock)",
+        default=False,
+        action="store_true",
+    )
+    mlock: bool = switch(
+        "--mlock",
+        help="llama-server's older spelling of -lm mmap+mlock (with --no-mmap: -lm mlock)",
+        default=False,
+        action="store_true",
+    )
     flash_attn: str = field(
         default="auto",
         metadata=flag("-fa", "--flash-attn", help="flash attention: on, off or auto", choices=("on", "off", "auto")),
@@ -472,6 +514,15 @@ class EngineSettings:
         help="keep an idle slot's prompt in the RAM cache (--cache-ram) when another request takes the slot",
         default=True,
     )
+
+    @property
+    def model_load_mode(self) -> str:
+        """``-lm``, or, while it is left at auto, what llama-server's older ``--no-mmap`` / ``--mlock`` ask for."""
+        if self.load_mode != "auto" or not (self.no_mmap or self.mlock):
+            return self.load_mode
+        if self.no_mmap:
+            return "mlock" if self.mlock else "none"
+        return "mmap+mlock"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

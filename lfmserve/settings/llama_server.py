@@ -87,6 +87,8 @@ OPTIONS: tuple[Option, ...] = (
         "-b --batch-size N $LLAMA_ARG_BATCH",
         "-ub --ubatch-size N $LLAMA_ARG_UBATCH",
         "--swa-full $LLAMA_ARG_SWA_FULL",
+        "-lm --load-mode MODE $LLAMA_ARG_LOAD_MODE",
+        "-lzm --lazy-mode MODE $LLAMA_ARG_LAZY_MODE",
         "-fa --flash-attn MODE $LLAMA_ARG_FLASH_ATTN",
         "--repack / -nr --no-repack $LLAMA_ARG_REPACK",
         "-ctk --cache-type-k TYPE $LLAMA_ARG_CACHE_TYPE_K",
@@ -343,12 +345,6 @@ OPTIONS: tuple[Option, ...] = (
         "--log-prompts-dir PATH",
     ),
     *_options(_L, "not implemented yet: use --spec-type ngram-mod (the same settings)", "--spec-default"),
-    *_options(
-        _L,
-        "load modes come with the memory issue",
-        "-lm --load-mode MODE $LLAMA_ARG_LOAD_MODE",
-        "-lzm --lazy-mode MODE $LLAMA_ARG_LAZY_MODE",
-    ),
     *_options(
         _L,
         _AGENT,
