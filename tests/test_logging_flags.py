@@ -60,9 +60,10 @@ def test_log_disable_silences_everything_log_file_and_verbose_included(
     ("flags", "line"),
     [
         ([], rf"{TIME} INFO lfmserve: LISTENING"),
-        (["--log-colors", "off"], rf"{TIME} INFO lfmserve: LISTENING"),
+        pytest.param(["--log-colors", "off"], rf"{TIME} INFO lfmserve: LISTENING", marks=pytest.mark.slow),
         (["--no-log-timestamps"], r"INFO lfmserve: LISTENING"),
-        (["--no-log-prefix", "--log-timestamps"], "LISTENING"),  # the time is part of the prefix, as in llama-server
+        # the time is part of the prefix, as in llama-server
+        pytest.param(["--no-log-prefix", "--log-timestamps"], "LISTENING", marks=pytest.mark.slow),
         (["--log-colors", "on"], rf"\x1b\[34m{TIME}\x1b\[0m \x1b\[32mINFO\x1b\[0m lfmserve: LISTENING"),
     ],
     ids=["default", "colors-off", "no-timestamps", "no-prefix", "colors-on"],
@@ -85,7 +86,7 @@ def test_the_prefix_timestamps_and_colors_of_a_line(
     [
         (["-lv", "2"], set()),  # warnings and errors only: a clean start has none
         (["--log-verbosity", "4"], {"INFO", "TRACE"}),  # llama.cpp's own info lines, no debug
-        (["--verbosity", "5"], {"INFO", "TRACE", "DEBUG"}),
+        pytest.param(["--verbosity", "5"], {"INFO", "TRACE", "DEBUG"}, marks=pytest.mark.slow),
         (["-lv", "2", "-v"], {"INFO", "TRACE", "DEBUG"}),  # -v: everything
     ],
 )
