@@ -4,6 +4,7 @@ stopping below ``p_min``, never guessing a banned token; a model of another voca
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as llama
 import numpy as np
@@ -19,17 +20,20 @@ from tests.engine.conftest import prompt
 from tests.engine.speculation.conftest import spec_config, spec_engine
 
 
-def _draft_model(target: NativeModel, *, n_max: int = 3, p_min: float = 0.0) -> DraftModel:
-    """The target's own weights as its draft model (two slots, one thread)."""
+def _draft_model(
+    target: NativeModel, *, n_max: int = 3, p_min: float = 0.0, n_slots: int = 2, **context: Any
+) -> DraftModel:
+    """The target's own weights as its draft model (two slots, one thread, unless ``context`` says otherwise)."""
     return DraftModel(
         target,
         NativeModel(target.path),
         n_ctx=512,
         n_batch=64,
-        n_slots=2,
+        n_slots=n_slots,
         n_threads=1,
         n_max=n_max,
         p_min=p_min,
+        **context,
     )
 
 
@@ -102,17 +106,8 @@ def test_the_draft_context_takes_its_own_threads_and_kv_cache_types(llama_model:
     tokens = prompt(llama_model, "Count with me")
     sizes = {}
     for kind in ("f16", "f32"):
-        drafter = DraftModel(
-            llama_model,
-            NativeModel(llama_model.path),
-            n_ctx=512,
-            n_batch=64,
-            n_slots=1,
-            n_threads=1,
-            n_threads_batch=2,
-            kv=KvCacheOptions(type_k=kind, type_v=kind),
-            n_max=2,
-            p_min=0.0,
+        drafter = _draft_model(
+            llama_model, n_max=2, n_slots=1, n_threads_batch=2, kv=KvCacheOptions(type_k=kind, type_v=kind)
         )
         try:
             handle = drafter._ctx.handle
