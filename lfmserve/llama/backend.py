@@ -25,13 +25,18 @@ logging.addLevelName(_TRACE, "TRACE")
 _LOG_LEVELS = {1: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 _llama_logger = logging.getLogger("lfmserve.llama_cpp")
 _backend_ready = False
-_capture = threading.local()  # .errors: a list collecting this thread's llama.cpp errors instead of logging them
+#: .errors: a list collecting this thread's llama.cpp errors instead of logging them; .lines: one collecting all of
+#: this thread's lines as well as logging them.
+_capture = threading.local()
 
 
 def _log_llama(level: int, text: bytes, _user_data: Any) -> None:
     if not text:
         return
     line = text.decode("utf-8", "replace").rstrip("\n")
+    lines: list[str] | None = getattr(_capture, "lines", None)
+    if lines is not None:
+        lines.append(line)
     errors: list[str] | None = getattr(_capture, "errors", None)
     if errors is not None and level == 4:
         errors.append(line)
@@ -50,6 +55,33 @@ def captured_errors() -> Iterator[list[str]]:
         yield errors
     finally:
         _capture.errors = None
+
+
+@contextmanager
+def captured_lines() -> Iterator[list[str]]:
+    """All of llama.cpp's lines from this thread while the block runs (logged as well), for figures that only its
+    log gives, such as the sizes of the buffers it allocates."""
+    lines: list[str] = []
+    _capture.lines = lines
+    try:
+        yield lines
+    finally:
+        _capture.lines = None
+
+
+_BUFFER_SIZE = re.compile(r"(\S+) (model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+
+
+def buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
+    """The bytes of each buffer llama.cpp reported allocating in ``lines``, summed by what it holds: ``CPU_Mapped``
+    or ``CPU_REPACK`` weights, ``KV`` cache, ``RS`` (recurrent state), ``compute`` and ``output`` (llama.cpp's own
+    breakdown is C++ only; its log has each size to a hundredth of a MiB)."""
+    sizes: dict[str, int] = {}
+    for line in lines:
+        for where, kind, mib in _BUFFER_SIZE.findall(line):
+            key = where if kind == "model" else kind
+            sizes[key] = sizes.get(key, 0) + round(float(mib) * 2**20)
+    return sizes
 
 
 #: llama.cpp's (and mtmd's) log, routed to :mod:`logging`; kept referenced: llama.cpp holds the pointer.

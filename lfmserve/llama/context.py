@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import EngineError
+from .backend import buffer_sizes, captured_lines
 from .batch import Batch
 from .model import NativeModel
 
@@ -72,7 +73,10 @@ class NativeContext:
         params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np
         _apply_kv(params, kv)
         params.no_perf = True
-        self._ctx = llama.llama_init_from_model(model.handle, params)
+        with captured_lines() as lines:
+            self._ctx = llama.llama_init_from_model(model.handle, params)
+        #: Bytes of llama.cpp's buffers for this context: ``KV``, ``RS`` (recurrent state), ``compute``, ``output``.
+        self.buffers = buffer_sizes(lines)
         if not self._ctx:
             raise EngineError(
                 "failed to create the llama.cpp context (out of memory, or a KV cache type that does not divide "

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import EngineError
+from .backend import buffer_sizes, captured_lines
 from .batch import Batch
 from .model import NativeModel
 from .mtmd import attention
@@ -62,7 +63,10 @@ class EmbeddingContext:
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = True  # the sequences of one decode share the micro-batch's cells
         params.no_perf = True
-        self._ctx = llama.llama_init_from_model(model.handle, params)
+        with captured_lines() as lines:
+            self._ctx = llama.llama_init_from_model(model.handle, params)
+        #: Bytes of llama.cpp's buffers for this context, as :attr:`.NativeContext.buffers`.
+        self.buffers = buffer_sizes(lines)
         if not self._ctx:
             raise EngineError("failed to create the embedding context (out of memory?)")
         self.model = model

@@ -16,7 +16,8 @@ from typing import Any
 import llama_cpp.llama_cpp as llama
 
 from ..errors import EngineError
-from .backend import amx_built_in, captured_errors, failure_reason, init_backend
+from .backend import amx_built_in, buffer_sizes, captured_errors, captured_lines, failure_reason, init_backend
+from .mapped_weights import release_copied_weights
 
 logger = logging.getLogger(__name__)
 _VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
@@ -146,10 +147,19 @@ class NativeModel:
         params.use_extra_bufts = self.repack
         params.load_mode = LOAD_MODES[load_mode]
         params.lazy_mode = LAZY_MODES[lazy_mode]
-        with captured_errors() as errors:
+        with captured_errors() as errors, captured_lines() as lines:
             self._model = llama.llama_model_load_from_file(self.path.encode(), params)
+        #: Bytes of the weights' buffers by llama.cpp's name for them (``CPU_Mapped``, ``CPU_REPACK``, ``CPU``).
+        self.buffers = buffer_sizes(lines)
         if not self._model:
             raise EngineError(f"failed to load model from {self.path}: {failure_reason(errors)}")
+        #: Bytes of the mapped file given back after load: lfmserve's ``auto`` holds the weights once.
+        self.released_bytes = 0
+        if load_mode == "auto" and self.repack and not vocab_only:
+            self.released_bytes = release_copied_weights(self._model, self.path)
+            logger.info(
+                "released %.1f MiB of mapped weights held again in repacked buffers", self.released_bytes / 2**20
+            )
         self._vocab = llama.llama_model_get_vocab(self._model)
         self.n_vocab: int = llama.llama_vocab_n_tokens(self._vocab)
         self.bos_id = llama.llama_vocab_bos(self._vocab)

@@ -379,8 +379,9 @@ class EngineSettings:
         metadata=flag(
             "-lm",
             "--load-mode",
-            help="how the weights are loaded: auto (mmap), none (read into memory), mmap, mlock (read and locked in "
-            "RAM), mmap+mlock, dio (direct I/O); docs/usage.md says what each costs",
+            help="how the weights are loaded: auto (mmap, and the pages of the weights llama.cpp repacks given back, "
+            "so they are held once), none (read into memory), mmap, mlock (read and locked in RAM), mmap+mlock, dio "
+            "(direct I/O); docs/usage.md says what each costs",
             choices=LOAD_MODES,
         ),
     )
