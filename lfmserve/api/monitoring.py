@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..process_memory import process_memory
+
 if TYPE_CHECKING:  # annotations only: a router renders its metrics here without loading the engine
     from ..engine.core import Engine
     from ..engine.histograms import Histogram, RequestHistograms
@@ -241,6 +243,47 @@ def _counters(s: EngineStats) -> list[Metric]:
     ]
 
 
+def memory_json(engine: Engine) -> dict[str, int]:
+    """What the server holds in memory (``/props``' ``memory``): the process's resident bytes (RSS, its anonymous
+    and file-backed parts, PSS), the model's tensors (``llama_model_size``), the bytes of them llama.cpp repacked
+    (held in anonymous memory) and the mapped pages of those given back (``-lm auto``), and the contexts' KV cache,
+    recurrent state, compute and output buffers."""
+    process = process_memory()
+    buffers = engine.buffers()
+    return {
+        **(process.to_json() if process else {}),
+        "weights": engine.model.info.size_bytes,
+        "weights_repacked": buffers.get("CPU_REPACK", 0),
+        "weights_released": engine.model.released_bytes,
+        "kv_cache": buffers.get("KV", 0),
+        "recurrent_state": buffers.get("RS", 0),
+        "compute": buffers.get("compute", 0),
+        "output": buffers.get("output", 0),
+    }
+
+
+_MEMORY_HELP = {
+    "resident": "Resident memory of the server process (RSS).",
+    "anonymous": "Anonymous resident memory of the server process (heap, repacked weights, KV cache).",
+    "file_backed": "File-backed resident memory of the server process (mapped model file, libraries).",
+    "pss": "Proportional resident memory of the server process (shared pages divided among their processes).",
+    "weights": "Bytes of the model's tensors.",
+    "weights_repacked": "Bytes of the weights llama.cpp repacked into its own buffers.",
+    "weights_released": "Mapped pages of the repacked weights given back after load (-lm auto).",
+    "kv_cache": "Bytes of the KV cache buffers.",
+    "recurrent_state": "Bytes of the recurrent state buffers.",
+    "compute": "Bytes of llama.cpp's compute buffers.",
+    "output": "Bytes of llama.cpp's output (logits) buffers.",
+}
+
+
+def _memory_metrics(engine: Engine) -> list[Metric]:
+    return [
+        Metric(f"lfmserve:memory_{name}_bytes", "gauge", _MEMORY_HELP[name], value)
+        for name, value in memory_json(engine).items()
+    ]
+
+
 def _lfmserve_metrics(engine: Engine) -> list[Metric]:
     """lfmserve's own counters: how requests waited and how the prompt cache served them."""
     s = engine.stats
@@ -260,6 +303,7 @@ def _lfmserve_metrics(engine: Engine) -> list[Metric]:
         counter("shifted_tokens", "Cached tokens reused by KV shifting (--cache-reuse).", s.n_shifted_tokens),
         counter("context_shifts", "Full slots that dropped their older half (--context-shift).", s.n_context_shifts),
         Metric("lfmserve:ram_cache_bytes", "gauge", "Host RAM held by the prompt cache.", engine.ram_cache.n_bytes),
+        *_memory_metrics(engine),
     ]
 
 

@@ -108,6 +108,16 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="lfmserve-engine", daemon=True)
         self._thread.start()
 
+    def buffers(self) -> dict[str, int]:
+        """llama.cpp's buffers for this model in bytes, by what they hold: the weights' (``CPU_Mapped``,
+        ``CPU_REPACK``, ...) and its contexts' (``KV``, ``RS``, ``compute``, ``output``; the embedding context's
+        added in)."""
+        totals = dict(self.model.buffers)
+        for context in [self._ctx.buffers] + ([self.embeddings.context.buffers] if self.embeddings else []):
+            for kind, size in context.items():
+                totals[kind] = totals.get(kind, 0) + size
+        return totals
+
     # -- the three verbs (any thread) ----------------------------------------------------------
     def submit(self, request: EngineRequest, sink: OutputSink) -> int:
         """Queue a request; its outputs arrive on ``sink``. Invalid requests raise here, at once."""

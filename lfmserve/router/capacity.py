@@ -1,8 +1,10 @@
 """How many models, and how much memory, the running children may take: ``--models-max`` and
 ``--models-memory-max``, and which model to stop to make room.
 
-Memory is counted as each running child's resident memory (read from ``/proc``), or its model's files when those
-are larger (a child still loading has not touched them all); a model about to load counts as its files.
+Memory is counted as what each running child holds (read from ``/proc``: its anonymous memory and its model files'
+resident pages, not the libraries all children share or the repacked weights' file pages it gave back), or its
+model's files when those are larger (a child still loading has not touched them all); a model about to load counts
+as its files.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class Capacity:
         budget = self.settings.models_memory_max
         if budget is None or candidate is None:
             return False
-        used = sum(max(i.child.rss(), files_size(i.spec)) for i in occupied if i.child is not None)
+        used = sum(max(_held(i), files_size(i.spec)) for i in occupied)
         return used + files_size(candidate.spec) > budget
 
     def too_big(self, instance: Instance) -> str | None:
@@ -48,6 +50,11 @@ class Capacity:
         """The least recently used idle model no queued load is for."""
         idle = [i for i in instances if i.idle and i not in queued]
         return min(idle, key=lambda i: i.last_used, default=None)
+
+
+def _held(instance: Instance) -> int:
+    memory = instance.child.memory(instance.spec.files) if instance.child else None
+    return memory["held"] if memory else 0
 
 
 def files_size(spec: ModelSpec) -> int:

@@ -16,8 +16,10 @@ import logging
 import secrets
 import signal
 import socket
+from collections.abc import Collection
 from multiprocessing.process import BaseProcess
 
+from ..process_memory import mapped_bytes, process_memory
 from ..settings import Settings
 from .spawn import ChildStart, Spawner, forkserver_alive
 
@@ -175,13 +177,12 @@ class Child:
         with contextlib.suppress(ProcessLookupError, OSError, AttributeError):
             self.process.kill()
 
-    def rss(self) -> int:
-        """The child's resident memory in bytes (0 once it is gone)."""
-        try:
-            with open(f"/proc/{self.pid}/status", encoding="ascii") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            pass
-        return 0
+    def memory(self, model_files: Collection[str]) -> dict[str, int] | None:
+        """The child's resident memory (:class:`~..process_memory.ProcessMemory`) and ``held``, what it holds of its
+        own: its anonymous memory and its model files' resident pages (:func:`~..process_memory.held_bytes`, not
+        the libraries every child shares); None once it is gone. Reads ``/proc``: call it off the event loop where
+        it can wait."""
+        memory = process_memory(self.pid)
+        if memory is None:
+            return None
+        return {**memory.to_json(), "held": memory.anonymous + mapped_bytes(self.pid, model_files)}

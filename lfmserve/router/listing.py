@@ -17,7 +17,6 @@ from importlib.metadata import version
 from typing import Any
 
 from ..settings import RouterSettings
-from .catalog import ModelSpec
 from .child import child_argv
 from .gguf_card import listed_meta
 from .instance import LOADED, Instance
@@ -43,11 +42,15 @@ class OnDisk:
 
     input_modalities: tuple[str, ...]
     meta: dict[str, int] | None
+    #: The running child's memory (``status.memory``), read with the files.
+    memory: dict[str, int] | None = None
 
 
-def _read_files(spec: ModelSpec) -> OnDisk:
-    """Reads the model's files (blocking: call it off the event loop)."""
-    return OnDisk(tuple(input_modalities(spec.projector)), listed_meta(spec))
+def _read_files(instance: Instance) -> OnDisk:
+    """Reads the model's files and its running child's memory (blocking: call it off the event loop)."""
+    spec = instance.spec
+    memory = instance.child.memory(spec.files) if instance.child and instance.running else None
+    return OnDisk(tuple(input_modalities(spec.projector)), listed_meta(spec), memory)
 
 
 async def model_list(instances: list[Instance]) -> dict[str, Any]:
@@ -55,7 +58,7 @@ async def model_list(instances: list[Instance]) -> dict[str, Any]:
     sorted map)."""
     now = int(time.time())
     ordered = sorted((i for i in instances if not i.spec.hidden), key=lambda instance: instance.name)
-    files = await asyncio.to_thread(lambda: [_read_files(instance.spec) for instance in ordered])
+    files = await asyncio.to_thread(lambda: [_read_files(instance) for instance in ordered])
     return {"object": "list", "data": [model_entry(i, now, f) for i, f in zip(ordered, files, strict=True)]}
 
 
@@ -68,6 +71,8 @@ def model_entry(instance: Instance, created: int, files: OnDisk) -> dict[str, An
     status: dict[str, Any] = {"value": instance.status, "args": program() + argv, "preset": preset_text(instance)}
     if instance.failed:
         status |= {"failed": True, "exit_code": instance.exit_code, "error": instance.error}
+    if files.memory is not None:
+        status["memory"] = files.memory
     entry: dict[str, Any] = {
         "id": spec.name,
         "aliases": list(spec.aliases),

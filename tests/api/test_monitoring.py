@@ -22,6 +22,17 @@ from tests.conftest import ServerThread
 
 
 @dataclass
+class _ModelInfo:
+    size_bytes: int = 0
+
+
+@dataclass
+class _Model:
+    info: _ModelInfo = field(default_factory=_ModelInfo)
+    released_bytes: int = 0
+
+
+@dataclass
 class _Engine:
     """The parts of Engine that monitoring reads."""
 
@@ -31,9 +42,14 @@ class _Engine:
     ram_cache: RamPromptCache = field(default_factory=lambda: RamPromptCache(1000))
     tasks: dict[int, SlotTask] = field(default_factory=dict)
     config: EngineConfig = field(default_factory=EngineConfig)
+    model: _Model = field(default_factory=_Model)
+    llama_buffers: dict[str, int] = field(default_factory=dict)
 
     def slot_task(self, slot_id: int) -> SlotTask | None:
         return self.tasks.get(slot_id)
+
+    def buffers(self) -> dict[str, int]:
+        return dict(self.llama_buffers)
 
 
 def test_slots_show_llama_servers_fields_for_the_running_and_the_last_request() -> None:
@@ -173,6 +189,26 @@ def test_metrics_are_llama_servers_list_in_its_order_then_lfmserves() -> None:
     assert reporter.t_start == 1700000000
 
 
+def test_memory_is_the_processs_and_llama_cpps_buffers() -> None:
+    buffers = {"CPU_Mapped": 100, "CPU_REPACK": 7_000, "KV": 2_048, "RS": 33, "compute": 512, "output": 64}
+    engine = _Engine((Slot(0),), model=_Model(_ModelInfo(size_bytes=9_000), released_bytes=4_096), llama_buffers=buffers)
+    samples = _samples(MetricsReporter(engine).render())  # type: ignore[arg-type]
+    memory = {name: value for name, (kind, value) in samples.items() if name.startswith("lfmserve:memory_")}
+    resident, anonymous = memory.pop("lfmserve:memory_resident_bytes"), memory.pop("lfmserve:memory_anonymous_bytes")
+    file_backed, pss = memory.pop("lfmserve:memory_file_backed_bytes"), memory.pop("lfmserve:memory_pss_bytes")
+    assert resident == anonymous + file_backed and 0 < anonymous < resident and 0 < pss <= resident
+    assert memory == {
+        "lfmserve:memory_weights_bytes": 9000.0,
+        "lfmserve:memory_weights_repacked_bytes": 7000.0,
+        "lfmserve:memory_weights_released_bytes": 4096.0,
+        "lfmserve:memory_kv_cache_bytes": 2048.0,
+        "lfmserve:memory_recurrent_state_bytes": 33.0,
+        "lfmserve:memory_compute_bytes": 512.0,
+        "lfmserve:memory_output_bytes": 64.0,
+    }
+    assert {kind for name, (kind, _) in samples.items() if name.startswith("lfmserve:memory_")} == {"gauge"}
+
+
 def test_the_rates_average_over_the_time_since_the_last_scrape() -> None:
     stats = EngineStats(n_prompt_tokens=100, prompt_seconds=1.0, n_predicted_steps=10, predicted_seconds=1.0)
     reporter = MetricsReporter(_Engine((Slot(0),), stats=stats))  # type: ignore[arg-type]
@@ -186,7 +222,8 @@ def test_the_rates_average_over_the_time_since_the_last_scrape() -> None:
 
 def test_an_engine_that_never_decoded_reports_zeros() -> None:
     text = MetricsReporter(_Engine((Slot(0),))).render()  # type: ignore[arg-type]
-    assert all(value == 0.0 for name, (_, value) in _samples(text).items())
+    process = {f"lfmserve:memory_{name}_bytes" for name in ("resident", "anonymous", "file_backed", "pss")}
+    assert all(value == 0.0 for name, (_, value) in _samples(text).items() if name not in process)
     assert all(v == 0.0 for histogram in _histograms(text).values() for v in histogram.values())
 
 

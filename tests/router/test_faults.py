@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import Running
-from tests.router.conftest import chat, child_pid, entries, rss, start_router, wait_status
+from tests.router.conftest import chat, child_pid, entries, start_router, wait_status
 
 #: A GGUF header that says it holds -1 tensors: llama.cpp refuses it with a message of its own.
 BROKEN_GGUF = b"GGUF" + (3).to_bytes(4, "little") + b"\xff" * 100
@@ -180,7 +180,7 @@ def test_a_model_larger_than_the_memory_budget_is_refused_saying_so(
 def test_the_memory_budget_unloads_idle_models_below_models_max(running: list[Running], router_models: Path) -> None:
     probe = start_router(running, router_models)
     assert chat(probe, "text").status_code == 200
-    one_child = rss(child_pid(probe, "text") or 0)
+    one_child = entries(probe)["text"]["status"]["memory"]["held"]  # what the budget counts of a child
     probe.stop()
     # Room for a child and the files of one more, not for two children and a third's files.
     router = start_router(running, router_models, "--models-memory-max", str(int(one_child * 1.5)))

@@ -58,6 +58,11 @@ def test_a_request_loads_its_model_by_alias_and_the_listing_shows_it_loaded(rout
     assert entry["status"]["value"] == "loaded"
     assert entry["meta"]["n_ctx"] == 2048  # one slot: the whole context is one request's
     assert entries(router)["vision"]["status"]["value"] == "unloaded"
+    assert "memory" not in entries(router)["vision"]["status"]
+    memory = entry["status"]["memory"]  # the child's; what it holds: its heap and its model file's pages
+    assert sorted(memory) == ["anonymous", "file_backed", "held", "pss", "resident"]
+    assert memory["resident"] == memory["anonymous"] + memory["file_backed"]
+    assert memory["anonymous"] < memory["held"] < memory["resident"]
 
 
 def test_the_router_answers_props_itself_without_a_model_and_passes_it_on_with_one(router: Running) -> None:

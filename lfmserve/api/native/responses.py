@@ -9,11 +9,12 @@ from ...chat.logprobs import native_probabilities
 from ...chat.serving import Collected, Serving
 from ...engine.records import EngineOutput, EngineRequest, TokenLogprob
 from ..body import SamplingFields
+from ..monitoring import memory_json
 
 
 def props(serving: Serving, *, is_sleeping: bool, ui_settings: dict[str, Any]) -> dict[str, Any]:
     """``GET /props``: the generation defaults, slots, template and model, as llama-server reports them, and the
-    web UI's defaults (``--ui-config``)."""
+    web UI's defaults (``--ui-config``); lfmserve adds ``memory`` (:func:`~..monitoring.memory_json`)."""
     info = serving.model.info
     return {
         "default_generation_settings": {
@@ -40,6 +41,7 @@ def props(serving: Serving, *, is_sleeping: bool, ui_settings: dict[str, Any]) -
         "is_sleeping": is_sleeping,
         "ui_settings": ui_settings,
         "model": info.to_json(),
+        "memory": memory_json(serving.engine),
     }
 
 
