@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -21,7 +22,9 @@ import numpy as np
 
 from lfmserve.llama.quantize import quantize_q4_k_m
 from lfmserve.testing import (
+    TinyLfm2,
     free_port,
+    lfm2_1_2b_shape,
     lfm2_350m_shape,
     lfm2_vl_450m_projector,
     llama_server_weight_flags,
@@ -37,12 +40,21 @@ CACHE = Path(os.environ.get("LFMSERVE_BENCH_CACHE", Path.home() / ".cache" / "lf
 def bench_model(*, vision_tokens: bool = False) -> Path:
     """The LFM2-350M-shaped Q4_K_M model (with LFM2-VL's image tokens if asked), made once and cached."""
     name = "lfm2-vl-350m-random" if vision_tokens else "lfm2-350m-random"
+    return _cached_q4_k_m(name, replace(lfm2_350m_shape(seed=0), vision_tokens=vision_tokens))
+
+
+def bench_model_1_2b() -> Path:
+    """The LFM2-1.2B-shaped Q4_K_M model, made once and cached (about 700 MB; writing it takes minutes)."""
+    return _cached_q4_k_m("lfm2-1.2b-random", lfm2_1_2b_shape(seed=0))
+
+
+def _cached_q4_k_m(name: str, shape: TinyLfm2) -> Path:
     target = CACHE / f"{name}-Q4_K_M.gguf"
     if not target.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         f16 = CACHE / f"{name}-F16.gguf"
         print(f"writing {f16.name} ...", file=sys.stderr)
-        write_lfm2_gguf(f16, replace(lfm2_350m_shape(seed=0), vision_tokens=vision_tokens))
+        write_lfm2_gguf(f16, shape)
         quantize_q4_k_m(f16, target)
         f16.unlink()
     return target
@@ -121,19 +133,25 @@ class Server:
     argv: list[str]
     #: Polled until it answers 200 (llama-cpp-python's server has no /health).
     ready_path: str = "/health"
+    #: Where the server's output goes (none kept without it).
+    log: Path | None = None
 
     def __enter__(self) -> str:
         self.port = free_port()
         # llama-server loads weights as lfmserve does by default (where llama.cpp was built for AMX: not repacked).
         weights = list(llama_server_weight_flags()) if self.name.startswith("llama-server") else []
+        output = self.log.open("wb") if self.log else subprocess.DEVNULL
+        started = time.perf_counter()
         self.process = subprocess.Popen(
-            [*self.argv, *weights, "--port", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [*self.argv, *weights, "--port", str(self.port)], stdout=output, stderr=subprocess.STDOUT
         )
         url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
                 if httpx.get(url + self.ready_path, timeout=2).status_code == 200:
+                    #: Seconds from the process's start to its first healthy answer.
+                    self.ready_s = time.perf_counter() - started
                     return url
             except httpx.TransportError:
                 pass
@@ -145,6 +163,29 @@ class Server:
     def __exit__(self, *_: Any) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+def tree_memory(pid: int) -> dict[str, float]:
+    """Resident memory in MiB of ``pid`` and every process under it, from ``/proc/PID/smaps_rollup``: RSS, its
+    anonymous and file-backed parts, and PSS (shared pages split among the processes that map them). Pages only
+    in the page cache are not counted: no process holds them, and the kernel drops them under pressure."""
+    pids, totals = [pid], {"Rss": 0, "Anonymous": 0, "Pss": 0}
+    while pids:
+        current = pids.pop()
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
+                key, _, rest = line.partition(":")
+                if key in totals:
+                    totals[key] += int(rest.split()[0])
+            pids += [
+                int(c) for t in Path(f"/proc/{current}/task").iterdir() for c in (t / "children").read_text().split()
+            ]
+    return {
+        "rss_mib": totals["Rss"] / 1024,
+        "anonymous_mib": totals["Anonymous"] / 1024,
+        "file_mib": (totals["Rss"] - totals["Anonymous"]) / 1024,
+        "pss_mib": totals["Pss"] / 1024,
+    }
 
 
 def lfmserve_command() -> str:

@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import Server, bench_arguments, bench_model, lfmserve_command, llama_server_binary, results_log
+from common import (
+    Server,
+    bench_arguments,
+    bench_model,
+    lfmserve_command,
+    llama_server_binary,
+    results_log,
+    tree_memory,
+)
 
 MODELS = ("a", "b", "c")
 DECODE_TOKENS = 128
@@ -89,23 +97,6 @@ def decode(url: str, model: str | None) -> float:
     return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
 
 
-def tree_memory(pid: int) -> dict[str, float]:
-    """RSS and PSS in MiB of ``pid`` and every process under it."""
-    pids, rss, pss = [pid], 0, 0
-    while pids:
-        current = pids.pop()
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Rss:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("Pss:"):
-                    pss += int(line.split()[1])
-            pids += [
-                int(c) for t in Path(f"/proc/{current}/task").iterdir() for c in (t / "children").read_text().split()
-            ]
-    return {"rss_mib": rss / 1024, "pss_mib": pss / 1024}
-
-
 def main() -> int:
     parser = bench_arguments(__doc__ or "", ctx_size=4096, repeats=5)
     args = parser.parse_args()
@@ -150,8 +141,8 @@ def main() -> int:
             for model_name in MODELS:
                 stream(urls[name], model_name, 2)
             memory = tree_memory(routers[name].process.pid)
-            for key, value in memory.items():
-                record(name, key, value)
+            for key in ("rss_mib", "pss_mib"):
+                record(name, key, memory[key])
     print(report({server: {k: statistics.median(v) for k, v in by.items()} for server, by in results.items()}))
     return 0
 

@@ -140,18 +140,28 @@ class TinyLfm2:
 
 def lfm2_350m_shape(seed: int = 0) -> TinyLfm2:
     """LFM2-350M's real shape (FACTS.md) with random weights, for benchmarks."""
+    return _lfm2_dense_shape(seed, n_embd=1024, n_ff=4608, n_head=16, name="LFM2-350M-random")
+
+
+def lfm2_1_2b_shape(seed: int = 0) -> TinyLfm2:
+    """LFM2-1.2B's real shape (FACTS.md) with random weights, for the memory benchmark."""
+    return _lfm2_dense_shape(seed, n_embd=2048, n_ff=8192, n_head=32, name="LFM2-1.2B-random")
+
+
+def _lfm2_dense_shape(seed: int, *, n_embd: int, n_ff: int, n_head: int, name: str) -> TinyLfm2:
+    """The dense LFM2 family's layout: 16 layers (attention at 2, 5, 8, 10, 12, 14), 8 KV heads, 65,536 tokens."""
     attention = {2, 5, 8, 10, 12, 14}
     return TinyLfm2(
         seed=seed,
-        n_embd=1024,
-        n_ff=4608,
-        n_head=16,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
         n_head_kv=8,
         attention_layers=tuple(i in attention for i in range(16)),
         n_merges=2000,
         n_vocab=65536,
         context_length=32768,
-        name="LFM2-350M-random",
+        name=name,
         weight_scale=0.02,
         dtype=np.float16,
     )
