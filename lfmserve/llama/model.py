@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import resource
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,18 @@ def _repack_default() -> bool:
     return True
 
 
+def _say_unlocked(load_mode: str) -> None:
+    """llama.cpp serves on unlocked when it cannot lock the weights (llama-server too); say why, once, as an error."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft // 1024} KiB"
+    logger.error(
+        "-lm %s: the weights are not locked in RAM: this process may lock %s (RLIMIT_MEMLOCK); raise it (ulimit -l,"
+        " docker's --ulimit memlock=-1) or grant CAP_IPC_LOCK. Serving with them unlocked, as llama-server does",
+        load_mode,
+        limit,
+    )
+
+
 #: llama.cpp's model loading modes by their ``-lm`` names (mlock fails to load where the memory lock limit is too
 #: low, with llama.cpp's reason).
 LOAD_MODES = {
@@ -151,6 +164,8 @@ class NativeModel:
             self._model = llama.llama_model_load_from_file(self.path.encode(), params)
         #: Bytes of the weights' buffers by llama.cpp's name for them (``CPU_Mapped``, ``CPU_REPACK``, ``CPU``).
         self.buffers = buffer_sizes(lines)
+        if "mlock" in load_mode and any("failed to mlock" in line for line in lines):
+            _say_unlocked(load_mode)
         if not self._model:
             raise EngineError(f"failed to load model from {self.path}: {failure_reason(errors)}")
         #: Bytes of the mapped file given back after load: lfmserve's ``auto`` holds the weights once.

@@ -1,6 +1,7 @@
 """llama-server's load modes (``-lm``) and its older ``--no-mmap`` / ``--mlock``: each starts a server that answers,
 with the weights mapped from the file or read into memory, and locked in RAM or not, as the mode says (read from
-the server process's ``/proc/PID/maps`` and ``VmLck``)."""
+the server process's ``/proc/PID/maps`` and ``VmLck``); a lock past the machine's limit serves unlocked, as
+llama-server does, with an error that says why."""
 
 from __future__ import annotations
 
@@ -73,3 +74,24 @@ def test_every_mode_the_flag_takes_is_one_llama_cpp_is_given() -> None:
     from lfmserve.settings import fields
 
     assert (list(model.LOAD_MODES), sorted(model.LAZY_MODES)) == (list(fields.LOAD_MODES), sorted(fields.LAZY_MODES))
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None or shutil.which("setpriv") is None, reason="needs util-linux")
+def test_mlock_past_the_lock_limit_serves_unlocked_and_says_why_as_an_error(
+    running: list[Running], tiny_gguf: Path
+) -> None:
+    assert LFMSERVE is not None
+    # 64 KiB may be locked, and not even root may pass that: the capability to is dropped.
+    limits = ["prlimit", "--memlock=65536:65536", "setpriv", "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock"]
+    server = Running([*limits, LFMSERVE, "-m", str(tiny_gguf), "-t", "1", "-np", "1", "--no-ui", "-lm", "mlock"])
+    running.append(server)
+    wait_healthy(server.url, server.process)
+    answer = httpx.post(server.url + "/completion", json={"prompt": "hi", "n_predict": 2}, timeout=60)
+    assert (answer.status_code, answer.json()["tokens_predicted"]) == (200, 2)
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{server.process.pid}/status").read_text().splitlines())
+    assert int(status["VmLck"].split()[0]) == 0
+    assert (
+        "-lm mlock: the weights are not locked in RAM: this process may lock 64 KiB (RLIMIT_MEMLOCK); raise it"
+        " (ulimit -l, docker's --ulimit memlock=-1) or grant CAP_IPC_LOCK. Serving with them unlocked, as"
+        " llama-server does"
+    ) in server.log()
