@@ -312,7 +312,10 @@ class Engine:
 
 
 def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
-    """The shared context of the slots: one sequence per slot, sized as llama-server sizes it."""
+    """The shared context of the slots: one sequence per slot, sized as llama-server sizes it, logits included: a
+    step asks for one row per slot and one per draft token. llama.cpp otherwise sizes the compute buffer for logits
+    of a whole batch (``n_ubatch`` rows of the vocabulary: 128 MiB more on LFM2's 65,536 tokens)."""
+    drafts = config.speculation.max_draft if config.speculation.enabled else 0
     return NativeContext(
         model,
         n_ctx=config.context_sizes(model.info.n_ctx_train).n_ctx,
@@ -321,6 +324,7 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
         n_seq_max=config.n_slots,
         n_threads=config.n_threads,
         n_threads_batch=config.n_threads_batch or config.n_threads,
+        n_outputs_max=config.n_slots * (1 + drafts),
         kv=config.kv,
     )
 

@@ -69,7 +69,7 @@ def captured_lines() -> Iterator[list[str]]:
         _capture.lines = None
 
 
-_BUFFER_SIZE = re.compile(r"(\S+) (model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+_BUFFER_SIZE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
 
 
 def buffer_sizes(lines: Sequence[str]) -> dict[str, int]:

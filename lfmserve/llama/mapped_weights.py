@@ -131,7 +131,8 @@ def _graph_weights(model: Any) -> dict[str, int]:
 
     callback = llama.ggml_backend_sched_eval_callback(observe)
     params = llama.llama_context_default_params()
-    params.n_ctx = params.n_batch = params.n_ubatch = 256
+    params.n_ctx = 256
+    params.n_batch = params.n_ubatch = params.n_outputs_max = 1  # the smallest compute buffer
     params.n_seq_max = 1
     params.n_threads = params.n_threads_batch = 1
     params.cb_eval = callback
