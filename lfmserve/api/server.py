@@ -41,6 +41,7 @@ class Server(uvicorn.Server):
             # costs about 5 us more per streamed event (measured: 8 against 3 us of the loop's time); through a
             # router, the decode ratio to the model served alone was the same as with httptools (0.99 and 0.98).
             http="h11",
+            ws="none",  # llama-server's API has no websockets; "auto" would import the websockets package
             log_config=None,  # its lines go through lfmserve's handlers: --log-file, --log-jsonl and the rest
             log_level="info" if settings.verbose else "warning",
             access_log=settings.verbose,

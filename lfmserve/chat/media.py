@@ -5,6 +5,9 @@ decoded by what they are, not by the part's type, as llama-server does (``media.
 an ``image_url`` part are audio). Decoding runs in a worker thread: a large JPEG or a minute of MP3
 takes tens of milliseconds of CPU that the event loop must not wait for.
 
+Pillow, libsndfile and soxr (``media.decode``) are imported by the first media item read, not with this module:
+a server without a projector, or whose requests carry no media, never loads them.
+
 Example::
 
     reader = MediaReader(projector, MediaPolicy())
@@ -23,7 +26,6 @@ from collections.abc import Sequence
 
 from ..errors import InvalidRequest
 from ..llama.mtmd import Media, Projector
-from ..media.decode import decode_audio, decode_image, is_audio, is_image
 from ..media.sources import MediaPolicy, media_bytes
 from .request import ChatRequest, MediaType
 
@@ -60,6 +62,8 @@ def media_type_of_base64(data: str) -> MediaType:
         start = base64.b64decode(head[: len(head) // 4 * 4], validate=True)
     except (binascii.Error, ValueError):
         return "image"  # not base64: reading it fails later, naming the part
+    from ..media.decode import is_audio
+
     return "audio" if is_audio(start) else "image"
 
 
@@ -117,6 +121,8 @@ class MediaReader:
     def decode(self, kind: MediaType | None, data: bytes, param: str) -> Media:
         """One item's bytes as decoded media, by what the bytes are; a 400 naming ``param`` when they are neither
         an image nor audio the projector reads (call :meth:`check_types` first)."""
+        from ..media.decode import decode_audio, decode_image, is_audio, is_image
+
         projector = self._projector
         assert projector is not None  # checked by the part's type first
         # Bytes that are neither audio nor an image, in an audio part: refused as audio, not as "not an image".

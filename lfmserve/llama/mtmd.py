@@ -25,7 +25,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import gguf
 import llama_cpp.llama_cpp as llama
 import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
@@ -121,6 +120,8 @@ def _open(path: str, model: NativeModel, params: Any, n_threads: int) -> Any:
 
 def read_projector_file(path: str) -> ProjectorFile:
     """The projector types and the audio length bound, from the GGUF's metadata and tensor shapes."""
+    import gguf  # with a projector only: gguf (and the PyYAML it loads) costs megabytes a text model does not need
+
     try:
         reader = gguf.GGUFReader(path)
     except (OSError, ValueError) as exc:

@@ -3,7 +3,8 @@
 Uses huggingface_hub, so ``HF_ENDPOINT``, ``HF_TOKEN`` (read into ``--hf-token``), ``HF_HOME`` and
 ``HF_HUB_OFFLINE`` work as they do everywhere else (``LLAMA_CACHE``, as in llama.cpp, names the cache folder),
 downloads show a progress bar, and a file downloaded once is served from the cache when the hub cannot be
-reached.
+reached. huggingface_hub is imported by the first download or cache look-up, not with this module: a server given
+``-m FILE`` never loads it.
 
 Example::
 
@@ -18,10 +19,6 @@ import re
 import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
-
-import huggingface_hub
-from huggingface_hub import constants
-from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
 from ..errors import LfmError, NotFound
 
@@ -105,6 +102,10 @@ def resolve_hf_model(
     When the hub's host does not answer and the files are cached, the cache is used at once instead of
     waiting through huggingface_hub's retries.
     """
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError
+
     repo, quant = split_spec(spec)
     if offline:
         return _from_cache(repo, quant, hf_file, projector, why="(--offline)")
@@ -136,6 +137,8 @@ def resolve_hf_model(
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the hub's host accepts a TCP connection (False in offline mode)."""
+    from huggingface_hub import constants
+
     if constants.HF_HUB_OFFLINE:
         return False
     url = urlsplit(constants.ENDPOINT)
@@ -150,6 +153,9 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
 def _from_cache(
     repo: str, quant: str, hf_file: str | None, projector: bool, *, why: str = "and the hub cannot be reached"
 ) -> tuple[str, str | None]:
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
     try:
         snapshot = huggingface_hub.snapshot_download(repo, local_files_only=True, cache_dir=cache_dir())
     except LocalEntryNotFoundError as exc:

@@ -6,10 +6,8 @@ tests. The startup log names the model, its context and where each sampling defa
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -218,24 +216,8 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
             "prefixes are reused through checkpoints and slot copies instead",
             settings.engine.cache_reuse,
         )
-    serving = Serving(
+    # The grammar tokenizer (llguidance) is built by the first constrained request, not here: most servers get none,
+    # and it holds 110 MB for a 262,144-token vocabulary (docs/architecture.md, "Imports and memory").
+    return Serving(
         model, engine, template, serving_options(settings, model_name(settings.source, files.model), defaults)
     )
-    builder = threading.Timer(_GRAMMAR_DELAY_S, _prepare_grammars, args=(serving,))
-    builder.name, builder.daemon = "lfmserve-grammar-tokenizer", True
-    builder.start()
-    return serving
-
-
-#: How long after loading the grammar tokenizer is built: past a router's first request (its cold start).
-_GRAMMAR_DELAY_S = 3.0
-
-
-def _prepare_grammars(serving: Serving) -> None:
-    """Build the grammar tokenizer (0.2 s of CPU for a 65,536-token vocabulary, most of it holding the GIL) a
-    few seconds after the server is ready instead of before: most requests are not constrained, and a
-    constrained one that comes first builds it itself (it waits for the lock). At the lowest priority (Linux
-    niceness is per thread), so it takes as little as it can from the decodes running then."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    serving.grammars.prepare()

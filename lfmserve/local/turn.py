@@ -22,12 +22,11 @@ import dataclasses
 import io
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
-
-from PIL import Image
+from typing import TYPE_CHECKING, Any, Union
 
 from ..chat.media import MediaReader
 from ..chat.output import AssistantMessage, OutputDelta, finish_reason
@@ -37,8 +36,11 @@ from ..errors import InvalidRequest
 from ..llama.mtmd import Media
 from ..results import ChatResult, ContentDelta, ReasoningDelta, Timings, ToolCall, ToolCallDelta, Usage, parse_content
 
+if TYPE_CHECKING:
+    from PIL import Image
+
 #: A picture: encoded bytes in any format the server reads, a path to such a file, or a PIL image.
-ImageInput = Union[bytes, str, "os.PathLike[str]", Image.Image]
+ImageInput = Union[bytes, str, "os.PathLike[str]", "Image.Image"]
 #: A recording: WAV, FLAC, MP3 or Ogg bytes, or a path to such a file.
 AudioInput = Union[bytes, str, "os.PathLike[str]"]
 #: A media item to read: its kind, what the app gave, and the argument it came in (``images.0``).
@@ -159,7 +161,7 @@ def tool_choice(value: str | Mapping[str, Any] | None) -> ToolChoice:
 def media_items(images: Sequence[ImageInput], audio: Sequence[AudioInput]) -> list[MediaItem]:
     """The items of ``images=`` and ``audio=``, each named by its argument and place."""
     for name, items in (("images", images), ("audio", audio)):
-        if isinstance(items, str | bytes | os.PathLike | Image.Image):
+        if isinstance(items, str | bytes | os.PathLike) or _is_pil_image(items):
             raise TypeError(f"{name} is a list of items, not one item")
     return [("image", item, f"images.{i}") for i, item in enumerate(images)] + [
         ("audio", item, f"audio.{i}") for i, item in enumerate(audio)
@@ -182,11 +184,18 @@ def media_bytes(item: ImageInput, param: str) -> bytes:
             return Path(item).read_bytes()
         except OSError as exc:
             raise InvalidRequest(f"cannot read {param} from {str(item)[:200]!r}: {exc.strerror}", param=param) from exc
-    if isinstance(item, Image.Image):
+    if _is_pil_image(item):
         buffer = io.BytesIO()
         item.convert("RGB").save(buffer, format="PNG")  # the reader takes RGB, as it does from any file
         return buffer.getvalue()
     raise TypeError(f"{param} is bytes, a path or a PIL image, not {type(item).__name__}")
+
+
+def _is_pil_image(item: object) -> bool:
+    """Whether ``item`` is a PIL image, asked without importing Pillow (an app that made one has imported it): a
+    text model's chats never load it."""
+    module = sys.modules.get("PIL.Image")
+    return module is not None and isinstance(item, module.Image)
 
 
 # -- the reply ------------------------------------------------------------------------------------

@@ -23,11 +23,13 @@ import ipaddress
 import os
 import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-import httpx
-
 from ..errors import InvalidRequest
+
+if TYPE_CHECKING:
+    import httpx
 
 #: llama-server's limits for remote media.
 MAX_REMOTE_BYTES = 10 * 1024 * 1024
@@ -137,6 +139,8 @@ def _failed(param: str, why: str) -> InvalidRequest:
 async def _fetch(url: str, policy: MediaPolicy, param: str) -> bytes:
     if not policy.fetch:
         raise InvalidRequest("remote media URLs are turned off on this server (--no-media-fetch)", param=param)
+    import httpx  # here, not at the top: most servers never fetch media, and httpx costs megabytes to import
+
     try:
         async with httpx.AsyncClient(timeout=policy.timeout_s, follow_redirects=False, trust_env=False) as client:
             return await asyncio.wait_for(_follow(client, url, policy, param), policy.timeout_s)

@@ -138,12 +138,11 @@ def test_untyped_items_and_properties_are_an_array_and_an_object_as_llama_cpp_re
 
 
 def test_grammars_closed_with_their_model_build_nothing_from_it(tiny_gguf: Path) -> None:
-    """The loader builds the grammar tokenizer a few seconds after loading; a model put to sleep (and freed) in
-    between must not be read: after close, prepare does nothing and a constrained request is refused."""
+    """The grammar tokenizer is built by the first constrained request; after the model is put to sleep (and freed)
+    it must not be read: a constrained request is refused instead (reading it would abort the process)."""
     model = NativeModel(str(tiny_gguf))
     grammars = Grammars(model)
     grammars.close()
     model.close()
-    grammars.prepare()  # the freed model is not touched (it would abort the process)
     with pytest.raises(EngineError, match="^the model has been unloaded$"):
         grammars.json_schema({"type": "object"}, param="response_format")

@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 
 import httpx
-import huggingface_hub
 import pytest
+from huggingface_hub import constants
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -149,7 +149,7 @@ def test_hf_downloads_the_quant_then_serves_from_the_cache_offline(tmp_path: Pat
 
 
 def test_offline_without_the_files_cached_names_the_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(NotFound, match=r"^LiquidAI/Absent-GGUF is not in the local cache \(--offline\)$"):
         resolve_hf_model("LiquidAI/Absent-GGUF", offline=True)
 

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gguf import LlamaFileType
-
 from ...chat.template import ChatFormatter, ChatTemplate
 from ...errors import TemplateError
 
@@ -51,6 +49,8 @@ class ModelCard:
 
     @property
     def quantization(self) -> str:
+        from gguf import LlamaFileType  # here: only Ollama's model routes need it, and gguf costs megabytes
+
         try:
             return LlamaFileType(self.file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:

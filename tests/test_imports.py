@@ -1,0 +1,102 @@
+"""What a server imports: only what its configuration and its requests use (issue 41: Python's own memory).
+
+A text model served with ``-m FILE`` and no projector loads no media decoders, no Hugging Face client, no Ray, no
+HTTP client and no websockets; llguidance comes with the first constrained request. Checked in a real ``lfmserve``
+process (this test's own process has imported everything), which answers a plain chat and then a constrained one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lfmserve.testing import free_port
+
+#: Packages a text model's server must not import until a request or a flag calls for them.
+OPTIONAL = frozenset(
+    {
+        "PIL",  # Pillow, soundfile and soxr: media decoding, with a projector and media in a request
+        "soundfile",
+        "soxr",
+        "llguidance",  # constrained sampling, at the first constrained request
+        "huggingface_hub",  # -hf and the router's catalog
+        "ray",  # serve-ray
+        "httpx",  # media URLs (and the client, the router's proxy)
+        "rich",  # the terminal chat
+        "prompt_toolkit",
+        "websockets",  # uvicorn's websocket support: llama-server's API has none
+        "gguf",  # a projector's metadata, Ollama's model cards
+        "openai",
+        "anthropic",
+    }
+)
+
+#: Runs in the server's process: serves with the CLI's own entry point, sends a plain chat and then a constrained
+#: one (over http.client, which imports none of the packages above), and prints the optional packages loaded
+#: after each; then stops the server as SIGTERM does.
+_PROBE = """
+import http.client, json, os, signal, sys, threading, time
+from lfmserve.cli import main
+
+model, port, optional = sys.argv[1], int(sys.argv[2]), set(json.loads(sys.argv[3]))
+
+def loaded():
+    return sorted({name.split(".")[0] for name in list(sys.modules)} & optional)
+
+def request(method, path, body=None):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    connection.request(method, path, json.dumps(body) if body else None, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    return response.status, response.read()
+
+def probe():
+    try:
+        for _ in range(1200):
+            try:
+                if request("GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        report = {"started": loaded(), "plain": request("POST", "/v1/chat/completions", chat)[0]}
+        report["after_plain"] = loaded()
+        schema = {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}
+        report["constrained"] = request("POST", "/v1/chat/completions", {**chat, "response_format": schema})[0]
+        report["after_constrained"] = loaded()
+        print("REPORT " + json.dumps(report), flush=True)
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=probe, daemon=True).start()
+sys.exit(main(["-m", model, "--port", str(port), "-c", "512", "-np", "1", "-t", "1", "--no-ui"]))
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tiny_gguf: Path) -> dict[str, Any]:
+    """What a text model's server had imported when it started, after a plain chat and after a constrained one."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(tiny_gguf), str(free_port()), json.dumps(sorted(OPTIONAL))],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert lines, done.stdout + done.stderr
+    result: dict[str, Any] = json.loads(lines[0].removeprefix("REPORT "))
+    assert result["plain"] == result["constrained"] == 200
+    return result
+
+
+def test_a_text_model_server_imports_no_optional_package(report: dict[str, Any]) -> None:
+    assert report["started"] == report["after_plain"] == []
+
+
+def test_the_first_constrained_request_imports_llguidance_and_nothing_else(report: dict[str, Any]) -> None:
+    assert report["after_constrained"] == ["llguidance"]
