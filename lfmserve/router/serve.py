@@ -15,17 +15,9 @@ from .proxy import Proxy
 from .spawn import ChildStart, Spawner, drop_secret_variables
 
 logger = logging.getLogger("lfmserve")
-#: What the fork server imports once, so that a child starts with all of it in memory.
-PRELOAD = (
-    "lfmserve.cli",
-    "lfmserve.api.app",
-    "lfmserve.loading.loader",
-    # what uvicorn imports only when a server starts
-    "uvicorn.protocols.http.h11_impl",
-    "uvicorn.lifespan.on",
-    "uvicorn.loops.auto",
-    "uvicorn.loops.uvloop",
-)
+#: What the fork server imports once, so that a child starts with all of it in memory: the module whose import
+#: imports what every child shares, then freezes it for the garbage collector (see its docstring).
+PRELOAD = ("lfmserve.router.preload",)
 
 
 def serve_router(settings: Settings, child: Callable[[ChildStart], None], sockets: list[socket.socket]) -> int:

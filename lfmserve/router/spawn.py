@@ -3,7 +3,8 @@
 A fresh interpreter spends seconds importing FastAPI, pydantic, llama.cpp's bindings and lfmserve before it
 reads a model. The fork server (multiprocessing's ``forkserver``) pays that once, when the router starts, and
 forks a copy of itself for each model load, so a child pays only for loading its model. The fork server has
-imported modules and started no thread, so forking it is safe; its children share its imported pages.
+imported modules and started no thread, so forking it is safe; its children share its imported pages, which its
+preload (:mod:`.preload`) freezes for the garbage collector so that a child's collections do not copy them.
 
 What a child gets (:class:`ChildStart`) travels over the fork server's own socket, never in a command line or
 an environment (``/proc/PID/cmdline`` and ``environ`` are readable by every local user): its flags, its secrets,

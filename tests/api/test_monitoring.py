@@ -191,7 +191,9 @@ def test_metrics_are_llama_servers_list_in_its_order_then_lfmserves() -> None:
 
 def test_memory_is_the_processs_and_llama_cpps_buffers() -> None:
     buffers = {"CPU_Mapped": 100, "CPU_REPACK": 7_000, "KV": 2_048, "RS": 33, "compute": 512, "output": 64}
-    engine = _Engine((Slot(0),), model=_Model(_ModelInfo(size_bytes=9_000), released_bytes=4_096), llama_buffers=buffers)
+    engine = _Engine(
+        (Slot(0),), model=_Model(_ModelInfo(size_bytes=9_000), released_bytes=4_096), llama_buffers=buffers
+    )
     samples = _samples(MetricsReporter(engine).render())  # type: ignore[arg-type]
     memory = {name: value for name, (kind, value) in samples.items() if name.startswith("lfmserve:memory_")}
     resident, anonymous = memory.pop("lfmserve:memory_resident_bytes"), memory.pop("lfmserve:memory_anonymous_bytes")
