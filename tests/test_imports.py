@@ -1,4 +1,4 @@
-"""What a server imports: only what its configuration and its requests use (issue 41: Python's own memory).
+"""What a server imports: only what its configuration and its requests use.
 
 A text model served with ``-m FILE`` and no projector loads no media decoders, no Hugging Face client, no Ray, no
 HTTP client and no websockets; llguidance comes with the first constrained request. Checked in a real ``lfmserve``
@@ -100,3 +100,16 @@ def test_a_text_model_server_imports_no_optional_package(report: dict[str, Any])
 
 def test_the_first_constrained_request_imports_llguidance_and_nothing_else(report: dict[str, Any]) -> None:
     assert report["after_constrained"] == ["llguidance"]
+
+
+def test_llama_cpp_python_s_high_level_api_waits_for_a_name_read_from_its_package() -> None:
+    probe = (
+        "import sys, lfmserve.llama.model, lfmserve.llama.mtmd\n"
+        "before = sorted(m for m in sys.modules if m.startswith('llama_cpp'))\n"
+        "from llama_cpp import Llama\n"
+        "print(before, Llama.__module__)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == (
+        "['llama_cpp', 'llama_cpp._ctypes_extensions', 'llama_cpp.llama_cpp', 'llama_cpp.mtmd_cpp'] llama_cpp.llama"
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import logging
 import re
@@ -12,7 +11,6 @@ from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Any
 
-import llama_cpp._utils as llama_utils
 import llama_cpp.llama_cpp as llama
 from llama_cpp._ctypes_extensions import load_shared_library
 
@@ -86,11 +84,6 @@ def buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
 
 #: llama.cpp's (and mtmd's) log, routed to :mod:`logging`; kept referenced: llama.cpp holds the pointer.
 forward_log = llama.llama_log_callback(_log_llama)
-
-# llama-cpp-python opens two /dev/null files when its package is imported (for its high-level API, which
-# lfmserve does not use) and never closes them: every interpreter exit warned "unclosed file".
-for _null in (llama_utils.outnull_file, llama_utils.errnull_file):
-    atexit.register(_null.close)
 
 
 def failure_reason(errors: Sequence[str]) -> str:
