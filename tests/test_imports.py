@@ -102,14 +102,25 @@ def test_the_first_constrained_request_imports_llguidance_and_nothing_else(repor
     assert report["after_constrained"] == ["llguidance"]
 
 
-def test_llama_cpp_python_s_high_level_api_waits_for_a_name_read_from_its_package() -> None:
+def test_llama_cpp_python_s_high_level_api_waits_for_a_name_read_from_its_package(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model")
     probe = (
-        "import sys, lfmserve.llama.model, lfmserve.llama.mtmd\n"
+        "import sys, lfmserve.llama.mtmd\n"
+        "from lfmserve.errors import EngineError\n"
+        "from lfmserve.llama.backend import init_backend\n"
+        "from lfmserve.llama.model import NativeModel\n"
+        "init_backend()  # lfmserve's log set up before the high-level API's import takes it\n"
         "before = sorted(m for m in sys.modules if m.startswith('llama_cpp'))\n"
         "from llama_cpp import Llama\n"
-        "print(before, Llama.__module__)"
+        "print(before, Llama.__module__)\n"
+        "try:\n"
+        f"    NativeModel({str(junk)!r})\n"
+        "except EngineError as error:\n"
+        "    print(error)  # llama.cpp's reason, read from its log: the log is still lfmserve's\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == (
-        "['llama_cpp', 'llama_cpp._ctypes_extensions', 'llama_cpp.llama_cpp', 'llama_cpp.mtmd_cpp'] llama_cpp.llama"
-    )
+    assert done.stdout.splitlines() == [
+        "['llama_cpp', 'llama_cpp._ctypes_extensions', 'llama_cpp.llama_cpp', 'llama_cpp.mtmd_cpp'] llama_cpp.llama",
+        f"failed to load model from {junk}: invalid magic characters: 'not ', expected 'GGUF'",
+    ]

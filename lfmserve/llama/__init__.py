@@ -7,7 +7,8 @@ Importing this package makes ``llama_cpp``'s own ``__init__`` wait until somethi
 lfmserve uses only its submodules (the ctypes bindings ``llama_cpp.llama_cpp`` and ``mtmd_cpp``), and that
 ``__init__`` imports llama-cpp-python's high-level API (``Llama``, its chat formats, diskcache, sqlite3): 5.5 MB
 of memory in every server and router child, and two ``/dev/null`` files opened and never closed. Code in the same
-process that does use it (``from llama_cpp import Llama``) gets it as before, loaded at that first read.
+process that does use it (``from llama_cpp import Llama``) gets it as before, loaded at that first read (which
+hands llama.cpp's log back to lfmserve, since the high-level API's import takes it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class _PackageRunOnFirstRead(types.ModuleType):
             raise AttributeError(name)
         self._lfmserve_ran = True
         spec.loader.exec_module(self)
+        from .backend import reclaim_log  # that __init__ hands llama.cpp's log to its own logger
+
+        reclaim_log()
         return getattr(self, name)
 
 

@@ -106,6 +106,13 @@ def init_backend() -> None:
         _backend_ready = True
 
 
+def reclaim_log() -> None:
+    """Route llama.cpp's log to :mod:`logging` again, once initialised: llama-cpp-python's high-level API sets its
+    own callback when it is imported, which in a process that uses both can happen after lfmserve set up."""
+    if _backend_ready:
+        llama.llama_log_set(forward_log, None)
+
+
 def build_info() -> str:
     """The llama.cpp build linked in, named by the pinned llama-cpp-python release."""
     return f"llama-cpp-python {version('llama-cpp-python')}"

@@ -73,7 +73,13 @@ def test_a_slow_disk_drops_and_counts_what_the_writer_cannot_hold(
     assert (cache.stats.n_disk_cache_drops, cache.stats.n_disk_cache_writes) == (2, 2)
     assert _first_tokens(cache.folder) == [100, 200]
     engine = SimpleNamespace(
-        slots=(), stats=cache.stats, n_waiting=0, ram_cache=RamPromptCache(0), config=EngineConfig()
+        slots=(),
+        stats=cache.stats,
+        n_waiting=0,
+        ram_cache=RamPromptCache(0),
+        config=EngineConfig(),
+        model=SimpleNamespace(info=SimpleNamespace(size_bytes=0), released_bytes=0),
+        buffers=dict,
     )
     lines = MetricsReporter(engine).render().splitlines()  # type: ignore[arg-type]
     assert [line for line in lines if line.startswith("lfmserve:disk_cache_")] == [

@@ -25,6 +25,10 @@ def test_props_report_defaults_slots_template_and_model(tiny_server: ServerThrea
     assert props.pop("sampling_sources")["temperature"] == "LFM family table (LFM2 text, LFM2.5-JP)"
     marker = props.pop("media_marker")
     assert re.fullmatch(r"<__media_[0-9a-f]{32}__>", marker)  # random per process: a client cannot type it
+    assert sorted(props.pop("memory")) == [  # its figures: test_props.py
+        "anonymous", "compute", "file_backed", "kv_cache", "output", "pss", "recurrent_state", "resident",
+        "weights", "weights_released", "weights_repacked",
+    ]  # fmt: skip
     model = props.pop("model")
     assert model.pop("n_params") > 0 and model.pop("size") > 0
     assert model == {
