@@ -47,6 +47,7 @@ from .scheduler import Slot
 from .slot_control import SlotControl
 from .speculation.costs import measure_batch_costs
 from .speculation.draft_model import DraftModel
+from .speculation.exactness import exact_batch_size
 from .speculation.speculator import Speculator
 from .step import BatchStep
 from .stream import OutputSink
@@ -355,8 +356,8 @@ def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig
 def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int) -> Speculator:
     """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ``ctx``.
 
-    It is built before the engine thread starts, because it measures the batch costs on slot 0's sequence
-    while that is still empty.
+    It is built before the engine thread starts, because it measures the batch costs and the exact batch size on
+    slot 0's sequence while that is still empty.
     """
     spec = config.speculation
     draft_model = None
@@ -375,7 +376,9 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
             p_min=spec.p_min,
         )
     costs = measure_batch_costs(ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
-    return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs)
+    # Synthetic acceptance keeps drafts by chance: their verification's numbers do not matter.
+    exact = exact_batch_size(ctx, seq_id=0, n_max=1 + spec.max_draft) if spec.exact and not spec.synth_rates else None
+    return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
 
 
 def _embedding_context(model: NativeModel, config: EngineConfig, projector: Projector | None) -> EmbeddingContext:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
 import re
@@ -108,7 +109,13 @@ def init_backend() -> None:
 
 def reclaim_log() -> None:
     """Route llama.cpp's log to :mod:`logging` again, once initialised: llama-cpp-python's high-level API sets its
-    own callback when it is imported, which in a process that uses both can happen after lfmserve set up."""
+    own callback when it is imported, which in a process that uses both can happen after lfmserve set up. That
+    import also opens two ``/dev/null`` files it never closes (every exit warned "unclosed file"): closed at
+    exit."""
+    import llama_cpp._utils as high_level_utils
+
+    for null in (high_level_utils.outnull_file, high_level_utils.errnull_file):
+        atexit.register(null.close)
     if _backend_ready:
         llama.llama_log_set(forward_log, None)
 

@@ -96,6 +96,7 @@ def speculation_config(spec: SpeculationSettings, draft_model: str | None = None
         n_threads_batch=spec.spec_draft_threads_batch,
         type_k=spec.spec_draft_type_k,
         type_v=spec.spec_draft_type_v,
+        exact=spec.spec_exact,
     )
     try:
         rates = resolve_synth_rates(spec.spec_synth_len, spec.synth_rate_values, config.max_draft)

@@ -621,6 +621,15 @@ class SpeculationSettings:
             help="comma-separated chances of keeping each draft position whatever the model says (benchmarking)",
         ),
     )
+    spec_exact: bool = switch(
+        "--spec-exact",
+        "--no-spec-exact",
+        help="verify drafts only in batches llama.cpp's kernels compute as they compute a token alone, so greedy "
+        "output is the same with and without drafts (measured at startup; on CPUs that repack weights, drafts of "
+        "2 tokens at most); --no-spec-exact verifies longer drafts, faster, as llama-server does",
+        default=True,
+        action=OnOffAction,
+    )
     spec_ngram_simple_size_n: int = field(
         default=12, metadata=flag("--spec-ngram-simple-size-n", help="tokens looked up (ngram-simple)", type=int)
     )

@@ -24,6 +24,7 @@ def speculative(server_factory: Callable[..., ServerThread], tiny_gguf: Path) ->
         threads=1,
         metrics=True,
         spec_type="ngram-simple",
+        spec_exact=False,  # the tiny model's F32 kernels verify no draft exactly (test_exactness.py)
         spec_ngram_simple_size_n=1,  # the random model gets drafts often (it rejects nearly all of them)
         spec_ngram_simple_size_m=6,
     )
@@ -84,7 +85,9 @@ def test_a_draft_model_drafts_what_the_model_samples(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path
 ) -> None:
     """``--spec-type draft-simple -md FILE``: the model drafting for itself guesses the tokens it samples."""
-    settings = Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="draft-simple")
+    settings = Settings.of(
+        model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="draft-simple", spec_exact=False
+    )
     drafting = server_factory(settings.replace(spec_draft_model=str(tiny_gguf), spec_draft_n_max=4))
     # (No repeat penalty: the draft model guesses the unpenalised greedy token; LFM's default penalises.)
     body = {**BODY, "cache_prompt": False, "repeat_penalty": 1.0}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import astuple
 
-import llama_cpp as llama
+import llama_cpp.llama_cpp as llama
 import pytest
 
 from lfmserve.engine.core import Engine

@@ -2,15 +2,17 @@
 
 Decoding one token costs a pass over the weights; checking guessed tokens in the same batch costs less
 than decoding each. The batch step decodes a generation's pending token and its draft together; the
-generation samples each position in turn and keeps the drafted tokens while they are what it samples, so
-the output is the one decoding without a draft gives (but at near ties, which llama.cpp's batched kernels
-can round either way), and the rejected tail is removed from the slot's memory (a recurrent state is
-restored from a snapshot, ``step.BatchStep``).
+generation samples each position in turn and keeps the drafted tokens while they are what it samples, and
+the rejected tail is removed from the slot's memory (a recurrent state is restored from a snapshot,
+``step.BatchStep``). The output is the one decoding without a draft gives as long as every verifying batch is
+one llama.cpp's kernels compute as single decodes (:mod:`.exactness`, ``--spec-exact``); in larger ones, near
+ties can round either way.
 
 - :mod:`.config`: ``--spec-type`` and the drafters' sizes.
 - :mod:`.ngram`, :mod:`.ngram_mod`, :mod:`.ngram_cache`: drafts from the request's own tokens.
 - :mod:`.draft_model`: ``draft-simple``, a smaller model's guesses.
 - :mod:`.worth`: how much of a guess is worth verifying, from each slot's measured acceptance.
+- :mod:`.exactness`: the largest batch the kernels compute as single decodes, which drafts stay within.
 - :mod:`.speculator`: each step's drafts, from those parts.
 
 The package exports the model-free parts (the request records import the config, and they load without

@@ -58,6 +58,9 @@ class SpeculationConfig:
     #: ``--spec-synth-rates`` / ``--spec-synth-len``: each draft position's chance of being kept whatever the model
     #: says (llama-server's benchmarking mode; empty: drafts are verified).
     synth_rates: tuple[float, ...] = ()
+    #: ``--spec-exact``: drafts verified only in batches whose rows come out as single decodes'
+    #: (:mod:`.exactness`).
+    exact: bool = True
 
     def __post_init__(self) -> None:
         if "draft-simple" in self.types and not self.draft_model:

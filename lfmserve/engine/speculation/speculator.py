@@ -80,10 +80,14 @@ class Speculator:
         n_ctx_slot: int,
         draft_model: DraftModel | None = None,
         costs: BatchCosts = LINEAR_COSTS,
+        exact_batch: int | None = None,
     ) -> None:
-        """``costs``: what a decode of n tokens costs here (:func:`.costs.measure_batch_costs`)."""
+        """``costs``: what a decode of n tokens costs here (:func:`.costs.measure_batch_costs`). ``exact_batch``:
+        the most tokens a decode computes as single decodes (:func:`.exactness.exact_batch_size`), which a
+        generation's replayed tokens, pending token and draft then never exceed (None: no such bound)."""
         self._config = config
         self._costs = costs
+        self._exact_batch = exact_batch
         self._n_ctx_slot = n_ctx_slot
         self._mod_table = NgramModTable(config.ngram_mod) if "ngram-mod" in config.types else None
         self._draft_model = draft_model
@@ -163,6 +167,8 @@ class Speculator:
         if request.draft_max is not None:
             limit = min(limit, request.draft_max)
         remaining = request.max_tokens - gen.n_decoded - 1 if request.max_tokens > 0 else limit
+        if self._exact_batch is not None:
+            limit = min(limit, self._exact_batch - 1 - len(gen.replay))
         return min(limit, room, remaining, self._n_ctx_slot - len(gen.history) - 2)
 
     def _choose(self, gen: Generation, guess: list[int], drafter: Drafter | None, plan: _StepPlan) -> None:

@@ -22,7 +22,10 @@ GEMMA_MS = {1: 17.6, 2: 34.3, 3: 39.6, 4: 44.7, 5: 63.8, 6: 70.6, 7: 76.1, 8: 66
 def spec_config(kind: str, *, n: int, draft_model: Path) -> SpeculationConfig:
     """``kind`` with ``n``-token lookups, so the models get drafts often. Random weights do not copy, so free
     text rejects nearly every n-gram draft (the rollback path); a grammar that repeats one phrase makes them
-    keep some. The draft model is the model itself: its guesses are what greedy decoding samples."""
+    keep some. The draft model is the model itself: its guesses are what greedy decoding samples. Drafts are
+    verified as llama-server verifies them, in batches of any size (``exact=False``): the tiny models' F32
+    kernels compute no batch of two or more as single decodes, so ``--spec-exact`` would verify none of their
+    drafts (test_exactness.py tests it)."""
     sizes = NgramSizes(size_n=n, size_m=6)
     return SpeculationConfig(
         types=(kind,),
@@ -32,6 +35,7 @@ def spec_config(kind: str, *, n: int, draft_model: Path) -> SpeculationConfig:
         ngram_map_k4v=sizes,
         ngram_mod=NgramModSizes(n_match=n, n_min=1, n_max=6),
         draft_model=str(draft_model),
+        exact=False,
     )
 
 

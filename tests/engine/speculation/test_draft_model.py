@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import llama_cpp as llama
+import llama_cpp.llama_cpp as llama
 import numpy as np
 import pytest
 

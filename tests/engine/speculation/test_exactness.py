@@ -1,0 +1,93 @@
+"""``--spec-exact``: greedy output with drafts is the output without them, on a CPU whose kernels compute a row
+of a batch differently from the same token decoded alone (Gemma-3-270M's repacked Q4_K matrices: 4-row gemm
+against the single decode's gemv). Without it, drafts verified in batches of 4 or more depart from the output
+without drafts at near ties, as llama-server's do (:mod:`lfmserve.engine.speculation.exactness`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lfmserve.engine.core import Engine
+from lfmserve.engine.records import EngineConfig, EngineRequest
+from lfmserve.engine.speculation import SPEC_TYPES, SpeculationConfig
+from lfmserve.engine.speculation.exactness import exact_batch_size
+from lfmserve.llama.context import NativeContext
+from lfmserve.llama.model import NativeModel
+from tests.engine.conftest import GREEDY, run, tokens_of
+from tests.engine.speculation.conftest import give_batch_costs
+
+#: Code that repeats itself: ngram-simple drafts, and verified in one batch its drafts change the 24th token.
+CODE = (
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+    "class Vector:\n    def __init__(self"
+)
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_gguf: Path) -> Iterator[NativeModel]:
+    model = NativeModel(gemma_gguf)
+    if "CPU_REPACK" not in model.buffers:
+        model.close()
+        pytest.skip("llama.cpp does not repack weights on this CPU: no batch size departs from a single decode here")
+    yield model
+    model.close()
+
+
+def _greedy(model: NativeModel, speculation: SpeculationConfig | None, text: str, n: int) -> tuple[list[int], int]:
+    """``n`` greedy tokens after ``text``, and how many tokens were drafted and verified."""
+    config = EngineConfig(n_ctx=8192, n_slots=1, n_batch=2048, n_ubatch=512, n_threads=1)
+    engine = Engine(model, replace(config, speculation=speculation) if speculation else config)
+    try:
+        prompt = tuple(model.tokenize(text, add_special=True, parse_special=False))
+        outputs = run(engine, EngineRequest(prompt_tokens=prompt, sampling=GREEDY, max_tokens=n))
+        return tokens_of(outputs), outputs[-1].timings.draft_n
+    finally:
+        engine.close()
+
+
+def test_repacked_kernels_compute_batches_of_up_to_3_as_single_decodes(gemma: NativeModel) -> None:
+    ctx = NativeContext(gemma, n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=1, n_threads_batch=1)
+    try:
+        assert exact_batch_size(ctx, seq_id=0, n_max=16) == 3
+        assert ctx.seq_pos_max(0) == -1  # the probe leaves the sequence empty
+    finally:
+        ctx.close()
+
+
+def test_greedy_output_with_drafts_is_the_output_without_them(
+    gemma: NativeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    give_batch_costs(gemma, monkeypatch)
+    expected, _ = _greedy(gemma, None, CODE, 48)
+    got, drafted = _greedy(gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 48)
+    assert drafted > 0 and got == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", SPEC_TYPES)
+def test_greedy_output_is_exact_for_prompts_of_5_to_4000_tokens(
+    gemma: NativeModel, gemma_gguf: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Each ``--spec-type`` (draft-simple drafting with Gemma itself), on prompts cut from this project's own
+    architecture document, from 5 to 4,000 tokens."""
+    give_batch_costs(gemma, monkeypatch)
+    document = (Path(__file__).parents[3] / "docs" / "architecture.md").read_text()
+    words = gemma.tokenize(document * 4, add_special=False, parse_special=False)
+    speculation = SpeculationConfig(types=(kind,), draft_model=str(gemma_gguf) if kind == "draft-simple" else None)
+    drafted_in_all = 0
+    for n_tokens in (5, 50, 500, 2000, 4000):
+        text = gemma.detokenize(words[:n_tokens])
+        expected, _ = _greedy(gemma, None, text, 96)
+        got, drafted = _greedy(gemma, speculation, text, 96)
+        departs = _first_difference(got, expected)
+        assert got == expected, f"{kind}, a {n_tokens}-token prompt: departs at token {departs}"
+        drafted_in_all += drafted
+    assert drafted_in_all > 0
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
