@@ -18,7 +18,7 @@ from lfmserve.engine.speculation.exactness import exact_batch_size
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from tests.engine.conftest import GREEDY, run, tokens_of
-from tests.engine.speculation.conftest import give_batch_costs
+from tests.engine.speculation.conftest import give_batch_costs, spec_config
 
 #: Code that repeats itself: ngram-simple drafts, and verified in one batch its drafts change the 24th token.
 CODE = (
@@ -67,22 +67,32 @@ def test_greedy_output_with_drafts_is_the_output_without_them(
     assert drafted > 0 and got == expected
 
 
+@pytest.fixture(scope="module", params=[True, False], ids=["repacked", "not-repacked"])
+def any_gemma(request: pytest.FixtureRequest, gemma_gguf: Path) -> Iterator[NativeModel]:
+    model = NativeModel(gemma_gguf, repack=request.param)
+    if request.param and "CPU_REPACK" not in model.buffers:
+        model.close()
+        pytest.skip("llama.cpp does not repack weights on this CPU")
+    yield model
+    model.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", SPEC_TYPES)
 def test_greedy_output_is_exact_for_prompts_of_5_to_4000_tokens(
-    gemma: NativeModel, gemma_gguf: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+    any_gemma: NativeModel, gemma_gguf: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """Each ``--spec-type`` (draft-simple drafting with Gemma itself), on prompts cut from this project's own
-    architecture document, from 5 to 4,000 tokens."""
-    give_batch_costs(gemma, monkeypatch)
+    """Each ``--spec-type`` with 3-token look-ups (draft-simple drafting with Gemma itself), with and without
+    repacking, on prompts cut from this project's own architecture document, from 5 to 4,000 tokens."""
+    give_batch_costs(any_gemma, monkeypatch)
     document = (Path(__file__).parents[3] / "docs" / "architecture.md").read_text()
-    words = gemma.tokenize(document * 4, add_special=False, parse_special=False)
-    speculation = SpeculationConfig(types=(kind,), draft_model=str(gemma_gguf) if kind == "draft-simple" else None)
+    words = any_gemma.tokenize(document * 4, add_special=False, parse_special=False)
+    speculation = replace(spec_config(kind, n=3, draft_model=gemma_gguf), exact=True)
     drafted_in_all = 0
-    for n_tokens in (5, 50, 500, 2000, 4000):
-        text = gemma.detokenize(words[:n_tokens])
-        expected, _ = _greedy(gemma, None, text, 96)
-        got, drafted = _greedy(gemma, speculation, text, 96)
+    for n_tokens in (5, 300, 4000):
+        text = any_gemma.detokenize(words[:n_tokens])
+        expected, _ = _greedy(any_gemma, None, text, 64)
+        got, drafted = _greedy(any_gemma, speculation, text, 64)
         departs = _first_difference(got, expected)
         assert got == expected, f"{kind}, a {n_tokens}-token prompt: departs at token {departs}"
         drafted_in_all += drafted
