@@ -8,7 +8,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from importlib.metadata import version
 from typing import Any
 
@@ -45,27 +45,26 @@ def _log_llama(level: int, text: bytes, _user_data: Any) -> None:
 
 
 @contextmanager
-def captured_errors() -> Iterator[list[str]]:
+def _collected(kind: str) -> Iterator[list[str]]:
+    """A list that this thread's llama.cpp lines of ``kind`` (``errors``, ``lines``) go to while the block runs."""
+    collected: list[str] = []
+    setattr(_capture, kind, collected)
+    try:
+        yield collected
+    finally:
+        setattr(_capture, kind, None)
+
+
+def captured_errors() -> AbstractContextManager[list[str]]:
     """llama.cpp's error lines from this thread while the block runs, collected for the caller to report
     (as one error that names the reason) instead of logged one by one."""
-    errors: list[str] = []
-    _capture.errors = errors
-    try:
-        yield errors
-    finally:
-        _capture.errors = None
+    return _collected("errors")
 
 
-@contextmanager
-def captured_lines() -> Iterator[list[str]]:
+def captured_lines() -> AbstractContextManager[list[str]]:
     """All of llama.cpp's lines from this thread while the block runs (logged as well), for figures that only its
     log gives, such as the sizes of the buffers it allocates."""
-    lines: list[str] = []
-    _capture.lines = lines
-    try:
-        yield lines
-    finally:
-        _capture.lines = None
+    return _collected("lines")
 
 
 _BUFFER_SIZE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
