@@ -49,6 +49,7 @@ from .speculation.costs import measure_batch_costs
 from .speculation.draft_model import DraftModel
 from .speculation.exactness import exact_batch_size
 from .speculation.speculator import Speculator
+from .speculation.worth import drafts_can_pay
 from .step import BatchStep
 from .stream import OutputSink
 from .validation import RequestBounds
@@ -353,13 +354,26 @@ def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig
     )
 
 
-def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int) -> Speculator:
-    """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ``ctx``.
+def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int) -> Speculator | None:
+    """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ``ctx``. None when
+    ``--spec-exact`` leaves no draft that could pay (said once, as a warning): drafting would only slow decoding.
 
     It is built before the engine thread starts, because it measures the batch costs and the exact batch size on
     slot 0's sequence while that is still empty.
     """
     spec = config.speculation
+    costs = measure_batch_costs(ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
+    # Synthetic acceptance keeps drafts by chance: their verification's numbers do not matter.
+    exact = exact_batch_size(ctx, seq_id=0, n_max=1 + spec.max_draft) if spec.exact and not spec.synth_rates else None
+    if exact is not None and not drafts_can_pay(costs, exact):
+        logger.warning(
+            "speculative decoding is off: llama.cpp's kernels here compute a batch of more than %d tokens "
+            "differently from decoding them one at a time, and a batch that small costs more than decoding its "
+            "tokens one at a time (--no-spec-exact verifies longer drafts, as llama-server does; near ties can then "
+            "go either way)",
+            exact,
+        )
+        return None
     draft_model = None
     if spec.draft_model is not None and "draft-simple" in spec.types:
         logger.info("draft model %s (draft-simple, up to %d tokens a step)", spec.draft_model, spec.n_max)
@@ -375,9 +389,6 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
             n_max=spec.n_max,
             p_min=spec.p_min,
         )
-    costs = measure_batch_costs(ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
-    # Synthetic acceptance keeps drafts by chance: their verification's numbers do not matter.
-    exact = exact_batch_size(ctx, seq_id=0, n_max=1 + spec.max_draft) if spec.exact and not spec.synth_rates else None
     return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
 
 

@@ -95,6 +95,12 @@ def expected_kept(q: float, k: int) -> float:
     return sum(q**i for i in range(1, k + 1))
 
 
+def drafts_can_pay(costs: BatchCosts, max_batch: int) -> bool:
+    """Whether a batch of at most ``max_batch`` tokens, a pending token and its draft, can ever decode faster than
+    its tokens one at a time: when every such batch costs more, not even a draft always kept pays."""
+    return any(costs(n) < n for n in range(2, max_batch + 1))
+
+
 def best_draft_length(
     q: float, available: int, *, streams: float = 1.0, batch: int = 1, costs: BatchCosts = LINEAR_COSTS
 ) -> int:

@@ -5,16 +5,19 @@ without drafts at near ties, as llama-server's do (:mod:`lfmserve.engine.specula
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from lfmserve.engine import core as core_module
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineRequest
 from lfmserve.engine.speculation import SPEC_TYPES, SpeculationConfig
 from lfmserve.engine.speculation.exactness import exact_batch_size
+from lfmserve.engine.speculation.worth import BatchCosts
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from tests.engine.conftest import GREEDY, run, tokens_of
@@ -65,6 +68,23 @@ def test_greedy_output_with_drafts_is_the_output_without_them(
     expected, _ = _greedy(gemma, None, CODE, 48)
     got, drafted = _greedy(gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 48)
     assert drafted > 0 and got == expected
+
+
+def test_where_no_exact_batch_can_pay_speculation_is_off_and_says_so(
+    gemma: NativeModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Costs as measured on a faster day here: 2 and 3 tokens cost more than 2 and 3 single decodes.
+    costs = BatchCosts({1: 11.0, 2: 24.6, 3: 33.4, 4: 38.3, 8: 42.6})
+    monkeypatch.setattr(core_module, "measure_batch_costs", lambda *_, **__: costs)
+    expected, _ = _greedy(gemma, None, CODE, 16)
+    with caplog.at_level(logging.WARNING, logger="lfmserve.engine.core"):
+        got, drafted = _greedy(gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 16)
+    assert (got, drafted) == (expected, 0)
+    assert caplog.messages == [
+        "speculative decoding is off: llama.cpp's kernels here compute a batch of more than 3 tokens differently "
+        "from decoding them one at a time, and a batch that small costs more than decoding its tokens one at a "
+        "time (--no-spec-exact verifies longer drafts, as llama-server does; near ties can then go either way)"
+    ]
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["repacked", "not-repacked"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lfmserve.engine.speculation import Acceptance, best_draft_length
-from lfmserve.engine.speculation.worth import LINEAR_COSTS, BatchCosts, expected_kept, step_cost
+from lfmserve.engine.speculation.worth import LINEAR_COSTS, BatchCosts, drafts_can_pay, expected_kept, step_cost
 from tests.engine.speculation.conftest import GEMMA_MS
 
 
@@ -64,3 +64,9 @@ def test_measured_costs_pick_the_draft_whose_batch_the_kernels_take_cheaply() ->
     # A multiple of four measured dearer than a larger one takes the larger one's time (noise); 7 may cost more.
     noisy = BatchCosts({1: 10.0, 4: 30.0, 7: 55.0, 8: 50.0, 12: 45.0, 16: 60.0})
     assert noisy.units == (1.0, 3.0, 5.5, 4.5, 4.5, 6.0)
+
+
+def test_drafts_can_pay_only_where_a_batch_within_the_bound_beats_its_single_decodes() -> None:
+    measured = BatchCosts({1: 11.0, 2: 24.6, 3: 33.4, 4: 38.3})  # 2 and 3 tokens cost more than 2 and 3 decodes
+    assert [drafts_can_pay(measured, n) for n in (1, 2, 3, 4)] == [False, False, False, True]
+    assert drafts_can_pay(BatchCosts(), 2)  # the linear stand-in: 2 tokens cost 1.8 decodes
