@@ -67,6 +67,8 @@ def test_measured_costs_pick_the_draft_whose_batch_the_kernels_take_cheaply() ->
 
 
 def test_drafts_can_pay_only_where_a_batch_within_the_bound_beats_its_single_decodes() -> None:
-    measured = BatchCosts({1: 11.0, 2: 24.6, 3: 33.4, 4: 38.3})  # 2 and 3 tokens cost more than 2 and 3 decodes
-    assert [drafts_can_pay(measured, n) for n in (1, 2, 3, 4)] == [False, False, False, True]
-    assert drafts_can_pay(BatchCosts(), 2)  # the linear stand-in: 2 tokens cost 1.8 decodes
+    measured = BatchCosts({1: 11.0, 2: 24.6, 3: 33.4, 4: 38.3})  # 2.24, 3.04 and 3.48 single decodes
+    assert [drafts_can_pay(measured, n) for n in (1, 2, 3, 4)] == [False, False, False, False]
+    assert drafts_can_pay(BatchCosts({1: 10.0, 2: 19.0, 3: 23.0}), 3)  # 3 tokens in 2.3 decodes, under 2.4
+    # The linear stand-in: 2 tokens cost 1.8 decodes, not under 0.8 of 2; 3 cost 2.2, under 2.4.
+    assert [drafts_can_pay(BatchCosts(), n) for n in (2, 3)] == [False, True]
