@@ -314,10 +314,9 @@ class Engine:
 
 
 def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
-    """The shared context of the slots: one sequence per slot, sized as llama-server sizes it, logits included: a
-    step asks for one row per slot and one per draft token. llama.cpp otherwise sizes the compute buffer for logits
-    of a whole batch (``n_ubatch`` rows of the vocabulary: 128 MiB more on LFM2's 65,536 tokens)."""
-    drafts = config.speculation.max_draft if config.speculation.enabled else 0
+    """The shared context of the slots: one sequence per slot, sized as llama-server sizes it. Its logits rows are
+    llama.cpp's default, a whole batch's: llama.cpp aborts the process on a decode that asks for more rows than
+    ``n_outputs_max`` (``GGML_ASSERT``), and the rows reserved beyond a step's are address space, barely resident."""
     return NativeContext(
         model,
         n_ctx=config.context_sizes(model.info.n_ctx_train).n_ctx,
@@ -326,7 +325,6 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
         n_seq_max=config.n_slots,
         n_threads=config.n_threads,
         n_threads_batch=config.n_threads_batch or config.n_threads,
-        n_outputs_max=config.n_slots * (1 + drafts),
         kv=config.kv,
     )
 

@@ -58,20 +58,16 @@ class NativeContext:
         n_threads: int,
         n_threads_batch: int,
         n_rollback: int = 0,
-        n_outputs_max: int = 0,
         kv: KvCache | None = None,
     ) -> None:
         """``n_rollback``: tokens a recurrent model's state can be rolled back by (its last states are kept;
-        llama.cpp ignores it for models without recurrent layers, whose tails are removed anyway).
-        ``n_outputs_max``: the logits rows one batch usually asks for, which llama.cpp sizes its compute buffer
-        by (0: ``n_batch``); a batch that asks for more still decodes, its buffers grown for it."""
+        llama.cpp ignores it for models without recurrent layers, whose tails are removed anyway)."""
         params = llama.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = min(n_ubatch, n_batch)
         params.n_seq_max = n_seq_max
         params.n_rs_seq = n_rollback
-        params.n_outputs_max = min(n_outputs_max, n_batch)
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np
