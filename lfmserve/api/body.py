@@ -12,17 +12,43 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..chat.request import GenerationOptions
 from ..engine.records import SAMPLING_NAMES
+from ..engine.sampler_order import order_from_codes, order_from_names
 from ..errors import InvalidRequest
 
 #: The largest value llama.cpp's ``int32_t`` parameters take (top-k, the penalty window).
 INT32_MAX = 2**31 - 1
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Finite = Annotated[float, AfterValidator(_finite)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 TokenCount = Annotated[int, Field(ge=-1)]
+#: A token window or length: llama-server's hard limits, 0 to ``INT32_MAX``.
+Window = Annotated[int, Field(ge=0, le=INT32_MAX)]
+#: 0 (off), Mirostat 1 or Mirostat 2.
+MirostatVersion = Annotated[int, Field(ge=0, le=2)]
+#: Adaptive-p's target probability (negative: off) and its history's decay, llama-server's limits.
+AdaptiveTarget = Annotated[float, Field(le=1.0), AfterValidator(_finite)]
+AdaptiveDecay = Annotated[float, Field(ge=0.0, le=0.99)]
 
 #: The sampling fields a body sets by name; logit_bias is resolved against the vocabulary separately.
 _SAMPLING_FIELDS = set(SAMPLING_NAMES - {"logit_bias"})
@@ -57,6 +83,25 @@ class SamplingFields(Body):
     repeat_last_n: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
+    dynatemp_range: Finite | None = None
+    dynatemp_exponent: Finite | None = None
+    top_n_sigma: Finite | None = None
+    xtc_probability: Probability | None = None
+    xtc_threshold: Probability | None = None
+    dry_multiplier: Finite | None = None
+    #: Below 1 (where DRY would do nothing) the server's base, as llama-server reads it.
+    dry_base: Finite | None = None
+    dry_allowed_length: Window | None = None
+    dry_penalty_last_n: Window | None = None
+    dry_sequence_breakers: tuple[str, ...] | None = Field(default=None, min_length=1)
+    mirostat: MirostatVersion | None = None
+    mirostat_tau: Finite | None = None
+    mirostat_eta: Finite | None = None
+    adaptive_target: AdaptiveTarget | None = None
+    adaptive_decay: AdaptiveDecay | None = None
+    min_keep: Window | None = None
+    #: The chain's order: llama-server's sampler names, or a string of their letters (``"kpt"``).
+    samplers: tuple[str, ...] | None = None
     seed: int | None = None
     logit_bias: dict[str, float | bool] | list[list[int | float | bool | str]] | None = None
     ignore_eos: bool = False
@@ -98,10 +143,26 @@ class SamplingFields(Body):
 
     @field_validator("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", mode="after")
     @classmethod
-    def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("must be a finite number")
-        return value
+    def _finite_number(cls, value: float | None) -> float | None:
+        return None if value is None else _finite(value)
+
+    @field_validator("dry_base", mode="after")
+    @classmethod
+    def _dry_base(cls, value: float | None) -> float | None:
+        return None if value is None or value < 1.0 else value
+
+    @field_validator("samplers", "dry_sequence_breakers", mode="before")
+    @classmethod
+    def _array(cls, value: Any, info: ValidationInfo) -> Any:
+        """A JSON array read as a tuple (settings are immutable); a ``samplers`` string as its letters' names."""
+        if isinstance(value, str) and info.field_name == "samplers":
+            return order_from_codes(value)
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("samplers", mode="after")
+    @classmethod
+    def _sampler_names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if value is None else order_from_names(value)
 
     @property
     def include_usage(self) -> bool:

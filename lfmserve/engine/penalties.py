@@ -20,15 +20,16 @@ from .records import SamplingParams
 
 
 class LogitAdjuster:
-    def __init__(self, params: SamplingParams, *, n_ctx: int, eog_tokens: Iterable[int] = ()) -> None:
+    def __init__(
+        self, params: SamplingParams, *, n_ctx: int, eog_tokens: Iterable[int] = (), with_penalties: bool = True
+    ) -> None:
+        """``with_penalties`` False: the bias only (the penalties come later in the chain, or not at all)."""
         biases = params.applied_logit_bias(eog_tokens)
         self._bias_ids = np.array([t for t, _ in biases], dtype=np.int64)
         with np.errstate(over="ignore"):  # a bias beyond float32's range is infinite, as llama.cpp's float is
             self._bias_values = np.array([b for _, b in biases], dtype=np.float32)
         self.window = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
-        self.penalised = self.window != 0 and (
-            params.repeat_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
-        )
+        self.penalised = with_penalties and params.penalises
         with np.errstate(over="ignore"):  # a penalty beyond float32's range is infinite, as in llama.cpp
             self._repeat = np.float32(params.repeat_penalty)
             self._frequency = np.float32(params.frequency_penalty)

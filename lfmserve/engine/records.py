@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .histograms import RequestHistograms
+from .sampler_order import DEFAULT_ORDER
 from .speculation import SpeculationConfig
 
 #: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it (checkpoints, the RAM cache).
@@ -29,14 +30,40 @@ class SamplingParams:
     """
 
     temperature: float = 0.8
+    #: Dynamic temperature: the entropy moves it within ``temperature`` ± range (0 = off).
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
+    #: Keep the tokens within this many standard deviations of the top logit (<= 0 = off).
+    top_n_sigma: float = -1.0
+    #: XTC: with this chance, drop every token above the threshold but the least likely of them.
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
     typical_p: float = 1.0
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    #: DRY: penalise a token that would extend a repeat longer than the allowed length (multiplier 0 = off).
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64
+    #: Strings a repeat may not run across (llama.cpp tokenizes them with the model's vocabulary).
+    dry_sequence_breakers: tuple[str, ...] = ("\n", ":", '"', "*")
+    #: Mirostat 1 or 2 (0 = off) replaces the whole chain after the logit bias with temperature and Mirostat.
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    #: Adaptive-p, when ``adaptive_p`` is in ``samplers``: pick tokens near this probability (< 0 = plain).
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9
+    #: The fewest candidates top-p, min-p, typical-p and XTC leave (0 = no floor).
+    min_keep: int = 0
+    #: The chain after the logit bias, by llama-server's names (:mod:`~lfmserve.engine.sampler_order`).
+    samplers: tuple[str, ...] = DEFAULT_ORDER
     seed: int = -1
     #: (token id, bias) pairs; ``-inf`` bans the token.
     logit_bias: tuple[tuple[int, float], ...] = ()
@@ -45,6 +72,13 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    @property
+    def penalises(self) -> bool:
+        """The repetition penalties change something (llama.cpp's penalties sampler returns early otherwise)."""
+        return self.repeat_last_n != 0 and (
+            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+        )
 
     def applied_logit_bias(self, eog_tokens: Iterable[int]) -> tuple[tuple[int, float], ...]:
         """The biases sampling applies: the request's, then under ``ignore_eos`` minus infinity for each end of
@@ -57,6 +91,8 @@ class SamplingParams:
         """The settings as llama-server shows them, the model's ``eog_tokens`` among the biases under
         ``ignore_eos``; a banned token's bias is ``null``, as llama-server's JSON writes minus infinity."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["samplers"] = list(self.samplers)
+        out["dry_sequence_breakers"] = list(self.dry_sequence_breakers)
         out["logit_bias"] = [
             {"bias": None if bias == float("-inf") else bias, "token": token}
             for token, bias in self.applied_logit_bias(eog_tokens)

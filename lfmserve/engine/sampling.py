@@ -1,15 +1,19 @@
-"""One request's sampling: llama-server's order, with the cheap parts done on the logits in numpy.
+"""One request's sampling: llama-server's chain, with the cheap parts done on the logits in numpy.
 
-logit bias -> penalties -> grammar -> top-k -> typical -> top-p -> min-p -> temperature -> dist(seed). Bias and
-penalties are applied by :class:`~lfmserve.engine.penalties.LogitAdjuster` (only the window's tokens
-change), a grammar by its :class:`~lfmserve.engine.records.TokenConstraint`, the rest by llama.cpp's
-:class:`~lfmserve.llama.sampler.SamplerChain`. At temperature <= 0 the chain's answer is the most likely
-token (top-k, top-p and min-p always keep it), so greedy sampling is an argmax and builds no chain.
+llama-server applies the logit bias, then the samplers in the request's ``samplers`` order, then picks with
+``dist`` (or adaptive-p when the order names it); Mirostat replaces everything after the bias with temperature
+and Mirostat. Here the bias, and the penalties when they come first (the default order),
+are applied by :class:`~lfmserve.engine.penalties.LogitAdjuster` (only the window's tokens change), a grammar
+by its :class:`~lfmserve.engine.records.TokenConstraint`, and the rest by llama.cpp's
+:class:`~lfmserve.llama.sampler.SamplerChain`, built from the samplers the settings turn on (one left at its
+"off" value changes nothing in llama.cpp either). At temperature <= 0 the chain's answer is the most likely
+token when nothing before the temperature can drop it, so such greedy sampling is an argmax and builds no chain.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +23,68 @@ from ..llama.model import NativeModel
 from ..llama.sampler import SamplerChain
 from .penalties import LogitAdjuster
 from .records import SamplingParams, TokenConstraint, TokenLogprob
+
+#: Samplers that always keep the most likely token: before a zero temperature they leave greedy an argmax.
+_KEEP_THE_TOP = frozenset({"top_n_sigma", "top_k", "top_p", "min_p"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChainPlan:
+    """How one request's settings are carried out."""
+
+    #: The penalties are applied in numpy before the chain (they come first in the order).
+    numpy_penalties: bool
+    #: The native chain's stages in order, ending with what picks the token; empty for greedy sampling.
+    stages: tuple[str, ...]
+
+    @property
+    def greedy(self) -> bool:
+        return not self.stages
+
+    @property
+    def windowed(self) -> bool:
+        """The chain keeps a window of recent tokens, so it is told the prompt's."""
+        return "penalties" in self.stages or "dry" in self.stages
+
+
+def plan_chain(params: SamplingParams) -> ChainPlan:
+    """The stages llama-server's chain would run for ``params`` that change anything."""
+    if params.mirostat:
+        return ChainPlan(False, ("mirostat",))
+    order = params.samplers
+    numpy_penalties = bool(order) and order[0] == "penalties"
+    active = [
+        name
+        for index, name in enumerate(order)
+        if _changes_something(name, params) and not (index == 0 and numpy_penalties)
+    ]
+    before = active[: active.index("temperature")] if "temperature" in active else None
+    if (
+        params.is_greedy
+        and params.dynatemp_range <= 0.0
+        and before is not None
+        and set(before) <= _KEEP_THE_TOP
+        and "infill" not in active
+    ):
+        return ChainPlan(numpy_penalties, ())
+    picker = "adaptive_p" if "adaptive_p" in active else "dist"
+    return ChainPlan(numpy_penalties, (*(name for name in active if name != "adaptive_p"), picker))
+
+
+def _changes_something(name: str, p: SamplingParams) -> bool:
+    """Whether llama.cpp's sampler ``name`` does anything with these settings (each returns early, or is built
+    empty, at its "off" value)."""
+    checks = {
+        "penalties": p.penalises,
+        "dry": p.dry_multiplier != 0.0 and p.dry_base >= 1.0 and p.dry_penalty_last_n != 0,
+        "top_n_sigma": p.top_n_sigma > 0.0,
+        "top_k": p.top_k > 0,
+        "typ_p": p.typical_p < 1.0,
+        "top_p": p.top_p < 1.0,
+        "min_p": p.min_p > 0.0,
+        "xtc": p.xtc_probability > 0.0 and p.xtc_threshold <= 0.5,
+    }
+    return checks.get(name, True)  # temperature, infill and adaptive-p always act
 
 
 class Sampler:
@@ -38,13 +104,23 @@ class Sampler:
         self._post_sampling = post_sampling and n_probs > 0
         #: The last sampled token's probabilities (when ``n_probs`` > 0).
         self.last_logprob: TokenLogprob | None = None
-        self._adjuster = LogitAdjuster(params, n_ctx=n_ctx, eog_tokens=model.eog_tokens)
-        greedy = params.is_greedy and params.typical_p >= 1.0  # typical-p may drop the most likely token
-        self._chain = None if greedy else SamplerChain(params, model.n_vocab)
+        plan = plan_chain(params)
+        self._adjuster = LogitAdjuster(
+            params, n_ctx=n_ctx, eog_tokens=model.eog_tokens, with_penalties=plan.numpy_penalties
+        )
+        window = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
+        self._chain = None
+        if not plan.greedy:
+            self._chain = SamplerChain(params, model, plan.stages, penalty_last_n=window)
+        # The windows see the prompt too, as in llama-server; media positions (negative ids) are not tokens.
         if self._adjuster.penalised:
-            for token in history[-self._adjuster.window :]:  # the window sees the prompt too, as in llama-server
-                if token >= 0:  # not a media position (``engine.media``)
+            for token in history[-self._adjuster.window :]:
+                if token >= 0:
                     self._adjuster.accept(token)
+        if self._chain is not None and plan.windowed:
+            for token in history[-max(window, params.dry_penalty_last_n) :]:
+                if token >= 0:
+                    self._chain.accept(token)
 
     @property
     def grammar_finished(self) -> bool:
@@ -74,6 +150,8 @@ class Sampler:
         kept = None
         if force is not None:
             token = force
+            if self._chain is not None:
+                self._chain.accept(token)
         elif self._chain is None:
             assert logits is not None  # greedy always reads the row
             token = int(np.argmax(logits))

@@ -1,12 +1,14 @@
-"""llama.cpp's sampler chain, in llama-server's order: top-k -> typical -> top-p -> min-p -> temperature -> dist(seed).
+"""llama.cpp's sampler chain, each sampler built with the arguments llama-server gives it.
 
-Logit bias, penalties and grammars come before it and are applied by the engine to the logits themselves
-(:mod:`lfmserve.engine.sampling`); greedy sampling needs no chain at all.
+Which stages a request needs, and in what order, is the engine's choice (:mod:`lfmserve.engine.sampling`): logit
+bias, the penalties that come first and grammars are applied there to the logits themselves, and greedy sampling
+needs no chain at all.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import llama_cpp.llama_cpp as llama
@@ -14,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .context import NativeContext
+from .model import NativeModel
 
 #: ``llama_token_data``: a candidate token for the samplers.
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -23,27 +26,77 @@ class ChainSettings(Protocol):
     """The settings the chain reads (:class:`~lfmserve.engine.records.SamplingParams` has them)."""
 
     @property
-    def top_k(self) -> int: ...
+    def temperature(self) -> float: ...
     @property
-    def typical_p(self) -> float: ...
+    def dynatemp_range(self) -> float: ...
+    @property
+    def dynatemp_exponent(self) -> float: ...
+    @property
+    def top_k(self) -> int: ...
     @property
     def top_p(self) -> float: ...
     @property
     def min_p(self) -> float: ...
     @property
-    def temperature(self) -> float: ...
+    def top_n_sigma(self) -> float: ...
+    @property
+    def xtc_probability(self) -> float: ...
+    @property
+    def xtc_threshold(self) -> float: ...
+    @property
+    def typical_p(self) -> float: ...
+    @property
+    def repeat_penalty(self) -> float: ...
+    @property
+    def presence_penalty(self) -> float: ...
+    @property
+    def frequency_penalty(self) -> float: ...
+    @property
+    def dry_multiplier(self) -> float: ...
+    @property
+    def dry_base(self) -> float: ...
+    @property
+    def dry_allowed_length(self) -> int: ...
+    @property
+    def dry_penalty_last_n(self) -> int: ...
+    @property
+    def dry_sequence_breakers(self) -> tuple[str, ...]: ...
+    @property
+    def mirostat(self) -> int: ...
+    @property
+    def mirostat_tau(self) -> float: ...
+    @property
+    def mirostat_eta(self) -> float: ...
+    @property
+    def adaptive_target(self) -> float: ...
+    @property
+    def adaptive_decay(self) -> float: ...
+    @property
+    def min_keep(self) -> int: ...
     @property
     def seed(self) -> int: ...
 
 
 class SamplerChain:
-    """One request's chain; samplers left at their "off" value are not added."""
+    """One request's native chain, built from ``stages`` in order: llama-server's sampler names (as
+    :mod:`lfmserve.engine.sampler_order` spells them), then what picks the token: ``dist``, ``adaptive_p``, or
+    ``mirostat`` (temperature then Mirostat ``settings.mirostat``, as llama-server builds it).
 
-    def __init__(self, settings: ChainSettings, n_vocab: int) -> None:
-        self._n_vocab = n_vocab
+    ``penalty_last_n`` is the penalty window in tokens (the context for -1, resolved by the caller).
+    """
+
+    def __init__(
+        self, settings: ChainSettings, model: NativeModel, stages: Sequence[str], *, penalty_last_n: int
+    ) -> None:
+        self._n_vocab = model.n_vocab
         self._chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
-        for sampler in _samplers(settings):
-            llama.llama_sampler_chain_add(self._chain, sampler)
+        for stage in stages:
+            for sampler in _stage(stage, settings, model, penalty_last_n):
+                llama.llama_sampler_chain_add(self._chain, sampler)
+
+    def accept(self, token: int) -> None:
+        """Tell the chain a token it did not sample (the prompt's, for its penalty windows; a forced one)."""
+        llama.llama_sampler_accept(self._chain, token)
 
     def sample(self, ctx: NativeContext, batch_index: int) -> int:
         """A token from the logits the last decode left at ``batch_index`` (as adjusted in place)."""
@@ -63,7 +116,10 @@ class SamplerChain:
             sorted=False,
         )
         llama.llama_sampler_apply(self._chain, ctypes.byref(array))
-        kept = candidates[: array.size]  # the samplers shrink and reorder the array in place
+        # The samplers shrink and reorder the array in place; XTC also moves its start past the tokens it drops.
+        start = (ctypes.cast(array.data, ctypes.c_void_p).value or 0) - candidates.ctypes.data
+        first = start // TOKEN_DATA.itemsize
+        kept = candidates[first : first + array.size]
         token = int(kept["id"][array.selected])
         llama.llama_sampler_accept(self._chain, token)
         return token, kept
@@ -74,17 +130,34 @@ class SamplerChain:
             self._chain = None
 
 
-def _samplers(settings: ChainSettings) -> list[Any]:
-    samplers = []
-    if settings.top_k > 0:
-        samplers.append(llama.llama_sampler_init_top_k(settings.top_k))
-    if settings.typical_p < 1.0:
-        samplers.append(llama.llama_sampler_init_typical(settings.typical_p, 1))
-    if settings.top_p < 1.0:
-        samplers.append(llama.llama_sampler_init_top_p(settings.top_p, 1))
-    if settings.min_p > 0.0:
-        samplers.append(llama.llama_sampler_init_min_p(settings.min_p, 1))
-    samplers.append(llama.llama_sampler_init_temp_ext(settings.temperature, 0.0, 1.0))
-    seed = llama.LLAMA_DEFAULT_SEED if settings.seed < 0 else settings.seed & 0xFFFFFFFF
-    samplers.append(llama.llama_sampler_init_dist(seed))
-    return samplers
+def _stage(name: str, s: ChainSettings, model: NativeModel, penalty_last_n: int) -> list[Any]:
+    """The native samplers of one stage, with llama-server's arguments (``common/sampling.cpp``)."""
+    seed = llama.LLAMA_DEFAULT_SEED if s.seed < 0 else s.seed & 0xFFFFFFFF
+    if name == "penalties":
+        penalties = (penalty_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty)
+        return [llama.llama_sampler_init_penalties(model.n_vocab, *penalties)]
+    if name == "dry":
+        breakers = [text.encode() for text in s.dry_sequence_breakers]
+        array = (ctypes.c_char_p * len(breakers))(*breakers)
+        dry = (s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_penalty_last_n, array, len(breakers))
+        return [llama.llama_sampler_init_dry(model.vocab_handle, *dry)]
+    if name == "infill":
+        return [llama.llama_sampler_init_infill(model.vocab_handle)]
+    if name == "mirostat":
+        if s.mirostat == 1:
+            picker = llama.llama_sampler_init_mirostat(model.n_vocab, seed, s.mirostat_tau, s.mirostat_eta, 100)
+        else:
+            picker = llama.llama_sampler_init_mirostat_v2(seed, s.mirostat_tau, s.mirostat_eta)
+        return [llama.llama_sampler_init_temp(s.temperature), picker]
+    builders: dict[str, Callable[[], Any]] = {
+        "top_n_sigma": lambda: llama.llama_sampler_init_top_n_sigma(s.top_n_sigma),
+        "top_k": lambda: llama.llama_sampler_init_top_k(s.top_k),
+        "typ_p": lambda: llama.llama_sampler_init_typical(s.typical_p, s.min_keep),
+        "top_p": lambda: llama.llama_sampler_init_top_p(s.top_p, s.min_keep),
+        "min_p": lambda: llama.llama_sampler_init_min_p(s.min_p, s.min_keep),
+        "xtc": lambda: llama.llama_sampler_init_xtc(s.xtc_probability, s.xtc_threshold, s.min_keep, seed),
+        "temperature": lambda: llama.llama_sampler_init_temp_ext(s.temperature, s.dynatemp_range, s.dynatemp_exponent),
+        "adaptive_p": lambda: llama.llama_sampler_init_adaptive_p(s.adaptive_target, s.adaptive_decay, seed),
+        "dist": lambda: llama.llama_sampler_init_dist(seed),
+    }
+    return [builders[name]()]

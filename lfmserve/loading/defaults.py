@@ -13,11 +13,15 @@ which reproduces the model cards' generation settings.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..engine.records import ResolvedDefaults, SamplingParams
+from ..engine.sampler_order import order_from_names
+
+logger = logging.getLogger(__name__)
 
 _OFF = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
 
@@ -44,6 +48,11 @@ GGUF_SAMPLING_KEYS: dict[str, str] = {
     "min_p": "min_p",
     "penalty_repeat": "repeat_penalty",
     "penalty_last_n": "repeat_last_n",
+    "xtc_probability": "xtc_probability",
+    "xtc_threshold": "xtc_threshold",
+    "mirostat": "mirostat",
+    "mirostat_tau": "mirostat_tau",
+    "mirostat_eta": "mirostat_eta",
 }
 #: llama-server's defaults (``common/common.h``): the field defaults of SamplingParams.
 LLAMA_SERVER_DEFAULTS = SamplingParams()
@@ -51,13 +60,20 @@ LLAMA_SERVER_DEFAULTS = SamplingParams()
 DEFAULTABLE = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name not in ("logit_bias", "ignore_eos"))
 
 
-def gguf_sampling(meta: Callable[[str], str | None]) -> dict[str, float | int]:
-    """The sampling defaults a GGUF's ``general.sampling.*`` keys set, read with ``meta(key)``."""
-    out: dict[str, float | int] = {}
+def gguf_sampling(meta: Callable[[str], str | None]) -> dict[str, Any]:
+    """The sampling defaults a GGUF's ``general.sampling.*`` keys set, read with ``meta(key)``; the order
+    (``sequence``, names separated by ``;``) is skipped with a warning when it names an unknown sampler."""
+    out: dict[str, Any] = {}
     for key, name in GGUF_SAMPLING_KEYS.items():
         raw = meta(f"general.sampling.{key}")
         if raw is not None:
             out[name] = int(raw) if isinstance(getattr(LLAMA_SERVER_DEFAULTS, name), int) else float(raw)
+    sequence = meta("general.sampling.sequence")
+    if sequence:
+        try:
+            out["samplers"] = order_from_names(name for name in sequence.split(";") if name)
+        except ValueError as exc:
+            logger.warning("general.sampling.sequence %r is not used: %s", sequence, exc)
     return out
 
 

@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 
 from lfmserve.engine.records import SamplingParams
+from lfmserve.engine.sampling import plan_chain
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.sampler import SamplerChain
+
+
+def chain_of(params: SamplingParams, model: NativeModel) -> SamplerChain:
+    return SamplerChain(params, model, plan_chain(params).stages, penalty_last_n=params.repeat_last_n)
 
 
 def test_sampling_kept_logits_equals_sampling_in_the_context(tiny_gguf: Path) -> None:
@@ -22,11 +27,21 @@ def test_sampling_kept_logits_equals_sampling_in_the_context(tiny_gguf: Path) ->
         ctx.decode()
         kept = ctx.logits(index).copy()
         settings = [SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed) for seed in range(6)] + [
-            SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, typical_p=0.8, seed=3)
+            SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, typical_p=0.8, seed=3),
+            # XTC moves the array's start past what it drops; Mirostat and adaptive-p pick on their own.
+            SamplingParams(
+                temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, xtc_probability=1.0, xtc_threshold=0.001, seed=2
+            ),
+            SamplingParams(temperature=1.2, mirostat=1, seed=4),
+            SamplingParams(temperature=1.2, mirostat=2, seed=4),
+            SamplingParams(temperature=1.0, top_n_sigma=2.0, dynatemp_range=0.5, seed=9),
+            SamplingParams(
+                temperature=1.0, adaptive_target=0.3, samplers=("top_k", "temperature", "adaptive_p"), seed=1
+            ),
         ]
         picks = []
         for params in settings:
-            in_context, outside = SamplerChain(params, model.n_vocab), SamplerChain(params, model.n_vocab)
+            in_context, outside = chain_of(params, model), chain_of(params, model)
             picks.append((in_context.sample(ctx, index), outside.sample_candidates(kept.copy())[0]))
             in_context.close()
             outside.close()
@@ -43,7 +58,7 @@ def test_the_candidates_kept_are_the_top_k_with_the_softmax_of_their_logits(tiny
     try:
         logits = np.linspace(-2.0, 2.0, model.n_vocab, dtype=np.float32)
         params = SamplingParams(temperature=0.5, top_k=3, top_p=1.0, min_p=0.0, seed=11)
-        chain = SamplerChain(params, model.n_vocab)
+        chain = chain_of(params, model)
         token, kept = chain.sample_candidates(logits.copy())
         top = np.argsort(logits)[-3:]
         assert sorted(kept["id"].tolist()) == sorted(top.tolist()) and token in kept["id"]

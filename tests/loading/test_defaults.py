@@ -1,6 +1,6 @@
 import pytest
 
-from lfmserve.loading.defaults import match_family, model_identity, resolve_defaults
+from lfmserve.loading.defaults import gguf_sampling, match_family, model_identity, resolve_defaults
 
 
 @pytest.mark.parametrize(
@@ -36,6 +36,23 @@ def test_other_models_fall_back_to_llama_server_defaults() -> None:
         "repeat_last_n": 64,
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
+        "dynatemp_range": 0.0,
+        "dynatemp_exponent": 1.0,
+        "top_n_sigma": -1.0,
+        "xtc_probability": 0.0,
+        "xtc_threshold": 0.1,
+        "dry_multiplier": 0.0,
+        "dry_base": 1.75,
+        "dry_allowed_length": 2,
+        "dry_penalty_last_n": 64,
+        "dry_sequence_breakers": ["\n", ":", '"', "*"],
+        "mirostat": 0,
+        "mirostat_tau": 5.0,
+        "mirostat_eta": 0.1,
+        "adaptive_target": -1.0,
+        "adaptive_decay": 0.9,
+        "min_keep": 0,
+        "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"],
         "seed": -1,
         "logit_bias": [],
         "ignore_eos": False,
@@ -52,6 +69,23 @@ def test_other_models_fall_back_to_llama_server_defaults() -> None:
             "repeat_last_n",
             "presence_penalty",
             "frequency_penalty",
+            "dynatemp_range",
+            "dynatemp_exponent",
+            "top_n_sigma",
+            "xtc_probability",
+            "xtc_threshold",
+            "dry_multiplier",
+            "dry_base",
+            "dry_allowed_length",
+            "dry_penalty_last_n",
+            "dry_sequence_breakers",
+            "mirostat",
+            "mirostat_tau",
+            "mirostat_eta",
+            "adaptive_target",
+            "adaptive_decay",
+            "min_keep",
+            "samplers",
             "seed",
         )
     }
@@ -70,3 +104,57 @@ def test_layers_cli_over_gguf_over_family_over_llama_server() -> None:
     assert resolved.sources["temperature"] == "GGUF general.sampling"
     assert resolved.sources["repeat_penalty"] == "LFM family table (LFM2.5-1.2B-Instruct)"
     assert resolved.sources["repeat_last_n"] == "llama-server default"
+
+
+def test_the_gguf_sets_llama_cpps_keys_and_the_sampler_order() -> None:
+    meta = {
+        "general.sampling.temp": "0.25",
+        "general.sampling.penalty_last_n": "32",
+        "general.sampling.xtc_probability": "0.5",
+        "general.sampling.xtc_threshold": "0.2",
+        "general.sampling.mirostat": "2",
+        "general.sampling.mirostat_tau": "4.5",
+        "general.sampling.mirostat_eta": "0.3",
+        "general.sampling.sequence": "top_k;temp;min-p",
+    }
+    assert gguf_sampling(meta.get) == {
+        "temperature": 0.25,
+        "repeat_last_n": 32,
+        "xtc_probability": 0.5,
+        "xtc_threshold": 0.2,
+        "mirostat": 2,
+        "mirostat_tau": 4.5,
+        "mirostat_eta": 0.3,
+        "samplers": ("top_k", "temperature", "min_p"),
+    }
+
+
+def test_an_unknown_sampler_in_the_gguf_order_leaves_the_order_alone(caplog: pytest.LogCaptureFixture) -> None:
+    assert gguf_sampling({"general.sampling.sequence": "top_k;warp"}.get) == {}
+    assert "general.sampling.sequence 'top_k;warp' is not used: unknown sampler 'warp'" in caplog.text
+
+
+def test_every_sampler_field_takes_the_same_precedence() -> None:
+    """Request > command line > GGUF > family > llama-server, for the samplers llama-server added too."""
+    resolved = resolve_defaults(
+        cli={"dry_multiplier": 0.8, "samplers": ("top_k", "temperature")},
+        gguf_sampling={"mirostat": 2, "samplers": ("min_p",), "dry_multiplier": 0.1},
+        identity=model_identity("LFM2.5 1.2B Instruct"),
+    )
+    p = resolved.params
+    assert (p.dry_multiplier, p.samplers, p.mirostat, p.top_k, p.xtc_threshold) == (
+        0.8,
+        ("top_k", "temperature"),
+        2,
+        50,
+        0.1,
+    )
+    assert [resolved.sources[n] for n in ("dry_multiplier", "samplers", "mirostat", "top_k", "xtc_threshold")] == [
+        "command line",
+        "command line",
+        "GGUF general.sampling",
+        "LFM family table (LFM2.5-1.2B-Instruct)",
+        "llama-server default",
+    ]
+    request = p.updated({"dry_multiplier": 0.5, "samplers": ("xtc",)})
+    assert (request.dry_multiplier, request.samplers, request.mirostat) == (0.5, ("xtc",), 2)

@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from ...chat.request import ChatRequest, ContentPart, GenerationOptions, Message
 from ...errors import InvalidRequest
-from ..body import INT32_MAX, Body, Penalty, Probability
+from ..body import INT32_MAX, Body, Finite, Penalty, Probability
 from ..openai.protocol import Tool
 
 #: Ollama's reasoning levels (``think: "high"``); any is also ``enable_thinking``.
@@ -55,6 +55,9 @@ class Options(Body):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     seed: WholeNumber | None = None
+    mirostat: Annotated[WholeNumber, Field(ge=0, le=2)] | None = None
+    mirostat_tau: Finite | None = None
+    mirostat_eta: Finite | None = None
     #: -1: until the end of the answer; -2 (Ollama's "fill the context") is the same here.
     num_predict: WholeNumber | None = Field(default=None, ge=-2)
     stop: list[str] | None = None
