@@ -8,7 +8,8 @@ warning nobody sees, which silently changes the chain).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 #: Canonical name -> one-letter code, as ``common_sampler_type_to_chr`` writes them.
 CODES: dict[str, str] = {
@@ -71,3 +72,15 @@ def order_from_codes(codes: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown sampler letter {unknown[0]!r} (known: {''.join(_BY_CODE)})")
     return tuple(_BY_CODE[code] for code in codes)
+
+
+def canonical_sampling(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Sampling knobs as the in-process API takes them, in the form SamplingParams holds: ``samplers`` a string of
+    letters (``"kpt"``) or a sequence of names, ``dry_sequence_breakers`` any sequence (kept as tuples)."""
+    out = dict(values)
+    if "samplers" in out:
+        order = out["samplers"]
+        out["samplers"] = order_from_codes(order) if isinstance(order, str) else order_from_names(order)
+    if "dry_sequence_breakers" in out:
+        out["dry_sequence_breakers"] = tuple(out["dry_sequence_breakers"])
+    return out

@@ -17,6 +17,7 @@ from ..chat.template import ChatFormatter
 from ..engine.core import Engine
 from ..engine.embeddings import EmbeddingResult
 from ..engine.records import Pooling, SamplingParams
+from ..engine.sampler_order import canonical_sampling
 from ..engine.stream import SyncResult
 from ..errors import InvalidRequest, NotSupported
 from ..llama.model import ModelInfo
@@ -152,4 +153,4 @@ def _sampling_defaults(values: dict[str, Any]) -> dict[str, Any]:
     unknown = set(values) - set(sampling_fields())
     if unknown:
         raise TypeError(f"unknown Model options: {', '.join(sorted(unknown))}")
-    return values
+    return canonical_sampling(values)

@@ -32,6 +32,7 @@ from ..chat.media import MediaReader
 from ..chat.output import AssistantMessage, OutputDelta, finish_reason
 from ..chat.request import ContentPart, GenerationOptions, MediaType, Message, NamedTool, Role, ToolChoice
 from ..engine.records import SAMPLING_NAMES, EngineOutput
+from ..engine.sampler_order import canonical_sampling
 from ..errors import InvalidRequest
 from ..llama.mtmd import Media
 from ..results import ChatResult, ContentDelta, ReasoningDelta, Timings, ToolCall, ToolCallDelta, Usage, parse_content
@@ -66,8 +67,12 @@ def generation_options(sampling: Mapping[str, Any], *, id_slot: int) -> Generati
         raise TypeError(f"unknown sampling options: {', '.join(sorted(unknown))}")
     bias = sampling.get("logit_bias") or ()
     stop = sampling.get("stop") or ()
+    try:
+        knobs = canonical_sampling({k: v for k, v in sampling.items() if k in SAMPLING_NAMES - {"logit_bias"}})
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="samplers") from None
     return GenerationOptions(
-        sampling={name: value for name, value in sampling.items() if name in SAMPLING_NAMES - {"logit_bias"}},
+        sampling=knobs,
         logit_bias=tuple(bias.items()) if isinstance(bias, Mapping) else tuple(tuple(entry) for entry in bias),
         max_tokens=sampling.get("max_tokens"),
         stop=(stop,) if isinstance(stop, str) else tuple(stop),

@@ -93,3 +93,85 @@ def test_the_first_problem_is_a_400_naming_the_field(raw: bytes, message: str, p
 def test_malformed_or_missing_json_says_where() -> None:
     assert _error(b'{"top_k": ').message == "Invalid JSON body: EOF while parsing a value at line 1 column 10"
     assert _error(b"").message == "Invalid JSON body: EOF while parsing a value at line 1 column 0"
+
+
+def test_llama_servers_samplers_are_adapted_with_their_order_as_names() -> None:
+    body = parse_body(
+        SamplingFields,
+        b'{"dynatemp_range": 0.5, "dynatemp_exponent": 1.5, "top_n_sigma": 1.0, "xtc_probability": 0.5,'
+        b' "xtc_threshold": 0.2, "dry_multiplier": 0.8, "dry_base": 2, "dry_allowed_length": 3,'
+        b' "dry_penalty_last_n": 0, "dry_sequence_breakers": ["\\n", "##"], "mirostat": 2, "mirostat_tau": 4,'
+        b' "mirostat_eta": 0.2, "adaptive_target": -0.5, "adaptive_decay": 0.99, "min_keep": 5,'
+        b' "samplers": ["Top-K", "nucleus", "temp", "adaptive_p"]}',
+    )
+    assert body.generation_options().sampling == {
+        "dynatemp_range": 0.5,
+        "dynatemp_exponent": 1.5,
+        "top_n_sigma": 1.0,
+        "xtc_probability": 0.5,
+        "xtc_threshold": 0.2,
+        "dry_multiplier": 0.8,
+        "dry_base": 2.0,
+        "dry_allowed_length": 3,
+        "dry_penalty_last_n": 0,
+        "dry_sequence_breakers": ("\n", "##"),
+        "mirostat": 2,
+        "mirostat_tau": 4.0,
+        "mirostat_eta": 0.2,
+        "adaptive_target": -0.5,
+        "adaptive_decay": 0.99,
+        "min_keep": 5,
+        "samplers": ("top_k", "top_p", "temperature", "adaptive_p"),
+        "ignore_eos": False,
+    }
+
+
+def test_a_samplers_string_is_one_letter_per_sampler() -> None:
+    body = parse_body(SamplingFields, b'{"samplers": "edskypmxtia"}')
+    assert body.samplers == (
+        "penalties",
+        "dry",
+        "top_n_sigma",
+        "top_k",
+        "typ_p",
+        "top_p",
+        "min_p",
+        "xtc",
+        "temperature",
+        "infill",
+        "adaptive_p",
+    )
+
+
+def test_a_dry_base_below_one_is_the_servers_as_in_llama_server() -> None:
+    assert "dry_base" not in parse_body(SamplingFields, b'{"dry_base": 0.5}').generation_options().sampling
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "message"),
+    [
+        (b'{"dry_penalty_last_n": -1}', "dry_penalty_last_n", "Input should be greater than or equal to 0 (got -1)"),
+        (b'{"dry_allowed_length": -2}', "dry_allowed_length", "Input should be greater than or equal to 0 (got -2)"),
+        (b'{"dry_sequence_breakers": []}', "dry_sequence_breakers", "Tuple should have at least 1 item"),
+        (b'{"dry_sequence_breakers": "\\n"}', "dry_sequence_breakers", "Input should be a valid array (got '\\n')"),
+        (b'{"dry_multiplier": "high"}', "dry_multiplier", "Input should be a valid number (got 'high')"),
+        (b'{"xtc_probability": 1.5}', "xtc_probability", "Input should be less than or equal to 1 (got 1.5)"),
+        (b'{"xtc_threshold": -0.1}', "xtc_threshold", "Input should be greater than or equal to 0 (got -0.1)"),
+        (b'{"mirostat": 3}', "mirostat", "Input should be less than or equal to 2 (got 3)"),
+        (b'{"mirostat_tau": "x"}', "mirostat_tau", "Input should be a valid number (got 'x')"),
+        (b'{"mirostat_eta": true}', "mirostat_eta", "Input should be a valid number (got True)"),
+        (b'{"top_n_sigma": [1]}', "top_n_sigma", "Input should be a valid number (got [1])"),
+        (b'{"dynatemp_range": "0.5"}', "dynatemp_range", "Input should be a valid number (got '0.5')"),
+        (b'{"dynatemp_exponent": {}}', "dynatemp_exponent", "Input should be a valid number (got {})"),
+        (b'{"adaptive_target": 1.5}', "adaptive_target", "Input should be less than or equal to 1 (got 1.5)"),
+        (b'{"adaptive_decay": 1.0}', "adaptive_decay", "Input should be less than or equal to 0.99 (got 1.0)"),
+        (b'{"min_keep": -1}', "min_keep", "Input should be greater than or equal to 0 (got -1)"),
+        (b'{"samplers": ["top_k", "warp"]}', "samplers", "unknown sampler 'warp'"),
+        (b'{"samplers": "kz"}', "samplers", "unknown sampler letter 'z'"),
+        (b'{"samplers": [7]}', "samplers.0", "Input should be a valid string (got 7)"),
+    ],
+)
+def test_each_sampler_field_out_of_range_is_a_400_naming_it(raw: bytes, field: str, message: str) -> None:
+    error = _error(raw)
+    assert error.param == field
+    assert str(error).startswith(f"Invalid value for '{field}': ") and message in str(error)
