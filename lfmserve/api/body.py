@@ -25,8 +25,8 @@ from pydantic import (
 
 from ..chat.request import GenerationOptions
 from ..engine.records import SAMPLING_NAMES
-from ..engine.sampler_order import order_from_codes, order_from_names
 from ..errors import InvalidRequest
+from ..sampler_order import order_from_codes, order_from_names
 
 #: The largest value llama.cpp's ``int32_t`` parameters take (top-k, the penalty window).
 INT32_MAX = 2**31 - 1
@@ -104,10 +104,14 @@ class SamplingFields(Body):
     samplers: tuple[str, ...] | None = None
     seed: int | None = None
     logit_bias: dict[str, float | bool] | list[list[int | float | bool | str]] | None = None
-    ignore_eos: bool = False
+    #: None: the server's (``--ignore-eos``).
+    ignore_eos: bool | None = None
     stop: str | list[str] | None = None
     n_predict: TokenCount | None = None
     max_tokens: TokenCount | None = None
+    #: A context shift keeps this many prompt tokens (-1: all; None: ``--keep``) and drops ``n_discard`` (0: half).
+    n_keep: Annotated[int, Field(ge=-1, le=INT32_MAX)] | None = None
+    n_discard: Window = 0
     #: None: the server's ``--cache-prompt`` / ``--no-cache-prompt``.
     cache_prompt: bool | None = None
     id_slot: int = Field(default=-1, ge=-1)
@@ -125,6 +129,8 @@ class SamplingFields(Body):
     n_probs: int = Field(default=0, ge=0, le=100)
     #: The probabilities after the sampler chain (``prob``, ``top_probs``) rather than the model's.
     post_sampling_probs: bool = False
+    #: llama-server's GPU sampling: shown in ``generation_settings``; sampling runs on the CPU either way.
+    backend_sampling: bool | None = None
     #: The generated token ids in llama-server's final object (``tokens``; a stream's chunks carry theirs).
     return_tokens: bool = False
     #: llama-server's final object cut down to these fields; ``a/b`` is ``b`` of ``a``, moved to the root.
@@ -190,6 +196,8 @@ class SamplingFields(Body):
             post_sampling_probs=self.post_sampling_probs,
             draft_max=0 if not self.speculative else self.speculative_n_max,
             lora=None if self.lora is None else tuple((entry.id, entry.scale) for entry in self.lora),
+            n_keep=self.n_keep,
+            n_discard=self.n_discard,
         )
 
     def _logit_bias_pairs(self) -> tuple[tuple[Any, ...], ...]:

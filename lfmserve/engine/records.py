@@ -10,8 +10,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ..sampler_order import DEFAULT_ORDER
 from .histograms import RequestHistograms
-from .sampler_order import DEFAULT_ORDER
 from .speculation import SpeculationConfig
 
 #: A saved sequence state, as ``llama_state_seq_get_data_ext`` wrote it (checkpoints, the RAM cache).
@@ -91,6 +91,7 @@ class SamplingParams:
         """The settings as llama-server shows them, the model's ``eog_tokens`` among the biases under
         ``ignore_eos``; a banned token's bias is ``null``, as llama-server's JSON writes minus infinity."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["seed"] = self.seed & 0xFFFFFFFF  # llama-server's seed is a uint32_t: -1 shows as 4294967295
         out["samplers"] = list(self.samplers)
         out["dry_sequence_breakers"] = list(self.dry_sequence_breakers)
         out["logit_bias"] = [
@@ -191,6 +192,10 @@ class EngineRequest:
     thinking_budget: ThinkingBudget | None = None
     #: LoRA adapters as ``(id, scale)`` pairs, the others at 0 (None or empty: the server's scales).
     lora: tuple[tuple[int, float], ...] | None = None
+    #: A context shift keeps this many prompt tokens after the BOS (-1: the whole prompt) and drops ``n_discard``
+    #: of those after them (0: half).
+    n_keep: int = 0
+    n_discard: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ class ChainSettings(Protocol):
 
 class SamplerChain:
     """One request's native chain, built from ``stages`` in order: llama-server's sampler names (as
-    :mod:`lfmserve.engine.sampler_order` spells them), then what picks the token: ``dist``, ``adaptive_p``, or
+    :mod:`lfmserve.sampler_order` spells them), then what picks the token: ``dist``, ``adaptive_p``, or
     ``mirostat`` (temperature then Mirostat ``settings.mirostat``, as llama-server builds it).
 
     ``penalty_last_n`` is the penalty window in tokens (the context for -1, resolved by the caller).

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..engine.records import ResolvedDefaults, SamplingParams
-from ..engine.sampler_order import order_from_names
+from ..sampler_order import order_from_names
 
 logger = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from ..chat.template import ChatFormatter
 from ..engine.core import Engine
 from ..engine.embeddings import EmbeddingResult
 from ..engine.records import Pooling, SamplingParams
-from ..engine.sampler_order import canonical_sampling
 from ..engine.stream import SyncResult
 from ..errors import InvalidRequest, NotSupported
 from ..llama.model import ModelInfo
 from ..loading.loader import ModelFiles, load_serving
+from ..sampler_order import canonical_sampling
 from ..settings import Settings, sampling_fields
 from .chat import Chat
 from .turn import ImageInput, media_items, read_media

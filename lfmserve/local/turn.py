@@ -32,10 +32,10 @@ from ..chat.media import MediaReader
 from ..chat.output import AssistantMessage, OutputDelta, finish_reason
 from ..chat.request import ContentPart, GenerationOptions, MediaType, Message, NamedTool, Role, ToolChoice
 from ..engine.records import SAMPLING_NAMES, EngineOutput
-from ..engine.sampler_order import canonical_sampling
 from ..errors import InvalidRequest
 from ..llama.mtmd import Media
 from ..results import ChatResult, ContentDelta, ReasoningDelta, Timings, ToolCall, ToolCallDelta, Usage, parse_content
+from ..sampler_order import canonical_sampling
 
 if TYPE_CHECKING:
     from PIL import Image

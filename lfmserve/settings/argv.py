@@ -50,9 +50,9 @@ def parser() -> argparse.ArgumentParser:
     built.add_argument(*HELP.spellings, action="help", help="show this help and exit")
     sections = {group: built.add_argument_group(kind.TITLE) for group, kind in GROUPS.items()}
     for group, f in all_fields():
-        meta = f.metadata
-        kwargs = {"default": argparse.SUPPRESS, **meta["argparse"]}
-        sections[group].add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
+        for meta in (f.metadata, *f.metadata["also"]):  # the field's flags, then its other spellings
+            kwargs = {"default": argparse.SUPPRESS, **meta["argparse"]}
+            sections[group].add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
     ignored = built.add_argument_group(IGNORED_TITLE)
     refused = built.add_argument_group(REFUSED_TITLE)
     for option in OPTIONS:
@@ -90,10 +90,13 @@ def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, A
     for _, f in all_fields():
         if f.metadata["argparse"].get("action") == "append" and f.name in values:
             values[f.name] = tuple(values[f.name])  # argparse collects a list; the settings keep a tuple
-    groups: dict[str, Any] = {
-        group: kind(**{f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values})
-        for group, kind in GROUPS.items()
-    }
+    try:  # a group that checks its fields together (one grammar) raises ValueError
+        groups: dict[str, Any] = {
+            group: kind(**{f.name: values[f.name] for f in dataclasses.fields(kind) if f.name in values})
+            for group, kind in GROUPS.items()
+        }
+    except ValueError as exc:
+        built.error(str(exc))
     variables = _untaken_variables(built, environ, {option_of(name) for name in ignored})
     return {**groups, IGNORED: tuple(dict.fromkeys([*ignored, *variables]))}
 
@@ -134,9 +137,7 @@ def preset_argv(entries: Mapping[str, str]) -> list[str]:
                 raise ValueError(f"{key} = {raw!r}: not true or false")
             on = value != (is_off_flag(spelling) != flip)
             argv += _flags_of(f, on) if f else _switch_flags(action.option_strings, on)
-        elif f is not None:
-            argv += _flags_of(f, (raw,) if f.metadata["argparse"].get("action") == "append" else raw)
-        else:
+        else:  # the key's own flag: --sampling-seq's value is not in --samplers' form
             argv += _valued(_longest(action.option_strings, off=False), raw)
     return argv
 
@@ -160,6 +161,8 @@ def _preset_keys(built: argparse.ArgumentParser) -> dict[str, tuple[str, bool]]:
             continue
         keys.update({spelling.lstrip("-"): (spelling, False) for spelling in action.option_strings})
         f = fields.get(action.dest)
+        if f is not None and action.option_strings[0] not in f.metadata["flags"]:
+            f = None  # one of the field's other spellings: its variables go with the field's own flags
         option = option_of(action.option_strings[0])
         variables = environment_names(f) if f else option.variables if option else ()
         on = _longest(action.option_strings, off=False)
@@ -189,7 +192,8 @@ def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
     if action == "store_true":
         return [max(flags, key=len)] if value else []
     name = max(flags, key=len)
-    values = value if action == "append" else (value,)
+    write = f.metadata["write"]
+    values = write(value) if write else value if action == "append" else (value,)
     return [token for one in values for token in _valued(name, str(one))]
 
 
@@ -292,20 +296,19 @@ def _environment_value(parser: argparse.ArgumentParser, f: dataclasses.Field[Any
     if variable in NEGATIVE_VARIABLES:  # llama.cpp: set at all, whatever its value, it turns the switch off
         return False
     if action in _BOOLEAN_ACTIONS:
-        value = switch_value(raw)
-        if value is None:
+        on = switch_value(raw)
+        if on is None:
             parser.error(f"environment variable {variable} has value {raw!r}: not a valid bool")
-        return value
-    if action == "append":
-        return [raw]
-    if choices is not None and raw not in choices:
-        parser.error(f"environment variable {variable} has value {raw!r}: not one of {', '.join(choices)}")
-    if kind is None:
-        return raw
+        return on
     try:
-        return kind(raw)
+        value = raw if kind is None else kind(raw)
+    except argparse.ArgumentTypeError as exc:  # its message names the value
+        parser.error(f"environment variable {variable}: {exc}")
     except ValueError:
         parser.error(f"environment variable {variable} has value {raw!r}: not a valid {kind.__name__}")
+    if choices is not None and value not in choices:
+        parser.error(f"environment variable {variable} has value {raw!r}: not one of {', '.join(map(str, choices))}")
+    return [value] if action == "append" else value
 
 
 def _untaken_variables(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field
 from typing import Any
 
@@ -34,17 +34,25 @@ def flag(
     sampling: bool = False,
     environment: tuple[str, ...] = (),
     secret: bool = False,
+    also: tuple[dict[str, Any], ...] = (),
+    write: Callable[[Any], Sequence[str]] | None = None,
     **argparse_kwargs: Any,
 ) -> dict[str, Any]:
     """Field metadata: its flags and help; ``sampling`` marks a default for the request field of the same name;
     ``environment`` names variables read after ``LFMSERVE_<FIELD>`` (llama-server's, such as ``LLAMA_API_KEY``);
-    ``secret`` marks a value that no listing, log line or child's command line may show."""
+    ``secret`` marks a value that no listing, log line or child's command line may show. ``also`` holds other
+    spellings that set the field from another form of value, each a ``flag(...)`` with its own argparse options
+    (``--sampling-seq kt`` beside ``--samplers top_k;temp``): the later given wins, and the variables, presets'
+    field keys and :meth:`~lfmserve.settings.Settings.to_argv` use the field's own flags. ``write`` gives the values
+    to_argv writes after the longest of them (default: the value, or each item of a repeatable flag's)."""
     return {
         "flags": names,
         "help": help,
         "sampling": sampling,
         "environment": environment,
         "secret": secret,
+        "also": also,
+        "write": write,
         "argparse": argparse_kwargs,
     }
 

@@ -84,6 +84,7 @@ def _row(f: dataclasses.Field[Any]) -> str:
     flags = list(f.metadata["flags"])
     if f.metadata["argparse"].get("action") is argparse.BooleanOptionalAction:  # argparse adds the --no- spelling
         flags += [name.replace("--", "--no-", 1) for name in flags if name.startswith("--")]
+    flags += [name for also in f.metadata["also"] for name in also["flags"]]
     return f"| {_code(flags)} | {_default(f)} | {_cell(f.metadata['help'])} | {_code(environment_names(f))} |\n"
 
 

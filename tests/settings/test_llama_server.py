@@ -23,6 +23,8 @@ from lfmserve.settings.groups import GROUPS
 from lfmserve.settings.llama_server import OPTIONS, Disposition, Option, ignored_line, taken
 
 HELP = Path(__file__).with_name("llama_server_help.txt")
+#: A JSON schema file, for the flags that read one (``-jf``) or any text (``--grammar-file``).
+SCHEMA = Path(__file__).with_name("schema.json")
 ACTIONS = parser()._option_string_actions
 TAKEN = [option for option in OPTIONS if taken(option) and option.spellings[0] != "-h"]
 
@@ -53,7 +55,7 @@ def _sample(action: argparse.Action) -> str:
     """A value the flag takes: its last choice, else the first of a few that its type converts."""
     if action.choices:
         return str(list(action.choices)[-1])
-    for text in ("7", "0.5", "{}", "a.gguf:0.5"):
+    for text in ("7", "0.5", "{}", "a.gguf:0.5", "kt", "top_k;temp", "15043+1", str(SCHEMA)):
         try:
             (action.type or str)(text)  # type: ignore[operator]
         except (ValueError, TypeError, argparse.ArgumentTypeError):
@@ -82,7 +84,7 @@ def test_every_spelling_of_the_help_has_one_disposition_with_its_arity_and_varia
     assert (len(listed), len(spellings), len(set(spellings))) == (255, 412, 412)
     assert len([o for o in listed if o.env and o.env.startswith("LLAMA_ARG_")]) == 145
     by_disposition = {d: sum(len(o.spellings) for o in OPTIONS if o.disposition is d) for d in Disposition}
-    assert list(by_disposition.values()) == [196, 15, 46, 129, 26]
+    assert list(by_disposition.values()) == [229, 18, 46, 93, 26]
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.spellings[0])
@@ -153,7 +155,7 @@ def test_a_later_or_refused_option_stops_the_start_naming_it(
         (["--ctx", "4096"], "unrecognized arguments: --ctx 4096"),
         (["-sv"], "unrecognized arguments: -sv"),
         (["-ag"], "-ag: agent tools are not supported yet"),
-        (["--samplers", "top_k"], "--samplers: sampler not implemented yet: see the samplers issue"),
+        (["-sp"], "-sp: not implemented yet"),
         (["--override-kv", "a=int:1"], "--override-kv: not implemented yet"),
     ],
 )

@@ -222,7 +222,34 @@ def test_an_environment_value_that_does_not_convert_is_a_startup_error_naming_it
 
 
 def test_the_sampling_defaults_are_named_as_the_request_fields() -> None:
-    assert sampling_fields() == ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed")
+    assert sampling_fields() == (
+        "temperature",
+        "dynatemp_range",
+        "dynatemp_exponent",
+        "top_k",
+        "top_p",
+        "min_p",
+        "top_n_sigma",
+        "xtc_probability",
+        "xtc_threshold",
+        "typical_p",
+        "repeat_penalty",
+        "repeat_last_n",
+        "presence_penalty",
+        "frequency_penalty",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+        "dry_sequence_breakers",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "adaptive_target",
+        "adaptive_decay",
+        "samplers",
+        "seed",
+    )
     assert set(sampling_fields()) <= set(DEFAULTABLE)
 
 
@@ -275,7 +302,7 @@ def test_of_and_replace_put_each_field_in_its_group() -> None:
 
 def test_field_names_are_unique_across_the_groups() -> None:
     names = [f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)]
-    assert len(names) == len(set(names)) == 141
+    assert len(names) == len(set(names)) == 166
     assert set(GROUPS) | {"ignored"} == {f.name for f in dataclasses.fields(Settings)}  # + the options ignored
 
 

@@ -68,7 +68,7 @@ def order_from_names(names: Iterable[str]) -> tuple[str, ...]:
 
 def order_from_codes(codes: str) -> tuple[str, ...]:
     """A ``--sampling-seq`` string (``edskypmxt``) as canonical names."""
-    unknown = sorted(set(codes) - set(_BY_CODE))
+    unknown = [code for code in codes if code not in _BY_CODE]
     if unknown:
         raise ValueError(f"unknown sampler letter {unknown[0]!r} (known: {''.join(_BY_CODE)})")
     return tuple(_BY_CODE[code] for code in codes)
