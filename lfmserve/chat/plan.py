@@ -14,7 +14,7 @@ before it), so the answer is always a valid call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine.constraints import Grammars, TokenMask
@@ -55,8 +55,16 @@ def opens_thinking(prompt: str) -> bool:
     return prompt.rstrip().endswith(THINK_START)
 
 
-def native_constraint(options: GenerationOptions, grammars: Grammars) -> TokenMask | None:
-    """llama-server's native ``json_schema`` / ``grammar`` fields (every generation route has them)."""
+def native_constraint(
+    options: GenerationOptions,
+    grammars: Grammars,
+    default_grammar: str | None = None,
+    default_schema: dict[str, Any] | bool | None = None,
+) -> TokenMask | None:
+    """llama-server's native ``json_schema`` / ``grammar`` fields (every generation route has them); a request
+    with neither follows the server's (``--grammar``, ``--json-schema``), if any."""
+    if options.json_schema is None and options.grammar is None:
+        options = replace(options, json_schema=default_schema, grammar=default_grammar)
     if options.json_schema is not None:
         return grammars.json_schema(options.json_schema, param="json_schema")
     if options.grammar is not None:

@@ -123,6 +123,9 @@ class GenerationOptions:
     draft_max: int | None = None
     #: LoRA adapters as ``(id, scale)`` pairs, the others at 0; None or empty = the server's scales.
     lora: tuple[tuple[int, float], ...] | None = None
+    #: What a context shift keeps of the prompt (None: ``--keep``) and drops after it (0: half).
+    n_keep: int | None = None
+    n_discard: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -69,6 +69,13 @@ class ServingOptions:
     skip_chat_parsing: bool = False
     #: ``--prefill-assistant``: a chat's final assistant message is continued rather than closed.
     prefill_assistant: bool = True
+    #: ``--grammar`` / ``--json-schema``: what a request's output follows when it asks for nothing else.
+    grammar: str | None = None
+    json_schema: dict[str, Any] | bool | None = None
+    #: ``--keep``: prompt tokens a context shift keeps unless a request says (-1: all).
+    n_keep: int = 0
+    #: ``-bs``: shown as llama-server shows it; sampling runs on the CPU either way.
+    backend_sampling: bool = False
 
 
 @dataclass(slots=True)
@@ -247,7 +254,10 @@ class Serving:
         media: tuple[MediaSpan, ...] = (),
     ) -> EngineRequest:
         sampling = self.defaults.params.updated(options.sampling)
-        sampling = sampling.updated({"logit_bias": self._logit_bias(options.logit_bias)})
+        sampling = sampling.updated({"logit_bias": logit_bias_pairs(self.model, options.logit_bias)})
+        constraint = plan.constraint if plan else None
+        if constraint is None:
+            constraint = native_constraint(options, self.grammars, self.options.grammar, self.options.json_schema)
         return EngineRequest(
             prompt_tokens=tuple(prompt_tokens),
             media=media,
@@ -257,34 +267,14 @@ class Serving:
             cache_prompt=self.options.cache_prompt if options.cache_prompt is None else options.cache_prompt,
             id_slot=options.id_slot,
             keep_special=plan.keep_special if plan else frozenset(),
-            constraint=plan.constraint if plan else native_constraint(options, self.grammars),
+            constraint=constraint,
             n_probs=0 if options.n_probs is None else max(options.n_probs, 1),
             post_sampling_probs=options.post_sampling_probs,
             draft_max=options.draft_max,
             lora=options.lora,
+            n_keep=self.options.n_keep if options.n_keep is None else options.n_keep,
+            n_discard=options.n_discard,
         )
-
-    def _logit_bias(self, entries: Sequence[tuple[Any, ...]]) -> tuple[tuple[int, float], ...]:
-        """Token ids (or text, tokenized) and biases; ``False`` bans a token, as in llama-server."""
-        if any(len(entry) != 2 for entry in entries):
-            raise InvalidRequest("logit_bias entries must be [token, bias] pairs", param="logit_bias")
-        out: list[tuple[int, float]] = []
-        for key, bias in entries:
-            value = _bias_value(bias)
-            if isinstance(key, str) and not key.lstrip("-").isdigit():
-                ids = self.model.tokenize(key, add_special=False, parse_special=False)
-            elif isinstance(key, int | str) and not isinstance(key, bool):
-                ids = [int(key)]
-            else:
-                raise InvalidRequest(f"logit_bias tokens are ids or text (got {key!r})", param="logit_bias")
-            for token in ids:
-                if not self.model.is_valid_token(token):
-                    raise InvalidRequest(
-                        f"logit_bias token id {token} is out of range (vocabulary has {self.model.n_vocab} tokens)",
-                        param="logit_bias",
-                    )
-                out.append((token, value))
-        return tuple(out)
 
     # -- running ---------------------------------------------------------------------------------
     async def run(self, request: EngineRequest) -> Collected:
@@ -397,3 +387,29 @@ def _bias_value(bias: Any) -> float:
     if not math.isfinite(value):
         raise InvalidRequest(f"logit_bias values are finite numbers or false (got {bias!r})", param="logit_bias")
     return value
+
+
+def logit_bias_pairs(model: NativeModel, entries: Sequence[tuple[Any, ...]]) -> tuple[tuple[int, float], ...] | None:
+    """Token ids (or text, tokenized) and biases; ``False`` bans a token, as in llama-server. None for no entries:
+    the server's biases (``-l``) stay, as a request's replace them in llama-server."""
+    if not entries:
+        return None
+    if any(len(entry) != 2 for entry in entries):
+        raise InvalidRequest("logit_bias entries must be [token, bias] pairs", param="logit_bias")
+    out: list[tuple[int, float]] = []
+    for key, bias in entries:
+        value = _bias_value(bias)
+        if isinstance(key, str) and not key.lstrip("-").isdigit():
+            ids = model.tokenize(key, add_special=False, parse_special=False)
+        elif isinstance(key, int | str) and not isinstance(key, bool):
+            ids = [int(key)]
+        else:
+            raise InvalidRequest(f"logit_bias tokens are ids or text (got {key!r})", param="logit_bias")
+        for token in ids:
+            if not model.is_valid_token(token):
+                raise InvalidRequest(
+                    f"logit_bias token id {token} is out of range (vocabulary has {model.n_vocab} tokens)",
+                    param="logit_bias",
+                )
+            out.append((token, value))
+    return tuple(out)

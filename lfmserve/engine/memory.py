@@ -19,7 +19,7 @@ from ..errors import EngineError
 from ..llama.context import NativeContext
 from .disk_cache import DiskPromptCache
 from .prompt_cache import RamPromptCache
-from .records import EngineConfig, EngineStats
+from .records import EngineConfig, EngineRequest, EngineStats
 from .scheduler import CachedSequence, Checkpoint, ReusePlan, Slot, common_prefix_length, plan_reuse, shifted_chunks
 
 logger = logging.getLogger(__name__)
@@ -149,16 +149,18 @@ class SlotMemory:
             self._stats.n_shifted_tokens += n_past - keep
         return n_past
 
-    def shift_context(self, slot: Slot) -> int:
-        """``--context-shift``: drop the older half of the slot's tokens after the first (the BOS, which
-        attention leans on) and move the rest back; returns how many were dropped.
+    def shift_context(self, slot: Slot, request: EngineRequest) -> int:
+        """``--context-shift``: keep the BOS (which attention leans on) and the request's ``n_keep`` tokens after
+        it (-1: its whole prompt), drop its ``n_discard`` of those that follow (0: half), and move the rest back;
+        returns how many were dropped.
 
-        llama-server's rule (``n_keep`` 0, ``n_discard`` half of what follows): the kept keys are re-rotated
-        to their new positions, an approximation (they were computed after the dropped ones).
+        llama-server's rule: the kept keys are re-rotated to their new positions, an approximation (they were
+        computed after the dropped ones).
         """
-        n_keep = min(self.n_ctx_slot - 4, 1 if self._ctx.model.info.add_bos else 0)
+        kept = len(request.prompt_tokens) if request.n_keep < 0 else request.n_keep
+        n_keep = min(self.n_ctx_slot - 4, kept + (1 if self._ctx.model.info.add_bos else 0))
         n_left = len(slot.tokens) - n_keep
-        n_discard = max(0, min(n_left // 2, n_left - 1))
+        n_discard = max(0, min(request.n_discard or n_left // 2, n_left - 1))
         if not self._ctx.seq_rm(slot.id, n_keep, n_keep + n_discard):
             raise EngineError(f"could not shift the context of slot {slot.id}")
         self._ctx.seq_shift(slot.id, n_keep + n_discard, len(slot.tokens), -n_discard)

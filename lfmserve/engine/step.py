@@ -122,11 +122,11 @@ class BatchStep:
         return decoded
 
     def _shift_full_slots(self, running: Sequence[Generation]) -> None:
-        """``--context-shift``: a generation whose pending token would take its slot's last cell drops the
-        older half of what follows the kept start, and goes on (llama-server's ``pre_decode``)."""
+        """``--context-shift``: a generation whose pending token would take its slot's last cell drops tokens
+        after its kept start (the request's ``n_keep``, ``n_discard``), and goes on (llama-server's ``pre_decode``)."""
         for gen in running:
             if gen.pending_token is not None and len(gen.slot.tokens) + 1 >= self._memory.n_ctx_slot:
-                n_discard = self._memory.shift_context(gen.slot)
+                n_discard = self._memory.shift_context(gen.slot, gen.request)
                 gen.truncated = True
                 gen.drafters = None  # some index the history by position: rebuilt from the shifted one
                 logger.debug("request %d: context shift dropped %d tokens of slot %d", gen.id, n_discard, gen.slot.id)

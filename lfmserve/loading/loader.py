@@ -6,11 +6,12 @@ tests. The startup log names the model, its context and where each sampling defa
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from ..chat.media import process_media_marker
 from ..chat.serving import Serving, ServingOptions
@@ -32,6 +33,7 @@ from ..settings import (
 )
 from .defaults import gguf_sampling, model_identity, resolve_defaults
 from .engine_config import engine_config
+from .escapes import process_escapes
 from .hub import resolve_hf_model
 
 logger = logging.getLogger(__name__)
@@ -92,7 +94,17 @@ def sampling_defaults(sampling: SamplingSettings, model: NativeModel) -> Resolve
     identity = model_identity(
         info.name, info.basename, info.size_label, model.meta("general.finetune"), Path(info.path).stem
     )
-    return resolve_defaults(cli=sampling.defaults(), gguf_sampling=gguf_sampling(model.meta), identity=identity)
+    cli: dict[str, Any] = sampling.defaults()
+    if sampling.escape and sampling.dry_sequence_breakers is not None:
+        cli["dry_sequence_breakers"] = tuple(process_escapes(text) for text in sampling.dry_sequence_breakers)
+    if sampling.ignore_eos:
+        cli["ignore_eos"] = True
+    if sampling.logit_bias:
+        for token, _ in sampling.logit_bias:
+            if not model.is_valid_token(token):
+                raise LfmError(f"--logit-bias: token {token} is not in the vocabulary ({model.n_vocab} tokens)")
+        cli["logit_bias"] = sampling.logit_bias
+    return resolve_defaults(cli=cli, gguf_sampling=gguf_sampling(model.meta), identity=identity)
 
 
 #: Template variables with flags of their own, which llama-server warns about in ``--chat-template-kwargs``.
@@ -139,6 +151,7 @@ def chat_template(chat: ChatSettings, model: NativeModel) -> ChatFormatter:
 def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -> ServingOptions:
     """What the flags decide for every request the serving layer prepares."""
     media = settings.media
+    stops = settings.sampling.reverse_prompt
     return ServingOptions(
         model_name=name,
         defaults=defaults,
@@ -150,12 +163,16 @@ def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -
         ),
         embd_normalize=settings.embedding.embd_normalize,
         cache_prompt=settings.engine.cache_prompt,
-        reverse_prompts=settings.sampling.reverse_prompt,
+        reverse_prompts=tuple(process_escapes(text) if settings.sampling.escape else text for text in stops),
         verbose=settings.server.verbose,
         reasoning_budget=settings.chat.reasoning_budget,
         reasoning_budget_message=settings.chat.reasoning_budget_message,
         skip_chat_parsing=settings.chat.skip_chat_parsing,
         prefill_assistant=settings.chat.prefill_assistant,
+        grammar=settings.sampling.grammar,
+        json_schema=None if settings.sampling.json_schema is None else json.loads(settings.sampling.json_schema),
+        n_keep=settings.sampling.n_keep,
+        backend_sampling=settings.sampling.backend_sampling,
     )
 
 

@@ -55,11 +55,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="JSON file with an OpenAI tools list offered every turn (calls are shown, not run)",
     )
-    parser.add_argument(
-        "--ignore-eos",
-        action="store_true",
-        help="keep generating past the end of the reply, up to -n or the context (llama-server's flag)",
-    )
     return parser
 
 
@@ -148,7 +143,7 @@ def _turn_options(settings: Settings, options: argparse.Namespace) -> TurnOption
     from .conversation import TurnOptions
 
     sampling: dict[str, Any] = {"max_tokens": settings.sampling.n_predict} if settings.sampling.n_predict >= 0 else {}
-    if options.ignore_eos:
+    if settings.sampling.ignore_eos:
         sampling["ignore_eos"] = True
     thinking = {"on": True, "off": False}.get(settings.chat.reasoning)
     return TurnOptions(tools=_read_tools(options.tools_file), thinking=thinking, sampling=sampling)

@@ -18,7 +18,7 @@ def _error(raw: bytes) -> InvalidRequest:
 
 
 def test_nothing_set_is_the_servers_defaults() -> None:
-    assert parse_body(SamplingFields, b"{}").generation_options() == GenerationOptions(sampling={"ignore_eos": False})
+    assert parse_body(SamplingFields, b"{}").generation_options() == GenerationOptions()
 
 
 def test_every_field_is_adapted_under_the_chat_layers_names() -> None:
@@ -122,7 +122,6 @@ def test_llama_servers_samplers_are_adapted_with_their_order_as_names() -> None:
         "adaptive_decay": 0.99,
         "min_keep": 5,
         "samplers": ("top_k", "top_p", "temperature", "adaptive_p"),
-        "ignore_eos": False,
     }
 
 
@@ -169,6 +168,8 @@ def test_a_dry_base_below_one_is_the_servers_as_in_llama_server() -> None:
         (b'{"samplers": ["top_k", "warp"]}', "samplers", "unknown sampler 'warp'"),
         (b'{"samplers": "kz"}', "samplers", "unknown sampler letter 'z'"),
         (b'{"samplers": [7]}', "samplers.0", "Input should be a valid string (got 7)"),
+        (b'{"n_keep": -2}', "n_keep", "Input should be greater than or equal to -1 (got -2)"),
+        (b'{"n_discard": -1}', "n_discard", "Input should be greater than or equal to 0 (got -1)"),
     ],
 )
 def test_each_sampler_field_out_of_range_is_a_400_naming_it(raw: bytes, field: str, message: str) -> None:

@@ -104,3 +104,28 @@ def test_a_model_whose_memory_cannot_shift_stops_instead(tiny_gguf: Path) -> Non
     finally:
         engine.close()
         model.close()
+
+
+@pytest.mark.parametrize(("n_keep", "n_discard"), [(10, 0), (10, 40), (-1, 0), (0, 300)])
+def test_a_shift_keeps_n_keep_prompt_tokens_and_drops_n_discard(
+    llama_model: NativeModel, n_keep: int, n_discard: int
+) -> None:
+    """llama-server's rule: the BOS and ``n_keep`` tokens after it stay (-1: the whole prompt); ``n_discard`` of
+    those that follow go (0: half of them), at most all but one."""
+    engine = Engine(llama_model, replace(CONFIG, context_shift=True))
+    try:
+        prompt = _prompt(llama_model, 200)
+        sampling = replace(GREEDY, ignore_eos=True)
+        request = EngineRequest(
+            prompt_tokens=prompt, sampling=sampling, max_tokens=60, id_slot=0, n_keep=n_keep, n_discard=n_discard
+        )
+        generated = tokens_of(run(engine, request))
+        assert engine.stats.n_context_shifts == 1
+        bos = 1 if llama_model.info.add_bos else 0
+        kept = (200 if n_keep < 0 else n_keep) + bos  # the prompt's 200 tokens include its BOS: llama-server adds it
+        held = [*prompt, *generated[:56]]  # 255 tokens when the slot was full (the 56th sampled, not yet decoded)
+        dropped = min(n_discard or (255 - kept) // 2, 255 - kept - 1)
+        expected = held[:kept] + held[kept + dropped :] + generated[56:-1]
+        assert engine.slot_tokens(0) == expected
+    finally:
+        engine.close()

@@ -53,7 +53,7 @@ def test_other_models_fall_back_to_llama_server_defaults() -> None:
         "adaptive_decay": 0.9,
         "min_keep": 0,
         "samplers": ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"],
-        "seed": -1,
+        "seed": 4294967295,
         "logit_bias": [],
         "ignore_eos": False,
     }

@@ -148,3 +148,21 @@ def test_a_refused_message_leaves_the_history_as_it_was(model: lfmserve.Model) -
     with pytest.raises(ContextLengthExceeded):
         chat.send("word " * 3000)
     assert chat.messages == [{"role": "system", "content": "Be brief."}]
+
+
+def test_every_sampler_is_a_keyword_of_a_turn_and_of_the_model(tiny_gguf: Path) -> None:
+    """The in-process API takes the request fields by name; ``samplers`` as letters or names."""
+    with lfmserve.Model(tiny_gguf, n_ctx=512, n_threads=1, mirostat=2, samplers="kt", dry_sequence_breakers=["#"]) as m:
+        assert (m.defaults.mirostat, m.defaults.samplers, m.defaults.dry_sequence_breakers) == (
+            2,
+            ("top_k", "temperature"),
+            ("#",),
+        )
+        greedy = {"temperature": 0, "max_tokens": 6, "mirostat": 0}
+        plain = m.chat().send("Hi", **greedy)
+        # XTC before a zero temperature drops the most likely tokens: greedy no more.
+        dropped = m.chat().send("Hi", **greedy, xtc_probability=1.0, xtc_threshold=0.001, samplers=["xtc", "temp"])
+        assert dropped != plain
+        assert m.chat().send("Hi", **greedy, xtc_probability=1.0, samplers=["temp", "xtc"]) == plain
+        with pytest.raises(lfmserve.InvalidRequest, match="unknown sampler letter 'z'"):
+            m.chat().send("Hi", samplers="kz")

@@ -20,9 +20,13 @@ def props(serving: Serving, *, is_sleeping: bool, ui_settings: dict[str, Any]) -
         "default_generation_settings": {
             "n_ctx": serving.engine.n_ctx_slot,
             "params": {
-                **serving.defaults.params.to_json(),
+                **serving.defaults.params.to_json(serving.model.eog_tokens),
                 "n_predict": serving.options.default_max_tokens,
                 "max_tokens": serving.options.default_max_tokens,
+                "n_keep": serving.options.n_keep,
+                "n_discard": 0,
+                "n_probs": 0,
+                "backend_sampling": serving.options.backend_sampling,
                 "speculative.types": serving.engine.config.speculation.type_names,
             },
         },
@@ -112,15 +116,19 @@ def selected_fields(result: dict[str, Any], paths: Sequence[str]) -> dict[str, A
 
 def _generation_settings(serving: Serving, body: SamplingFields, request: EngineRequest) -> dict[str, Any]:
     """The request's settings as llama-server shows them (``ignore_eos``'s bans among the biases)."""
+    backend = serving.options.backend_sampling if body.backend_sampling is None else body.backend_sampling
     return {
         **request.sampling.to_json(serving.model.eog_tokens),
         "n_predict": request.max_tokens,
         "max_tokens": request.max_tokens,
+        "n_keep": request.n_keep,
+        "n_discard": request.n_discard,
         "stop": list(request.stop),
         "stream": body.stream,
         "cache_prompt": request.cache_prompt,
         "n_probs": request.n_probs,
         "post_sampling_probs": request.post_sampling_probs,
+        "backend_sampling": backend,
         "timings_per_token": body.timings_per_token,
     }
 

@@ -170,7 +170,7 @@ def test_generation_fields_and_the_default_max_tokens() -> None:
     )
     request = body.to_chat_request()
     assert request.generation == GenerationOptions(
-        sampling={"temperature": 0.5, "top_k": 40, "top_p": 0.9, "seed": 7, "ignore_eos": False},
+        sampling={"temperature": 0.5, "top_k": 40, "top_p": 0.9, "seed": 7},
         max_tokens=4096,
         stop=("\n", "END"),
     )

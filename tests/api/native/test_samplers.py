@@ -3,10 +3,14 @@ by the OpenAI and Ollama routes, and a 400 naming the field when out of range.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from lfmserve.settings import Settings
+from lfmserve.testing import EOS_ID
 from tests.conftest import ServerThread, post
 
 #: Every sampler field llama-server's ``generation_settings`` shows, set away from its default.
@@ -75,7 +79,7 @@ def test_props_lists_every_sampler_at_llama_servers_defaults(tiny_server: Server
         "adaptive_target": -1.0,
         "adaptive_decay": 0.9,
         "min_keep": 0,
-        "seed": -1,
+        "seed": 4294967295,
     }
     assert params["samplers"] == [
         "penalties",
@@ -118,3 +122,39 @@ def test_an_out_of_range_sampler_is_a_400_naming_it_on_every_route(tiny_server: 
         tiny_server, "/api/generate", {"model": "m", "prompt": "Hi", "stream": False, "options": {"mirostat": 3}}
     )
     assert ollama.status_code == 400 and "mirostat" in ollama.json()["error"]
+
+
+def test_the_flags_are_every_requests_defaults(
+    server_factory: Callable[[Settings], ServerThread], tiny_gguf: Path
+) -> None:
+    """Each flag is shown in /props and applies to a request that does not say; a request's own value wins."""
+    settings = Settings.from_argv(
+        ["-m", str(tiny_gguf), "-c", "512", "-np", "1", "-t", "1", "--ignore-eos", "-l", "100-1.5", "--keep", "5"]
+        + ["--grammar", 'root ::= "yes" | "no"', "--dry-multiplier", "0.5", "--sampling-seq", "kdt", "--mirostat", "2"]
+        + ["--dry-sequence-breaker", "\\n", "--dry-sequence-breaker", "::", "-r", "\\t", "-bs"]
+    )
+    server = server_factory(settings)
+    params = httpx.get(server.url + "/props").json()["default_generation_settings"]["params"]
+    selected = ("ignore_eos", "n_keep", "dry_multiplier", "samplers", "mirostat", "dry_sequence_breakers")
+    assert {name: params[name] for name in selected} == {
+        "ignore_eos": True,
+        "n_keep": 5,
+        "dry_multiplier": 0.5,
+        "samplers": ["top_k", "dry", "temperature"],
+        "mirostat": 2,
+        "dry_sequence_breakers": ["\n", "::"],  # --escape (on by default) reads the typed \n as a new line
+    }
+    assert (params["backend_sampling"], params["n_probs"], params["seed"]) == (True, 0, 4294967295)
+    # -l's bias, then --ignore-eos's bans of the end-of-generation tokens (2, which llama.cpp also counts, and EOS)
+    bans = [{"bias": None, "token": 2}, {"bias": None, "token": EOS_ID}]
+    assert params["logit_bias"] == [{"bias": -1.5, "token": 100}, *bans]
+    plain = post(server, "/completion", {"prompt": "Is it?", "n_predict": 8, "temperature": 0}).json()
+    assert plain["content"] in ("yes", "no") and plain["stop_type"] == "eos"  # the grammar ends the answer
+    settings_used = plain["generation_settings"]
+    assert settings_used["stop"] == ["\t"]  # -r's \t, read as a tab
+    assert (settings_used["ignore_eos"], settings_used["n_keep"], settings_used["mirostat"]) == (True, 5, 2)
+    own = {"prompt": "Is it?", "n_predict": 8, "temperature": 0, "logit_bias": [[9, 2.0]], "ignore_eos": False}
+    answer = post(server, "/completion", {**own, "json_schema": {"type": "integer"}, "n_keep": -1}).json()
+    assert answer["content"].lstrip("-").isdigit()  # the request's schema, not the server's grammar
+    assert answer["generation_settings"]["logit_bias"] == [{"bias": 2.0, "token": 9}]
+    assert (answer["generation_settings"]["ignore_eos"], answer["generation_settings"]["n_keep"]) == (False, -1)

@@ -69,7 +69,7 @@ def test_a_full_chat_body_becomes_one_chat_request() -> None:
         reasoning_effort="low",
         template_kwargs={"enable_thinking": False},
         add_generation_prompt=False,
-        generation=GenerationOptions(sampling={"temperature": 0.2, "ignore_eos": False}, max_tokens=5, n_probs=2),
+        generation=GenerationOptions(sampling={"temperature": 0.2}, max_tokens=5, n_probs=2),
     )
 
 
