@@ -13,11 +13,15 @@ greedy ``/v1/chat/completions`` streams. Scenarios:
   replies are real text (TTFT of each turn): random weights write replies that do not re-tokenize to
   the generated tokens, so the conversation above recomputes every reply in every server.
 
-Results go to ``bench/results/serve-*.jsonl`` and a markdown table with ratios to llama-server.
+Results go to ``bench/results/serve-*.jsonl`` and a markdown table with ratios to llama-server. ``--baseline
+DIR`` runs a second lfmserve from another checkout beside the first (a before-and-after in one run), and
+``--sampling default`` sends no sampling fields, so each server samples with its default chain.
 
 Example::
 
     python bench/serve_bench.py --build
+    git worktree add /tmp/before HEAD~3
+    python bench/serve_bench.py --baseline /tmp/before --scenarios throughput_1 --skip-llama-cpp-python --repeats 5
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ from common import (
 from lfmserve.testing import gemma3_270m_path
 
 GREEDY = {"temperature": 0, "top_k": 1, "repeat_penalty": 1.0}
+#: What every request sends to choose its sampling: GREEDY, or nothing (``--sampling default``: each server's
+#: default chain, with its penalties).
+SAMPLING: dict[str, Any] = dict(GREEDY)
 WORDS = "the ocean is wide and the waves are blue while the model learns from data about the world".split()
 
 
@@ -86,7 +93,7 @@ async def _chat(client: httpx.AsyncClient, messages: list[dict[str, Any]], max_t
         "stream": True,
         "ignore_eos": ignore_eos,
         "stream_options": {"include_usage": True},
-        **GREEDY,
+        **SAMPLING,
     }
     stream = Stream(time.perf_counter())
     try:
@@ -219,6 +226,8 @@ async def shared_system_prompt(client: httpx.AsyncClient, users: int, system_wor
 SCENARIOS = ("shared_prompt", "throughput_1", "throughput_2", "throughput_4", "throughput_8", "itl", "conversation")
 #: Run on Gemma-3-270M (the real model the tests use), after the others.
 REAL_MODEL_SCENARIOS = ("real_conversation",)
+#: The name of ``--baseline``'s server.
+BASELINE = "lfmserve-baseline"
 
 
 async def run_scenario(url: str, name: str, args: argparse.Namespace, rep: int) -> dict[str, Any]:
@@ -267,12 +276,17 @@ SERVE_ROWS = [  # (label, path)
 def table(all_results: dict[str, dict[str, Any]], rows: list[tuple[str, str]]) -> str:
     """A markdown table of ``rows`` (label, dotted path into the results), with lfmserve / llama-server."""
     names = list(all_results)
-    out = ["| metric | " + " | ".join(names) + " | lfmserve / llama-server |", "|---" * (len(names) + 2) + "|"]
+    references = [name for name in ("llama-server", BASELINE) if name in names]
+    ratios = " | ".join(f"lfmserve / {name}" for name in references)
+    out = [f"| metric | {' | '.join(names)} | {ratios} |", "|---" * (len(names) + len(references) + 1) + "|"]
     for label, path in rows:
         values = [_get(all_results[n], path) for n in names]
-        ref, ours = _get(all_results.get("llama-server", {}), path), _get(all_results.get("lfmserve", {}), path)
-        ratio = f"{ours / ref:.2f}" if ref and ref == ref and ours == ours else "—"
-        out.append(f"| {label} | " + " | ".join(_fmt(v) for v in values) + f" | {ratio} |")
+        ours = _get(all_results.get("lfmserve", {}), path)
+        cells = []
+        for name in references:
+            ref = _get(all_results[name], path)
+            cells.append(f"{ours / ref:.2f}" if ref and ref == ref and ours == ours else "—")
+        out.append(f"| {label} | " + " | ".join(_fmt(v) for v in values) + f" | {' | '.join(cells)} |")
     return "\n".join(out)
 
 
@@ -298,6 +312,9 @@ def make_servers(model: str, binary: Path, args: argparse.Namespace) -> list[Ser
         Server("llama-server", [str(binary), *flags, "--jinja"]),
         Server("lfmserve", [lfmserve_command(), *flags, "--jinja"]),
     ]
+    if args.baseline:  # the same entry point, importing lfmserve from the other checkout
+        command = ["env", f"PYTHONPATH={args.baseline.resolve()}", lfmserve_command()]
+        servers.append(Server(BASELINE, [*command, *flags, "--jinja"]))
     if not args.skip_llama_cpp_python:
         servers.append(
             Server(
@@ -337,7 +354,18 @@ def main() -> int:
         default=list(SCENARIOS + REAL_MODEL_SCENARIOS),
         help="(default: all)",
     )
+    parser.add_argument(
+        "--sampling",
+        choices=("greedy", "default"),
+        default="greedy",
+        help="greedy requests, or none set (each server's default chain)",
+    )
+    parser.add_argument(
+        "--baseline", type=Path, help="another lfmserve checkout (git worktree) to run beside this one, as a ratio"
+    )
     args = parser.parse_args()
+    if args.sampling == "default":
+        SAMPLING.clear()
     binary = llama_server_binary(parser, args)
     runs: Runs = {}
     groups = [(bench_model, SCENARIOS), (gemma3_270m_path, REAL_MODEL_SCENARIOS)]
