@@ -326,6 +326,7 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
         n_threads=config.n_threads,
         n_threads_batch=config.n_threads_batch or config.n_threads,
         kv=config.kv,
+        rope=config.rope,
     )
 
 
@@ -399,4 +400,5 @@ def _embedding_context(model: NativeModel, config: EngineConfig, projector: Proj
         n_seq_max=config.embedding_sequences,
         n_threads=config.n_threads_batch or config.n_threads,
         non_causal_media=projector is not None and projector.non_causal_images,
+        rope=config.rope,
     )

@@ -337,6 +337,21 @@ class KvCacheOptions:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RopeOptions:
+    """RoPE and YaRN settings of the context (``--rope-*``, ``--yarn-*``); the defaults are llama.cpp's "the model's
+    own" values (0 for the base, scale and original context, -1 for the YaRN factors, None for the scaling)."""
+
+    scaling: Literal["none", "linear", "yarn"] | None = None
+    freq_base: float = 0.0
+    freq_scale: float = 0.0
+    yarn_orig_ctx: int = 0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_slow: float = -1.0
+    yarn_beta_fast: float = -1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """How the engine is built: the context and its slots, the caches, and the optional second context and drafts.
 
@@ -380,6 +395,7 @@ class EngineConfig:
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     #: ``-fa``, ``-ctk``, ``-ctv``, ``--swa-full``.
     kv: KvCacheOptions = field(default_factory=KvCacheOptions)
+    rope: RopeOptions = field(default_factory=RopeOptions)
     #: ``--kv-unified``: each slot may fill the whole context, which they share (default: a share each).
     shared_context: bool = False
     #: ``--lora`` / ``--lora-scaled``: LoRA adapter files and their starting scales.

@@ -35,6 +35,49 @@ class KvCache(Protocol):
     def swa_full(self) -> bool: ...
 
 
+class Rope(Protocol):
+    """RoPE and YaRN settings (:class:`~lfmserve.engine.records.RopeOptions`), in llama.cpp's terms."""
+
+    @property
+    def scaling(self) -> str | None: ...
+    @property
+    def freq_base(self) -> float: ...
+    @property
+    def freq_scale(self) -> float: ...
+    @property
+    def yarn_orig_ctx(self) -> int: ...
+    @property
+    def yarn_ext_factor(self) -> float: ...
+    @property
+    def yarn_attn_factor(self) -> float: ...
+    @property
+    def yarn_beta_slow(self) -> float: ...
+    @property
+    def yarn_beta_fast(self) -> float: ...
+
+
+_ROPE_SCALING = {
+    None: llama.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+    "none": llama.LLAMA_ROPE_SCALING_TYPE_NONE,
+    "linear": llama.LLAMA_ROPE_SCALING_TYPE_LINEAR,
+    "yarn": llama.LLAMA_ROPE_SCALING_TYPE_YARN,
+}
+
+
+def apply_rope(params: Any, rope: Rope | None) -> None:
+    """Set a ``llama_context_params``' RoPE fields (their defaults mean "the model's own", as ``rope``'s do)."""
+    if rope is None:
+        return
+    params.rope_scaling_type = _ROPE_SCALING[rope.scaling]
+    params.rope_freq_base = rope.freq_base
+    params.rope_freq_scale = rope.freq_scale
+    params.yarn_orig_ctx = rope.yarn_orig_ctx
+    params.yarn_ext_factor = rope.yarn_ext_factor
+    params.yarn_attn_factor = rope.yarn_attn_factor
+    params.yarn_beta_slow = rope.yarn_beta_slow
+    params.yarn_beta_fast = rope.yarn_beta_fast
+
+
 def _apply_kv(params: Any, kv: KvCache | None) -> None:
     if kv is None:
         return  # llama.cpp's defaults: flash attention auto, f16 K and V, a window-sized SWA cache
@@ -59,6 +102,7 @@ class NativeContext:
         n_threads_batch: int,
         n_rollback: int = 0,
         kv: KvCache | None = None,
+        rope: Rope | None = None,
     ) -> None:
         """``n_rollback``: tokens a recurrent model's state can be rolled back by (its last states are kept;
         llama.cpp ignores it for models without recurrent layers, whose tails are removed anyway)."""
@@ -72,6 +116,7 @@ class NativeContext:
         params.n_threads_batch = n_threads_batch
         params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np
         _apply_kv(params, kv)
+        apply_rope(params, rope)
         params.no_perf = True
         with captured_lines() as lines:
             self._ctx = llama.llama_init_from_model(model.handle, params)

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from ..errors import EngineError
 from .backend import buffer_sizes, captured_lines
 from .batch import Batch
+from .context import Rope, apply_rope
 from .model import NativeModel
 from .mtmd import attention
 
@@ -49,6 +50,7 @@ class EmbeddingContext:
         n_seq_max: int,
         n_threads: int,
         non_causal_media: bool = False,
+        rope: Rope | None = None,
     ) -> None:
         """``non_causal_media``: media rows are decoded with causal attention off, as mtmd decodes the images
         of a projector that asks for it (:attr:`~lfmserve.llama.mtmd.Projector.non_causal_images`)."""
@@ -63,6 +65,7 @@ class EmbeddingContext:
         params.n_threads = params.n_threads_batch = n_threads
         params.kv_unified = True  # the sequences of one decode share the micro-batch's cells
         params.no_perf = True
+        apply_rope(params, rope)
         with captured_lines() as lines:
             self._ctx = llama.llama_init_from_model(model.handle, params)
         #: Bytes of llama.cpp's buffers for this context, as :attr:`.NativeContext.buffers`.

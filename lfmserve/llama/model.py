@@ -18,6 +18,7 @@ import llama_cpp.llama_cpp as llama
 
 from ..errors import EngineError
 from .backend import amx_built_in, buffer_sizes, captured_errors, captured_lines, failure_reason, init_backend
+from .kv_overrides import override_array
 from .mapped_weights import release_copied_weights
 
 logger = logging.getLogger(__name__)
@@ -142,11 +143,14 @@ class NativeModel:
         repack: bool | None = None,
         load_mode: str = "auto",
         lazy_mode: str = "auto",
+        kv_overrides: Sequence[str] = (),
+        check_tensors: bool = False,
     ) -> None:
         """``repack``: let llama.cpp place weights in its extra CPU buffer types (repacked for its faster
         kernels; ``--repack`` / ``--no-repack``); None: yes, unless that would hand them to AMX, which crashes
         (:func:`.backend.amx_built_in`). ``load_mode`` / ``lazy_mode``: llama.cpp's ``-lm`` / ``-lzm``
-        (:data:`LOAD_MODES`, :data:`LAZY_MODES`)."""
+        (:data:`LOAD_MODES`, :data:`LAZY_MODES`). ``kv_overrides``: ``--override-kv`` entries (``KEY=TYPE:VALUE``);
+        ``check_tensors``: llama.cpp checks every tensor's data (NaN, infinities) while loading."""
         init_backend()
         self.path = str(path)
         problem = model_file_problem(self.path)
@@ -160,6 +164,8 @@ class NativeModel:
         params.use_extra_bufts = self.repack
         params.load_mode = LOAD_MODES[load_mode]
         params.lazy_mode = LAZY_MODES[lazy_mode]
+        params.check_tensors = check_tensors
+        params.kv_overrides = override_array(kv_overrides)  # params holds the array until the load returns
         with captured_errors() as errors, captured_lines() as lines:
             self._model = llama.llama_model_load_from_file(self.path.encode(), params)
         #: Bytes of the weights' buffers by llama.cpp's name for them (``CPU_Mapped``, ``CPU_REPACK``, ``CPU``).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal, cast
 
-from ..engine.records import EngineConfig, KvCacheOptions, Pooling, context_sizes
+from ..engine.records import EngineConfig, KvCacheOptions, Pooling, RopeOptions, context_sizes
 from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig, resolve_synth_rates
 from ..errors import EngineError
 from ..settings import Settings, SpeculationSettings
@@ -36,6 +36,16 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
             type_k=engine.cache_type_k,
             type_v=engine.cache_type_v,
             swa_full=engine.swa_full,
+        ),
+        rope=RopeOptions(
+            scaling=cast(Literal["none", "linear", "yarn"] | None, engine.rope_scaling),
+            freq_base=engine.rope_freq_base,
+            freq_scale=1.0 / engine.rope_scale if engine.rope_scale else engine.rope_freq_scale,
+            yarn_orig_ctx=engine.yarn_orig_ctx,
+            yarn_ext_factor=engine.yarn_ext_factor,
+            yarn_attn_factor=engine.yarn_attn_factor,
+            yarn_beta_slow=engine.yarn_beta_slow,
+            yarn_beta_fast=engine.yarn_beta_fast,
         ),
         n_ctx=engine.ctx_size,
         n_slots=engine.parallel,

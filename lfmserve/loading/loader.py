@@ -204,6 +204,8 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
         repack=weights.repack,
         load_mode=weights.model_load_mode,
         lazy_mode=weights.lazy_mode,
+        kv_overrides=weights.override_kv,
+        check_tensors=weights.check_tensors,
     )
     template = chat_template(settings.chat, model)
     projector = load_projector(settings, files.projector, model) if files.projector else None

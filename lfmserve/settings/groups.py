@@ -441,6 +441,62 @@ class EngineSettings:
             choices=KV_CACHE_TYPES,
         ),
     )
+    override_kv: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "--override-kv",
+            help="GGUF metadata replaced at load: KEY=TYPE:VALUE with TYPE int, float, bool or str "
+            "(comma-separated, repeatable; checked as the model loads), e.g. tokenizer.ggml.add_bos_token=bool:false",
+            action="append",
+            metavar="KEY=TYPE:VALUE,...",
+        ),
+    )
+    check_tensors: bool = switch(
+        "--check-tensors",
+        help="check every tensor's data (NaN, infinities) while loading",
+        default=False,
+        action="store_true",
+    )
+    rope_scaling: str | None = field(
+        default=None,
+        metadata=flag(
+            "--rope-scaling",
+            help="RoPE frequency scaling: none, linear or yarn (default: the model's)",
+            choices=("none", "linear", "yarn"),
+        ),
+    )
+    rope_scale: float | None = field(
+        default=None,
+        metadata=flag(
+            "--rope-scale",
+            help="RoPE context scaling factor: --rope-freq-scale 1/N (this one wins if both)",
+            type=float,
+        ),
+    )
+    rope_freq_base: float = field(
+        default=0.0, metadata=flag("--rope-freq-base", help="RoPE base frequency (0 = the model's)", type=float)
+    )
+    rope_freq_scale: float = field(
+        default=0.0,
+        metadata=flag("--rope-freq-scale", help="RoPE frequency scaling factor (0 = the model's)", type=float),
+    )
+    yarn_orig_ctx: int = field(
+        default=0, metadata=flag("--yarn-orig-ctx", help="YaRN: the model's original context (0 = its own)", type=int)
+    )
+    yarn_ext_factor: float = field(
+        default=-1.0,
+        metadata=flag("--yarn-ext-factor", help="YaRN: extrapolation mix factor (-1 = the model's)", type=float),
+    )
+    yarn_attn_factor: float = field(
+        default=-1.0,
+        metadata=flag("--yarn-attn-factor", help="YaRN: attention magnitude scale (-1 = the model's)", type=float),
+    )
+    yarn_beta_slow: float = field(
+        default=-1.0, metadata=flag("--yarn-beta-slow", help="YaRN: high correction dim (-1 = the model's)", type=float)
+    )
+    yarn_beta_fast: float = field(
+        default=-1.0, metadata=flag("--yarn-beta-fast", help="YaRN: low correction dim (-1 = the model's)", type=float)
+    )
     swa_full: bool = switch(
         "--swa-full",
         help="full-size sliding-window cache (more memory, no re-processing)",

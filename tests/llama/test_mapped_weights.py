@@ -36,6 +36,20 @@ def _greedy(model: NativeModel, n: int) -> tuple[list[int], np.ndarray]:
         context.close()
 
 
+def _kernel_pages_out_cold_pages() -> bool:
+    """A running DAMON scheme that pages out memory nobody touched for a while (some VMs run one): resident page
+    counts then drift while a test runs, so they cannot be compared exactly."""
+    root = Path("/sys/kernel/mm/damon/admin/kdamonds")
+    for kdamond in root.glob("*"):
+        state = kdamond / "state"
+        if state.exists() and state.read_text().strip() == "on":
+            actions = kdamond.glob("contexts/*/schemes/*/action")
+            if any(action.read_text().strip() == "pageout" for action in actions):
+                return True
+    return False
+
+
+@pytest.mark.skipif(_kernel_pages_out_cold_pages(), reason="the kernel pages out cold pages (DAMON): counts drift")
 def test_only_the_repacked_weights_pages_are_given_back(gemma_gguf: Path) -> None:
     path = [str(gemma_gguf)]
     mapped = NativeModel(gemma_gguf, load_mode="mmap")
