@@ -30,6 +30,7 @@ from importlib.metadata import version
 
 from ..errors import EngineError, NotSupported, RequestCancelled, Unavailable
 from ..llama.context import NativeContext
+from ..llama.control_vectors import apply_control_vector, load_control_vectors
 from ..llama.embedding import EmbeddingContext
 from ..llama.model import NativeModel
 from ..llama.mtmd import Projector
@@ -316,8 +317,11 @@ class Engine:
 def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
     """The shared context of the slots: one sequence per slot, sized as llama-server sizes it. Its logits rows are
     llama.cpp's default, a whole batch's: llama.cpp aborts the process on a decode that asks for more rows than
-    ``n_outputs_max`` (``GGML_ASSERT``), and the rows reserved beyond a step's are address space, barely resident."""
-    return NativeContext(
+    ``n_outputs_max`` (``GGML_ASSERT``), and the rows reserved beyond a step's are address space, barely resident.
+    ``--control-vector``'s files are read first (a bad one stops the start before the context is made) and set on
+    it as llama-server sets them on its context."""
+    vector = load_control_vectors(config.control_vectors) if config.control_vectors else None
+    ctx = NativeContext(
         model,
         n_ctx=config.context_sizes(model.info.n_ctx_train).n_ctx,
         n_batch=config.n_batch,
@@ -328,6 +332,14 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
         kv=config.kv,
         rope=config.rope,
     )
+    if vector is not None:
+        try:
+            apply_control_vector(ctx, vector, config.control_vector_layers)
+        except EngineError:
+            ctx.close()
+            raise
+        logger.info("control vectors: %s", ", ".join(f"{path} at {scale:g}" for path, scale in config.control_vectors))
+    return ctx
 
 
 def _disk_cache(
@@ -344,12 +356,15 @@ def _disk_cache(
 
 
 def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig) -> str:
-    """What a saved sequence state fits: this llama.cpp, this model, a slot of this size, these KV cache types."""
+    """What a saved sequence state fits: this llama.cpp, this model, a slot of this size, these KV cache types, these
+    LoRA adapters and control vectors."""
     info, kv = model.info, config.kv
     adapters = [[os.path.abspath(path), os.path.getsize(path)] for path, _ in config.lora]
+    vectors = [[os.path.abspath(path), os.path.getsize(path), scale] for path, scale in config.control_vectors]
     return json.dumps(
         [version("llama-cpp-python"), info.architecture, info.name, info.n_params, info.size_bytes, info.n_vocab]
         + [info.n_embd, ctx.n_ctx // config.n_slots, kv.type_k, kv.type_v, kv.swa_full, kv.flash_attn, adapters]
+        + ([vectors, config.control_vector_layers] if vectors else [])  # without: the identity of before
     )
 
 

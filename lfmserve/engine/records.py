@@ -400,6 +400,10 @@ class EngineConfig:
     shared_context: bool = False
     #: ``--lora`` / ``--lora-scaled``: LoRA adapter files and their starting scales.
     lora: tuple[tuple[str, float], ...] = ()
+    #: ``--control-vector`` / ``--control-vector-scaled``: control vector files and their scales (summed).
+    control_vectors: tuple[tuple[str, float], ...] = ()
+    #: ``--control-vector-layer-range``: the first and last layer they are added to (None: 1 to the last).
+    control_vector_layers: tuple[int, int] | None = None
 
     def context_sizes(self, n_ctx_train: int) -> ContextSizes:
         """The context this engine asks llama.cpp for, and each slot's, for a model trained on ``n_ctx_train``."""

@@ -15,6 +15,7 @@ from ..engine.records import EngineConfig, KvCacheOptions, Pooling, RopeOptions,
 from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig, resolve_synth_rates
 from ..errors import EngineError
 from ..settings import Settings, SpeculationSettings
+from ..settings.groups import control_vector_files
 
 
 def engine_config(settings: Settings, draft_model: str | None = None) -> EngineConfig:
@@ -58,6 +59,8 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         pooling=cast(Pooling | None, "rank" if embedding.reranking else embedding.pooling),
         speculation=speculation_config(settings.speculation, draft_model),
         lora=_lora_adapters(settings),
+        control_vectors=_control_vectors(settings),
+        control_vector_layers=engine.control_vector_layer_range,
     )
 
 
@@ -72,6 +75,13 @@ def slot_context(settings: Settings, n_ctx_train: int) -> int:
 def _lora_adapters(settings: Settings) -> tuple[tuple[str, float], ...]:
     try:
         return settings.source.lora_adapters
+    except ValueError as exc:
+        raise EngineError(str(exc)) from None
+
+
+def _control_vectors(settings: Settings) -> tuple[tuple[str, float], ...]:
+    try:
+        return control_vector_files(settings.engine)
     except ValueError as exc:
         raise EngineError(str(exc)) from None
 

@@ -88,7 +88,8 @@ def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, A
     for name, value in _environment_values(built, environ).items():
         values.setdefault(name, value)
     for _, f in all_fields():
-        if f.metadata["argparse"].get("action") == "append" and f.name in values:
+        options = f.metadata["argparse"]
+        if (options.get("action") == "append" or isinstance(options.get("nargs"), int)) and f.name in values:
             values[f.name] = tuple(values[f.name])  # argparse collects a list; the settings keep a tuple
     try:  # a group that checks its fields together (one grammar) raises ValueError
         groups: dict[str, Any] = {
@@ -137,6 +138,8 @@ def preset_argv(entries: Mapping[str, str]) -> list[str]:
                 raise ValueError(f"{key} = {raw!r}: not true or false")
             on = value != (is_off_flag(spelling) != flip)
             argv += _flags_of(f, on) if f else _switch_flags(action.option_strings, on)
+        elif isinstance(action.nargs, int):  # several values (START END), blank-separated as a variable's
+            argv += [_longest(action.option_strings, off=False), *raw.split()]
         else:  # the key's own flag: --sampling-seq's value is not in --samplers' form
             argv += _valued(_longest(action.option_strings, off=False), raw)
     return argv
@@ -192,6 +195,8 @@ def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
     if action == "store_true":
         return [max(flags, key=len)] if value else []
     name = max(flags, key=len)
+    if isinstance(f.metadata["argparse"].get("nargs"), int):  # one flag, then its values (START END)
+        return [name, *map(str, value)]
     write = f.metadata["write"]
     values = write(value) if write else value if action == "append" else (value,)
     return [token for one in values for token in _valued(name, str(one))]
@@ -300,6 +305,15 @@ def _environment_value(parser: argparse.ArgumentParser, f: dataclasses.Field[Any
         if on is None:
             parser.error(f"environment variable {variable} has value {raw!r}: not a valid bool")
         return on
+    count = f.metadata["argparse"].get("nargs")
+    if isinstance(count, int):  # several values (START END): blank-separated
+        parts = raw.split()
+        if len(parts) != count:
+            parser.error(f"environment variable {variable} has value {raw!r}: not {count} values")
+        try:
+            return [part if kind is None else kind(part) for part in parts]
+        except ValueError:
+            parser.error(f"environment variable {variable} has value {raw!r}: not {count} valid {kind.__name__}s")
     try:
         value = raw if kind is None else kind(raw)
     except argparse.ArgumentTypeError as exc:  # its message names the value

@@ -9,9 +9,11 @@ environment variable (``LFMSERVE_<NAME>``) and its keyword in :meth:`Settings.of
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,6 +45,9 @@ from .sampler_flags import (
     sampler_names,
     samplers_argv,
 )
+
+#: What ``std::stof`` reads: the longest leading decimal number (a scale of ``0.5x`` is 0.5).
+_FLOAT_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -449,6 +454,34 @@ class EngineSettings:
             "(comma-separated, repeatable; checked as the model loads), e.g. tokenizer.ggml.add_bos_token=bool:false",
             action="append",
             metavar="KEY=TYPE:VALUE,...",
+        ),
+    )
+    control_vector: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "--control-vector",
+            help="control vector GGUF added at scale 1 (comma-separated, repeatable)",
+            action="append",
+            metavar="FNAME",
+        ),
+    )
+    control_vector_scaled: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "--control-vector-scaled",
+            help="control vector GGUF added at a scale: FNAME:SCALE (comma-separated, repeatable)",
+            action="append",
+            metavar="FNAME:SCALE,...",
+        ),
+    )
+    control_vector_layer_range: tuple[int, int] | None = field(
+        default=None,
+        metadata=flag(
+            "--control-vector-layer-range",
+            help="layers the control vectors are added to, START and END included (default: 1 to the last)",
+            nargs=2,
+            type=int,
+            metavar=("START", "END"),
         ),
     )
     check_tensors: bool = switch(
@@ -1303,6 +1336,27 @@ GROUPS: dict[str, type[Any]] = {
 def sampling_fields() -> tuple[str, ...]:
     """The fields that are sampling defaults (named as the request fields they default)."""
     return tuple(f.name for f in dataclasses.fields(SamplingSettings) if f.metadata["sampling"])
+
+
+def control_vector_files(engine: EngineSettings) -> tuple[tuple[str, float], ...]:
+    """Each control vector file and its scale, as llama-server reads them: ``--control-vector`` ones at 1, then
+    ``--control-vector-scaled`` ones (each ``FNAME:SCALE`` with one colon, the scale read as ``std::stof`` reads
+    it). Raises ValueError for an entry of another form."""
+    vectors = [(path, 1.0) for value in engine.control_vector for path in _csv_row(value)]
+    for value in engine.control_vector_scaled:
+        for item in _csv_row(value):
+            parts = item.split(":")
+            number = _FLOAT_PREFIX.match(parts[-1])
+            if len(parts) != 2 or number is None:
+                raise ValueError(f"--control-vector-scaled {item!r}: expected FNAME:SCALE")
+            vectors.append((parts[0], float(number[0])))
+    return tuple(vectors)
+
+
+def _csv_row(value: str) -> list[str]:
+    """llama.cpp's ``parse_csv_row``: comma-separated, double quotes around a field that has commas, empty fields
+    kept."""
+    return next(csv.reader([value]), [""])
 
 
 def _comma_list(value: str) -> list[str]:

@@ -3,21 +3,26 @@ Gemma 3, how ``--swa-full`` makes a sliding-window model's cache truncate exactl
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import llama_cpp.llama_cpp as llama
+import numpy as np
 import pytest
 
+from lfmserve.engine import core
 from lfmserve.engine.core import Engine
 from lfmserve.engine.records import EngineConfig, EngineRequest, KvCacheOptions, SamplingParams
 from lfmserve.engine.stream import SyncStream
-from lfmserve.errors import InvalidRequest, RequestCancelled, Unavailable
+from lfmserve.errors import EngineError, InvalidRequest, RequestCancelled, Unavailable
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.mtmd import Projector
 from lfmserve.testing import TinyGemma3, TinyGemma3Projector, write_gemma3_gguf, write_gemma3_mmproj_gguf
 from tests.engine.conftest import GREEDY, prompt, random_tokens, run, tokens_of
+from tests.llama.test_control_vectors import write_control_vector
 
 
 def test_greedy_is_deterministic_with_and_without_the_cache(engine: Engine, model: NativeModel) -> None:
@@ -216,3 +221,28 @@ def test_embeddings_decode_media_rows_as_the_projector_asks(gemma3: NativeModel,
         for engine in engines:
             engine.close()
         projector.close()
+
+
+def test_control_vectors_are_set_on_the_serving_context_and_key_the_disk_cache(
+    model: NativeModel, tmp_path: Path
+) -> None:
+    n_layer = llama.llama_model_n_layer(model.handle)
+    direction = np.random.default_rng(7).standard_normal(model.info.n_embd).astype(np.float32) * 4
+    path = write_control_vector(tmp_path / "v.gguf", {f"direction.{n_layer - 1}": direction})
+    plain = EngineConfig(n_ctx=256, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1)
+    steered = dataclasses.replace(plain, control_vectors=((path, 1.0),))
+
+    def last_logits(config: EngineConfig) -> tuple[np.ndarray, str]:
+        ctx = core._context(model, config)
+        try:
+            index = ctx.batch.add(list(range(10, 40)), 0, 0, True)
+            ctx.decode()
+            return ctx.logits(index).copy(), core._cache_identity(model, ctx, config)
+        finally:
+            ctx.close()
+
+    (before, plain_key), (after, steered_key) = last_logits(plain), last_logits(steered)
+    assert not np.allclose(before, after, atol=1e-4)
+    assert plain_key != steered_key != last_logits(dataclasses.replace(steered, control_vectors=((path, 0.5),)))[1]
+    with pytest.raises(EngineError, match="missing.gguf"):
+        core._context(model, dataclasses.replace(plain, control_vectors=((str(tmp_path / "missing.gguf"), 1.0),)))
