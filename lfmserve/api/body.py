@@ -39,6 +39,7 @@ def _finite(value: float) -> float:
 
 
 Finite = Annotated[float, AfterValidator(_finite)]
+NonNegative = Annotated[float, Field(ge=0.0), AfterValidator(_finite)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 TokenCount = Annotated[int, Field(ge=-1)]
@@ -74,12 +75,12 @@ class LoraScale(Body):
 class SamplingFields(Body):
     """The sampling and generation fields shared by every generation route (named as SamplingParams' fields)."""
 
-    temperature: float | None = Field(default=None, ge=0.0)
+    temperature: NonNegative | None = None
     top_k: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     top_p: Probability | None = None
     min_p: Probability | None = None
     typical_p: Probability | None = None
-    repeat_penalty: float | None = Field(default=None, ge=0.0)
+    repeat_penalty: NonNegative | None = None
     repeat_last_n: int | None = Field(default=None, ge=-1, le=INT32_MAX)
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
@@ -146,11 +147,6 @@ class SamplingFields(Body):
         if self.json_schema is not None and self.grammar is not None:
             raise ValueError("use either 'json_schema' or 'grammar', not both")
         return self
-
-    @field_validator("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", mode="after")
-    @classmethod
-    def _finite_number(cls, value: float | None) -> float | None:
-        return None if value is None else _finite(value)
 
     @field_validator("dry_base", mode="after")
     @classmethod

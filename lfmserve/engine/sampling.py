@@ -53,10 +53,11 @@ def plan_chain(params: SamplingParams) -> ChainPlan:
         return ChainPlan(False, ("mirostat",))
     order = params.samplers
     numpy_penalties = bool(order) and order[0] == "penalties"
+    acting = _acting(params)
     active = [
         name
         for index, name in enumerate(order)
-        if _changes_something(name, params) and not (index == 0 and numpy_penalties)
+        if acting.get(name, True) and not (index == 0 and numpy_penalties)  # temperature, infill, adaptive-p act
     ]
     before = active[: active.index("temperature")] if "temperature" in active else None
     if (
@@ -71,10 +72,10 @@ def plan_chain(params: SamplingParams) -> ChainPlan:
     return ChainPlan(numpy_penalties, (*(name for name in active if name != "adaptive_p"), picker))
 
 
-def _changes_something(name: str, p: SamplingParams) -> bool:
-    """Whether llama.cpp's sampler ``name`` does anything with these settings (each returns early, or is built
-    empty, at its "off" value)."""
-    checks = {
+def _acting(p: SamplingParams) -> dict[str, bool]:
+    """Whether each of llama.cpp's samplers that has an "off" value does anything with these settings (each returns
+    early, or is built empty, at that value)."""
+    return {
         "penalties": p.penalises,
         "dry": p.dry_multiplier != 0.0 and p.dry_base >= 1.0 and p.dry_penalty_last_n != 0,
         "top_n_sigma": p.top_n_sigma > 0.0,
@@ -84,7 +85,6 @@ def _changes_something(name: str, p: SamplingParams) -> bool:
         "min_p": p.min_p > 0.0,
         "xtc": p.xtc_probability > 0.0 and p.xtc_threshold <= 0.5,
     }
-    return checks.get(name, True)  # temperature, infill and adaptive-p always act
 
 
 class Sampler:

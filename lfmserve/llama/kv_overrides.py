@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import ctypes
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,8 @@ _TAGS = {
     "str": llama.LLAMA_KV_OVERRIDE_TYPE_STR,
 }
 _MAX_BYTES = 127
+_INT_PREFIX = re.compile(r"\s*[+-]?\d+")
+_FLOAT_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def parse_override(text: str) -> tuple[str, str, int | float | bool | str]:
@@ -47,13 +50,9 @@ def parse_override(text: str) -> tuple[str, str, int | float | bool | str]:
 
 
 def _leading_number(raw: str, kind: type[int] | type[float]) -> int | float:
-    """What C's ``atol`` / ``atof`` read: the longest leading number, 0 when there is none."""
-    for end in range(len(raw), 0, -1):
-        try:
-            return kind(raw[:end].strip())
-        except ValueError:
-            continue
-    return kind(0)
+    """What C's ``atol`` / ``atof`` read: the leading number (after blanks), 0 when there is none."""
+    match = (_INT_PREFIX if kind is int else _FLOAT_PREFIX).match(raw)
+    return kind(match[0]) if match else kind(0)
 
 
 def override_array(arguments: Sequence[str]) -> Any:
