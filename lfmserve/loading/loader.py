@@ -178,13 +178,13 @@ def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -
 
 def load_projector(settings: Settings, path: str, model: NativeModel) -> Projector:
     """The multimodal projector, its media marker llama-server's (``LLAMA_MEDIA_MARKER``, else random)."""
-    n_threads = settings.engine.threads_batch or settings.engine.threads
+    n_threads = settings.threads.threads_batch or settings.threads.threads
     projector = Projector(
         path,
         model,
         n_threads=n_threads,
         side_threads=n_threads // 2 if settings.media.media_encode_beside else 0,
-        use_gpu=settings.media.mmproj_offload and settings.engine.n_gpu_layers != 0,
+        use_gpu=settings.media.mmproj_offload and settings.devices.n_gpu_layers != 0,
         image_min_tokens=settings.media.image_min_tokens,
         image_max_tokens=settings.media.image_max_tokens,
         media_marker=process_media_marker(),
@@ -200,7 +200,7 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     weights = settings.engine
     model = NativeModel(
         files.model,
-        n_gpu_layers=weights.n_gpu_layers,
+        n_gpu_layers=settings.devices.n_gpu_layers,
         repack=weights.repack,
         load_mode=weights.model_load_mode,
         lazy_mode=weights.lazy_mode,
@@ -222,7 +222,7 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
         engine.n_ctx,
         engine.n_slots,
         engine.n_ctx_slot,
-        settings.engine.threads,
+        settings.threads.threads,
     )
     if defaults.family:
         logger.info("LFM family: %s", defaults.family)

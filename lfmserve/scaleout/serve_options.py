@@ -6,7 +6,7 @@ No Ray here, so ``--help`` and bad flags answer at once, and the sizing is teste
 Example::
 
     options = ServeRayOptions.from_argv(["-m", "model.gguf", "--replicas", "2", "-t", "4"])
-    options.replica_settings.engine.threads        # 4: also the replica's num_cpus
+    options.replica_settings.threads.threads        # 4: also the replica's num_cpus
     options.model_deployment()["max_ongoing_requests"]   # 4: --parallel's default
 """
 
@@ -90,7 +90,7 @@ class ServeRayOptions:
         """One replica's settings: ``--cache-ram`` split evenly between the most replicas there can be, and,
         when ``-t`` is left at its default (every physical core), the cores split the same way."""
         n = self.most_replicas
-        threads = self.settings.engine.threads
+        threads = self.settings.threads.threads
         if threads == physical_cores():
             threads = max(1, threads // n)
         return self.settings.replace(threads=threads, cache_ram=self.settings.engine.cache_ram // n)
@@ -105,7 +105,7 @@ class ServeRayOptions:
         settings = self.replica_settings
         router = ROUTERS[self.router]
         options: dict[str, Any] = {
-            "ray_actor_options": {"num_cpus": settings.engine.threads},
+            "ray_actor_options": {"num_cpus": settings.threads.threads},
             "max_ongoing_requests": settings.engine.parallel,
             "max_queued_requests": settings.engine.max_queue,
             "graceful_shutdown_timeout_s": settings.server.shutdown_timeout,

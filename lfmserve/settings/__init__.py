@@ -3,9 +3,10 @@
 Flag names, short forms and meanings follow llama-server (``-m``, ``-hf``, ``-c``, ``-np``, ``-ngl``,
 ``--jinja``...). A :class:`Settings` holds one record per group (:mod:`.groups`): ``source`` (which model),
 ``chat`` (template and reasoning), ``media``, ``embedding``, ``engine`` (context, batching, prompt cache),
-``speculation``, ``server``, ``router`` (several models), ``sampling`` (defaults) and ``logging``. Each field's
-flags and help live in its metadata, so the parser, ``--help`` (a section per group), ``docs/cli.md`` and
-:meth:`Settings.to_argv` are built from the classes and nothing is written twice. Environment variables
+``threads`` and ``devices`` (:mod:`.placement`), ``speculation``, ``server``, ``router`` (several models),
+``sampling`` (defaults) and ``logging``. Each field's flags and help live in its metadata, so the parser,
+``--help`` (a section per group), ``docs/cli.md`` and :meth:`Settings.to_argv` are built from the classes and
+nothing is written twice. Environment variables
 ``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``, and llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``)
 give what flags do not; :mod:`.argv` reads them and nothing else does. Secret fields (API keys, their files, the
 Hugging Face token) are left out of ``repr`` and of :meth:`Settings.without_secrets`.
@@ -43,10 +44,12 @@ from .groups import (
     SpeculationSettings,
     sampling_fields,
 )
+from .placement import DeviceSettings, ThreadSettings
 
 __all__ = [
     "DEFAULT_HF_REPO",
     "ChatSettings",
+    "DeviceSettings",
     "EmbeddingSettings",
     "EngineSettings",
     "LoggingSettings",
@@ -57,6 +60,7 @@ __all__ = [
     "Settings",
     "SourceSettings",
     "SpeculationSettings",
+    "ThreadSettings",
     "physical_cores",
     "sampling_fields",
 ]
@@ -75,6 +79,8 @@ class Settings:
     media: MediaSettings = field(default_factory=MediaSettings)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
+    threads: ThreadSettings = field(default_factory=ThreadSettings)
+    devices: DeviceSettings = field(default_factory=DeviceSettings)
     speculation: SpeculationSettings = field(default_factory=SpeculationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     router: RouterSettings = field(default_factory=RouterSettings)

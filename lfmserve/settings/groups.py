@@ -25,9 +25,9 @@ from .fields import (
     flag,
     parse_count,
     parse_size,
-    physical_cores,
     switch,
 )
+from .placement import DeviceSettings, ThreadSettings
 from .sampler_flags import (
     OneGrammar,
     StoreGiven,
@@ -371,22 +371,8 @@ class EngineSettings:
             type=int,
         ),
     )
-    threads: int = field(
-        default_factory=physical_cores,
-        metadata=flag("-t", "--threads", help="threads for generation (default: physical cores)", type=int),
-    )
-    threads_batch: int | None = field(
-        default=None,
-        metadata=flag("-tb", "--threads-batch", help="threads for prompt processing (default: --threads)", type=int),
-    )
     batch_size: int = field(default=2048, metadata=flag("-b", "--batch-size", help="logical batch size", type=int))
     ubatch_size: int = field(default=512, metadata=flag("-ub", "--ubatch-size", help="physical batch size", type=int))
-    n_gpu_layers: int = field(
-        default=-1,
-        metadata=flag(
-            "-ngl", "--gpu-layers", "--n-gpu-layers", help="layers to offload to a GPU, passed to llama.cpp", type=int
-        ),
-    )
     repack: bool | None = switch(
         "--repack",
         "-nr",
@@ -1325,6 +1311,8 @@ GROUPS: dict[str, type[Any]] = {
     "media": MediaSettings,
     "embedding": EmbeddingSettings,
     "engine": EngineSettings,
+    "threads": ThreadSettings,
+    "devices": DeviceSettings,
     "speculation": SpeculationSettings,
     "server": ServerSettings,
     "router": RouterSettings,

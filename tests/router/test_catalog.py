@@ -47,7 +47,7 @@ def test_flags_come_from_the_global_section_the_models_own_then_the_routers_comm
     argv = ["--models-dir", str(tmp_path / "models"), "--models-preset", str(preset), "--temp", "0.1", "-np", "1"]
     spec = build_catalog(Settings.from_argv(argv))["m"]
     engine, sampling = spec.settings.engine, spec.settings.sampling
-    assert (engine.ctx_size, engine.threads, engine.parallel) == (4096, 3, 1)
+    assert (engine.ctx_size, spec.settings.threads.threads, engine.parallel) == (4096, 3, 1)
     assert (sampling.temperature, sampling.n_predict) == (0.1, 7)
     assert (spec.source, spec.settings.source.model) == ("preset", str(model))
     assert child_argv(spec.settings, "m", 5000) == [

@@ -35,10 +35,10 @@ def test_cache_ram_and_default_threads_are_split_between_the_most_replicas() -> 
     )
     settings = options.replica_settings
     assert settings.engine.cache_ram == 1024
-    assert settings.engine.threads == max(1, physical_cores() // 4)
+    assert settings.threads.threads == max(1, physical_cores() // 4)
     scaling = options.model_deployment()["autoscaling_config"]
     assert scaling == {"min_replicas": 1, "initial_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 4}
-    assert ServeRayOptions.from_argv(["-t", "5", "--replicas", "8"]).replica_settings.engine.threads == 5  # as given
+    assert ServeRayOptions.from_argv(["-t", "5", "--replicas", "8"]).replica_settings.threads.threads == 5  # as given
 
 
 def test_power_of_two_is_serves_default_router() -> None:
