@@ -97,6 +97,11 @@ def serve(argv: Sequence[str]) -> int:
         return 0
     if settings.server.cache_list:
         return list_cache()
+    if settings.devices.list_devices:
+        from .loading.placement import device_list
+
+        print(device_list())
+        return 0
     if settings.source.model is None and settings.source.hf_repo is None:
         return serve_router(settings)
     return serve_model(settings)
@@ -109,6 +114,7 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
     from .api.server import Server, listen, url
     from .loading.engine_config import engine_config
     from .loading.loader import load_serving, resolve_model_files
+    from .loading.placement import check_placement
 
     configure_logging(settings, model=child.name if child else None)
     fail = child.failed if child else _print_error
@@ -124,6 +130,7 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         engine_config(
             settings, settings.speculation.spec_draft_hf
         )  # a bad engine setting fails before any download or load
+        check_placement(settings)  # and so does a device or buffer type this build lacks
         files = resolve_model_files(settings)
         settings.server.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
         # a taken port fails before the model loads

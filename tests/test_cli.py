@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import socket
@@ -289,3 +290,24 @@ def test_a_port_in_use_fails_with_one_line_before_loading(tiny_gguf: Path) -> No
         f"lfmserve: error: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {port}: "
         "[Errno 98] Address already in use\n"
     )
+
+
+def test_list_devices_prints_llama_servers_list_then_the_cpu_and_exits_0() -> None:
+    assert LFMSERVE is not None
+    result = subprocess.run([LFMSERVE, "--list-devices", "-m", "never-read.gguf"], capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
+    heading = lines.index("CPU devices (always used; -dev takes the devices above):")
+    assert lines[0] == "Available devices:" and heading >= 2
+    assert [
+        re.fullmatch(r"  CPU: .+ \(\d+ MiB, \d+ MiB free\)", line) is not None for line in lines[heading + 1 :]
+    ] == [True]
+    if lines[1] == "  (none)":  # a CPU build: llama-server's list is empty
+        assert heading == 2
+
+
+def test_a_device_this_build_lacks_fails_with_llama_servers_message_before_loading(tiny_gguf: Path) -> None:
+    assert LFMSERVE is not None
+    argv = [LFMSERVE, "-m", str(tiny_gguf), "-dev", "NoSuchGPU0", "--port", str(free_port())]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (1, "lfmserve: error: -dev: invalid device: NoSuchGPU0\n")

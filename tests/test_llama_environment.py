@@ -44,6 +44,6 @@ def test_llama_servers_variables_and_device_flags_serve_as_llama_server_would(ti
     warnings = [line for line in log.read_text().splitlines() if " WARNING " in line]
     assert len(warnings) == 1, warnings
     assert warnings[0].endswith(
-        "lfmserve: llama-server options ignored: -sm, -mg, -ts, -ot, --cpu-moe (device placement: this llama.cpp "
-        "build runs on the CPU)"
+        "lfmserve.loading.placement: llama-server options ignored: -sm, -ts, -ot, -cmoe (device placement: this "
+        "llama.cpp build runs on the CPU)"  # -mg 0 is the default: it places nothing differently
     )

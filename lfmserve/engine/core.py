@@ -29,11 +29,13 @@ import time
 from importlib.metadata import version
 
 from ..errors import EngineError, NotSupported, RequestCancelled, Unavailable
+from ..llama.backend import init_numa
 from ..llama.context import NativeContext
 from ..llama.control_vectors import apply_control_vector, load_control_vectors
 from ..llama.embedding import EmbeddingContext
 from ..llama.model import NativeModel
 from ..llama.mtmd import Projector
+from ..llama.threadpool import keeps_thread_placement, set_process_priority
 from .adapters import Adapters
 from .admission import Admission
 from .disk_cache import DiskPromptCache
@@ -43,7 +45,7 @@ from .inbox import Inbox
 from .media import MediaEncoder
 from .memory import SlotMemory
 from .prompt_cache import RamPromptCache
-from .records import EngineConfig, EngineRequest, EngineStats, SlotTask
+from .records import EngineConfig, EngineRequest, EngineStats, SlotTask, ThreadPlacement
 from .scheduler import Slot
 from .slot_control import SlotControl
 from .speculation.costs import measure_batch_costs
@@ -314,12 +316,13 @@ class Engine:
         submission.sink.put(error)
 
 
+@keeps_thread_placement
 def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
     """The shared context of the slots: one sequence per slot, sized as llama-server sizes it. Its logits rows are
     llama.cpp's default, a whole batch's: llama.cpp aborts the process on a decode that asks for more rows than
     ``n_outputs_max`` (``GGML_ASSERT``), and the rows reserved beyond a step's are address space, barely resident.
     ``--control-vector``'s files are read first (a bad one stops the start before the context is made) and set on
-    it as llama-server sets them on its context."""
+    it as llama-server sets them on its context. ``--warmup`` runs it once before any slot is used."""
     vector = load_control_vectors(config.control_vectors) if config.control_vectors else None
     ctx = NativeContext(
         model,
@@ -332,6 +335,7 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
         kv=config.kv,
         rope=config.rope,
     )
+    _place_threads(ctx, config.threads)
     if vector is not None:
         try:
             apply_control_vector(ctx, vector, config.control_vector_layers)
@@ -339,7 +343,20 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
             ctx.close()
             raise
         logger.info("control vectors: %s", ", ".join(f"{path} at {scale:g}" for path, scale in config.control_vectors))
+    if config.warmup:
+        ctx.warm_up()
     return ctx
+
+
+def _place_threads(ctx: NativeContext, threads: ThreadPlacement) -> None:
+    """``--numa`` (once a process), the context's threadpools (``-C``, ``--prio``, ``--poll`` and the rest, with their
+    batch forms), then ``--prio``'s process priority, which llama-server sets once its context is made. NUMA comes
+    before the first decode, not before the model loads as in llama-server: only the weights' mapping (no read-ahead
+    on a machine of several nodes) misses it."""
+    if threads.numa is not None:
+        init_numa(threads.numa)
+    ctx.place_threads(threads.generation, threads.batch)
+    set_process_priority(threads.generation.prio)
 
 
 def _disk_cache(
@@ -368,6 +385,7 @@ def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig
     )
 
 
+@keeps_thread_placement
 def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int) -> Speculator | None:
     """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ``ctx``. None when
     ``--spec-exact`` leaves no draft that could pay (said once, as a warning): drafting would only slow decoding.
@@ -393,7 +411,7 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
         logger.info("draft model %s (draft-simple, up to %d tokens a step)", spec.draft_model, spec.n_max)
         draft_model = DraftModel(
             model,
-            NativeModel(spec.draft_model, repack=model.repack),
+            NativeModel(spec.draft_model, placement=config.draft_placement, repack=model.repack),
             n_ctx=ctx.n_ctx,
             n_batch=config.n_batch,
             n_slots=config.n_slots,
@@ -402,6 +420,8 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
             kv=dataclasses.replace(config.kv, type_k=spec.type_k, type_v=spec.type_v),
             n_max=spec.n_max,
             p_min=spec.p_min,
+            placement=config.threads.draft,
+            placement_batch=config.threads.draft_batch,
         )
     return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
 

@@ -334,6 +334,33 @@ class KvCacheOptions:
     type_k: str = "f16"
     type_v: str = "f16"
     swa_full: bool = False
+    #: ``-kvo`` / ``-nkvo``: the KV cache, and the attention over it, on the device that holds its layer.
+    offload_kqv: bool = True
+    #: ``--op-offload`` / ``--no-op-offload``: operations on host-held weights may run on a device.
+    op_offload: bool = True
+
+
+#: How a model is split across GPUs (``-sm``).
+SplitMode = Literal["none", "layer", "row", "tensor"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """Where a model's weights go (``-ngl``, ``-sm``, ``-mg``, ``-ts``, ``-dev``, ``-ot`` and its shortcuts,
+    ``--no-host``), in llama.cpp's terms: what :func:`lfmserve.llama.devices.place` writes into its
+    ``llama_model_params``. The defaults are llama-server's."""
+
+    #: Most layers in VRAM: -1 auto, -2 all (llama.cpp takes any negative number as all).
+    n_gpu_layers: int = -1
+    split_mode: SplitMode = "layer"
+    main_gpu: int = 0
+    #: Each GPU's proportion of the model (empty: by free memory).
+    tensor_split: tuple[float, ...] = ()
+    #: Device names (``CUDA0``); None: every GPU llama.cpp finds; empty: none (``-dev none``).
+    devices: tuple[str, ...] | None = None
+    #: (tensor name pattern, buffer type name), the first pattern a tensor's name matches winning.
+    overrides: tuple[tuple[str, str], ...] = ()
+    no_host: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -352,6 +379,33 @@ class RopeOptions:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CpuPlacement:
+    """Where one threadpool's threads run and how they wait (``-C`` / ``-Cr``, ``--cpu-strict``, ``--prio``,
+    ``--poll``, or a batch or draft form of them); the defaults are ggml's: any CPU, normal priority, polling 50."""
+
+    #: The CPUs its threads may run on (empty: any, the inherited affinity).
+    cpus: tuple[int, ...] = ()
+    #: Each thread on its own CPU of ``cpus``, in turn (ggml's ``strict_cpu``).
+    strict: bool = False
+    #: -1 low, 0 normal, 1 medium, 2 high, 3 realtime (ggml's ``enum ggml_sched_priority``).
+    prio: int = 0
+    #: 0 no polling ... 100 mostly polling, while waiting for work.
+    poll: int = 50
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadPlacement:
+    """``--numa`` and each threadpool's placement: the context's, for generation and for batches, and the draft
+    model's (``draft-simple``). All defaults: ggml's own pools, as without the flags."""
+
+    numa: Literal["distribute", "isolate", "numactl"] | None = None
+    generation: CpuPlacement = field(default_factory=CpuPlacement)
+    batch: CpuPlacement = field(default_factory=CpuPlacement)
+    draft: CpuPlacement = field(default_factory=CpuPlacement)
+    draft_batch: CpuPlacement = field(default_factory=CpuPlacement)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """How the engine is built: the context and its slots, the caches, and the optional second context and drafts.
 
@@ -365,6 +419,8 @@ class EngineConfig:
     n_ubatch: int = 512
     n_threads: int = 1
     n_threads_batch: int | None = None
+    #: ``--numa``, ``-C``, ``--prio`` and the rest: where the threads run (default: ggml's placement).
+    threads: ThreadPlacement = field(default_factory=ThreadPlacement)
     #: Idle slot chosen when its cache shares more than this fraction of the prompt (llama-server's 0.10).
     slot_similarity: float = 0.10
     #: Requests waiting for a slot beyond this answer 503.
@@ -404,6 +460,10 @@ class EngineConfig:
     control_vectors: tuple[tuple[str, float], ...] = ()
     #: ``--control-vector-layer-range``: the first and last layer they are added to (None: 1 to the last).
     control_vector_layers: tuple[int, int] | None = None
+    #: ``--warmup``: decode BOS and EOS once before serving.
+    warmup: bool = True
+    #: ``-ngld``, ``-devd``, ``-otd`` and its shortcuts, with the rest of the target's: the draft model's weights.
+    draft_placement: Placement = field(default_factory=Placement)
 
     def context_sizes(self, n_ctx_train: int) -> ContextSizes:
         """The context this engine asks llama.cpp for, and each slot's, for a model trained on ``n_ctx_train``."""

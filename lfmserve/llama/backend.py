@@ -23,7 +23,15 @@ logging.addLevelName(_TRACE, "TRACE")
 # llama-server's common_log_get_verbosity has them.
 _LOG_LEVELS = {1: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
 _llama_logger = logging.getLogger("lfmserve.llama_cpp")
+logger = logging.getLogger(__name__)
 _backend_ready = False
+#: ``--numa``'s strategies (ggml's ``enum ggml_numa_strategy``), and the one this process runs with.
+NUMA_STRATEGIES = {
+    "distribute": llama.GGML_NUMA_STRATEGY_DISTRIBUTE,
+    "isolate": llama.GGML_NUMA_STRATEGY_ISOLATE,
+    "numactl": llama.GGML_NUMA_STRATEGY_NUMACTL,
+}
+_numa: str | None = None
 #: .errors: a list collecting this thread's llama.cpp errors instead of logging them; .lines: one collecting all of
 #: this thread's lines as well as logging them.
 _capture = threading.local()
@@ -82,6 +90,16 @@ def buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
     return sizes
 
 
+#: The size a KV cache or recurrent state has, logged as it is planned (also when nothing is allocated: no_alloc).
+_PLANNED_SIZE = re.compile(r"(?:llama_kv_cache|llama_memory_recurrent): size =\s*([\d.]+) MiB")
+
+
+def planned_memory(lines: Sequence[str]) -> int:
+    """The bytes of the KV caches and recurrent states a context's lines say it planned: what ``KV`` and ``RS``
+    hold once allocated, and the only figure for them when the model was loaded with ``no_alloc``."""
+    return sum(round(float(mib) * 2**20) for line in lines for mib in _PLANNED_SIZE.findall(line))
+
+
 #: llama.cpp's (and mtmd's) log, routed to :mod:`logging`; kept referenced: llama.cpp holds the pointer.
 forward_log = llama.llama_log_callback(_log_llama)
 
@@ -106,6 +124,18 @@ def init_backend() -> None:
         _backend_ready = True
 
 
+def init_numa(strategy: str) -> None:
+    """``--numa``: llama.cpp's NUMA optimisations (``llama_numa_init``, once per process, as ggml keeps the first
+    strategy it is given). On a machine of one NUMA node ggml finds nothing to do."""
+    global _numa
+    init_backend()
+    if _numa is None:
+        llama.llama_numa_init(NUMA_STRATEGIES[strategy])
+        _numa = strategy
+    elif strategy != _numa:
+        logger.warning("--numa %s ignored: this process already runs with --numa %s", strategy, _numa)
+
+
 def reclaim_log() -> None:
     """Route llama.cpp's log to :mod:`logging` again, once initialised: llama-cpp-python's high-level API sets its
     own callback when it is imported, which in a process that uses both can happen after lfmserve set up. That
@@ -122,6 +152,14 @@ def reclaim_log() -> None:
 def build_info() -> str:
     """The llama.cpp build linked in, named by the pinned llama-cpp-python release."""
     return f"llama-cpp-python {version('llama-cpp-python')}"
+
+
+def unbound_function(name: str, restype: Any, *argtypes: Any) -> Any:
+    """A llama.cpp or ggml function llama-cpp-python does not bind, found through libllama's own handle (its
+    dependencies are searched too), called as C does. The wheel ships each library as separate files (``libggml.so``,
+    ``.so.0``...: a wheel holds no symlinks), so opening one by name maps a second copy, with its own device registry
+    and buffer types; through libllama the functions are those of the copy llama.cpp itself uses."""
+    return ctypes.CFUNCTYPE(restype, *argtypes)((name, llama._lib))
 
 
 def llama_build() -> str:

@@ -11,9 +11,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import EngineError
-from .backend import buffer_sizes, captured_lines
+from .backend import buffer_sizes, captured_lines, planned_memory
 from .batch import Batch
 from .model import NativeModel
+from .threadpool import PoolPlacement, Threadpools
 
 _FLASH_ATTN = {
     "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
@@ -33,6 +34,10 @@ class KvCache(Protocol):
     def type_v(self) -> str: ...
     @property
     def swa_full(self) -> bool: ...
+    @property
+    def offload_kqv(self) -> bool: ...
+    @property
+    def op_offload(self) -> bool: ...
 
 
 class Rope(Protocol):
@@ -78,17 +83,23 @@ def apply_rope(params: Any, rope: Rope | None) -> None:
     params.yarn_beta_fast = rope.yarn_beta_fast
 
 
-def _apply_kv(params: Any, kv: KvCache | None) -> None:
+def apply_kv(params: Any, kv: KvCache | None) -> None:
+    """Set a ``llama_context_params``' KV cache fields and where the context computes (``-kvo``, ``--op-offload``)."""
     if kv is None:
         return  # llama.cpp's defaults: flash attention auto, f16 K and V, a window-sized SWA cache
     params.flash_attn_type = _FLASH_ATTN[kv.flash_attn]
     params.type_k = getattr(llama, f"GGML_TYPE_{kv.type_k.upper()}")
     params.type_v = getattr(llama, f"GGML_TYPE_{kv.type_v.upper()}")
     params.swa_full = kv.swa_full
+    params.offload_kqv = kv.offload_kqv  # -kvo / -nkvo and --op-offload, as llama-server sets them
+    params.op_offload = kv.op_offload
 
 
 class NativeContext:
     """A llama_context over one model: decoding, per-sequence memory and state."""
+
+    #: The threadpools it computes on (:meth:`place_threads`); None: ggml's default pool for each graph.
+    _threadpools: Threadpools | None = None
 
     def __init__(
         self,
@@ -115,13 +126,16 @@ class NativeContext:
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.kv_unified = True  # one KV pool shared by all slots, as llama-server's auto -np
-        _apply_kv(params, kv)
+        apply_kv(params, kv)
         apply_rope(params, rope)
         params.no_perf = True
         with captured_lines() as lines:
             self._ctx = llama.llama_init_from_model(model.handle, params)
         #: Bytes of llama.cpp's buffers for this context: ``KV``, ``RS`` (recurrent state), ``compute``, ``output``.
         self.buffers = buffer_sizes(lines)
+        #: Bytes of host memory the context takes: its caches and states as planned (known over a ``no_alloc``
+        #: model too, whose buffers are empty), its compute and output buffers.
+        self.planned_bytes = planned_memory(lines) + self.buffers.get("compute", 0) + self.buffers.get("output", 0)
         if not self._ctx:
             raise EngineError(
                 "failed to create the llama.cpp context (out of memory, or a KV cache type that does not divide "
@@ -150,6 +164,13 @@ class NativeContext:
             self._embd_batch = Batch(self.n_ubatch, n_embd=self.model.info.n_embd)
         return self._embd_batch
 
+    def place_threads(self, placement: PoolPlacement, placement_batch: PoolPlacement) -> None:
+        """Compute on threadpools placed as ``-C``, ``--cpu-strict``, ``--prio``, ``--poll`` say (and their batch
+        forms), freed with the context; with ggml's defaults for both, nothing changes (:mod:`.threadpool`)."""
+        self._threadpools = Threadpools.placed(self.n_threads, self.n_threads_batch, placement, placement_batch)
+        if self._threadpools is not None:
+            self._threadpools.attach(self._ctx)
+
     def lend_threads(self, n: int) -> None:
         """Decode with ``n`` fewer threads (never more than half of either count) until lent 0 again: the cores
         go to another encoder."""
@@ -157,6 +178,16 @@ class NativeContext:
             self._threads_lent = n
             keep = [count - min(n, count // 2) for count in (self.n_threads, self.n_threads_batch)]
             llama.llama_set_n_threads(self._ctx, keep[0], keep[1])
+
+    def warm_up(self) -> None:
+        """llama-server's ``--warmup``: BOS and EOS decoded once, so that the first request does not pay for the
+        first touches of the weights and buffers, then forgotten."""
+        tokens = [token for token in (self.model.bos_id, self.model.eos_id) if token != llama.LLAMA_TOKEN_NULL]
+        self.batch.add(tokens or [0], 0, 0, True)
+        self.decode()
+        self.batch.clear()
+        llama.llama_memory_clear(self._memory, True)
+        llama.llama_synchronize(self._ctx)
 
     def decode(self, batch: Batch | None = None) -> None:
         """Decode ``batch`` (the token batch by default); raise :class:`EngineError` on failure."""
@@ -238,6 +269,9 @@ class NativeContext:
         if self._ctx:
             llama.llama_free(self._ctx)
             self._ctx = None
+        if self._threadpools is not None:  # after the context, which computes on them until freed
+            self._threadpools.close()
+            self._threadpools = None
 
 
 def _bytes_pointer(buffer: npt.NDArray[np.uint8]) -> Any:

@@ -18,6 +18,7 @@ import llama_cpp.llama_cpp as llama
 
 from ..errors import EngineError
 from .backend import amx_built_in, buffer_sizes, captured_errors, captured_lines, failure_reason, init_backend
+from .devices import ModelPlacement, model_params
 from .kv_overrides import override_array
 from .mapped_weights import release_copied_weights
 
@@ -138,33 +139,36 @@ class NativeModel:
         self,
         path: str | Path,
         *,
-        n_gpu_layers: int = -1,
+        placement: ModelPlacement | None = None,
         vocab_only: bool = False,
         repack: bool | None = None,
         load_mode: str = "auto",
         lazy_mode: str = "auto",
         kv_overrides: Sequence[str] = (),
         check_tensors: bool = False,
+        no_alloc: bool = False,
     ) -> None:
-        """``repack``: let llama.cpp place weights in its extra CPU buffer types (repacked for its faster
+        """``placement``: the weights' devices and buffer types (``-ngl``, ``-dev``, ``-ot``...; None: llama.cpp's
+        defaults). ``repack``: let llama.cpp place weights in its extra CPU buffer types (repacked for its faster
         kernels; ``--repack`` / ``--no-repack``); None: yes, unless that would hand them to AMX, which crashes
-        (:func:`.backend.amx_built_in`). ``load_mode`` / ``lazy_mode``: llama.cpp's ``-lm`` / ``-lzm``
-        (:data:`LOAD_MODES`, :data:`LAZY_MODES`). ``kv_overrides``: ``--override-kv`` entries (``KEY=TYPE:VALUE``);
-        ``check_tensors``: llama.cpp checks every tensor's data (NaN, infinities) while loading."""
+        (:func:`.backend.amx_built_in`). ``load_mode`` / ``lazy_mode``: ``-lm`` / ``-lzm`` (:data:`LOAD_MODES`,
+        :data:`LAZY_MODES`). ``kv_overrides``: ``--override-kv`` entries (``KEY=TYPE:VALUE``); ``check_tensors``:
+        llama.cpp checks every tensor's data while loading. ``no_alloc``: read the metadata and plan the buffers
+        without reading or allocating the weights (to measure what a load would take: ``--fit``)."""
         init_backend()
         self.path = str(path)
         problem = model_file_problem(self.path)
         if problem is not None:
             raise EngineError(problem)
-        params = llama.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
+        params, _held = model_params(placement)  # _held: what params points to, alive through the load
         params.vocab_only = vocab_only
         #: Whether the weights went to llama.cpp's extra buffer types (a draft model follows its target).
         self.repack = _repack_default() if repack is None else repack
         params.use_extra_bufts = self.repack
-        params.load_mode = LOAD_MODES[load_mode]
+        params.load_mode = LOAD_MODES["none" if no_alloc else load_mode]  # a mapped no_alloc load aborts
         params.lazy_mode = LAZY_MODES[lazy_mode]
         params.check_tensors = check_tensors
+        params.no_alloc = no_alloc
         params.kv_overrides = override_array(kv_overrides)  # params holds the array until the load returns
         with captured_errors() as errors, captured_lines() as lines:
             self._model = llama.llama_model_load_from_file(self.path.encode(), params)
@@ -176,7 +180,7 @@ class NativeModel:
             raise EngineError(f"failed to load model from {self.path}: {failure_reason(errors)}")
         #: Bytes of the mapped file given back after load: lfmserve's ``auto`` holds the weights once.
         self.released_bytes = 0
-        if load_mode == "auto" and self.repack and not vocab_only:
+        if load_mode == "auto" and self.repack and not (vocab_only or no_alloc):
             self.released_bytes = release_copied_weights(self._model, self.path)
             logger.info(
                 "released %.1f MiB of mapped weights held again in repacked buffers", self.released_bytes / 2**20

@@ -11,11 +11,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal, cast
 
-from ..engine.records import EngineConfig, KvCacheOptions, Pooling, RopeOptions, context_sizes
+from ..engine.records import (
+    CpuPlacement,
+    EngineConfig,
+    KvCacheOptions,
+    Pooling,
+    RopeOptions,
+    ThreadPlacement,
+    context_sizes,
+)
 from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig, resolve_synth_rates
 from ..errors import EngineError
-from ..settings import Settings, SpeculationSettings
+from ..settings import Settings, SpeculationSettings, ThreadSettings
 from ..settings.groups import control_vector_files
+from .placement import draft_placement
 
 
 def engine_config(settings: Settings, draft_model: str | None = None) -> EngineConfig:
@@ -37,6 +46,8 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
             type_k=engine.cache_type_k,
             type_v=engine.cache_type_v,
             swa_full=engine.swa_full,
+            offload_kqv=settings.devices.kv_offload,
+            op_offload=settings.devices.op_offload,
         ),
         rope=RopeOptions(
             scaling=cast(Literal["none", "linear", "yarn"] | None, engine.rope_scaling),
@@ -54,6 +65,7 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         n_ubatch=engine.ubatch_size,
         n_threads=settings.threads.threads,
         n_threads_batch=settings.threads.threads_batch,
+        threads=thread_placement(settings.threads),
         media_cache_bytes=settings.media.media_cache * 2**20,
         embeddings=embedding.embeddings or embedding.reranking,
         pooling=cast(Pooling | None, "rank" if embedding.reranking else embedding.pooling),
@@ -61,6 +73,51 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         lora=_lora_adapters(settings),
         control_vectors=_control_vectors(settings),
         control_vector_layers=engine.control_vector_layer_range,
+        draft_placement=draft_placement(settings.devices),
+        warmup=settings.weights.warmup,
+    )
+
+
+def thread_placement(threads: ThreadSettings) -> ThreadPlacement:
+    """``--numa`` and each threadpool's placement, a flag not given taking the value of the one it follows (as
+    llama-server's help says): the batch flags their generation flag's, the draft's flags the target's, and the
+    draft's batch flags the draft's."""
+    generation = CpuPlacement(
+        cpus=threads.cpu_mask or (), strict=threads.cpu_strict, prio=threads.prio, poll=threads.poll
+    )
+    draft = _following(
+        generation,
+        threads.spec_draft_cpu_mask,
+        threads.spec_draft_cpu_strict,
+        threads.spec_draft_prio,
+        threads.spec_draft_poll,
+    )
+    return ThreadPlacement(
+        numa=cast(Literal["distribute", "isolate", "numactl"] | None, threads.numa),
+        generation=generation,
+        batch=_following(
+            generation, threads.cpu_mask_batch, threads.cpu_strict_batch, threads.prio_batch, threads.poll_batch
+        ),
+        draft=draft,
+        draft_batch=_following(
+            draft,
+            threads.spec_draft_cpu_mask_batch,
+            threads.spec_draft_cpu_strict_batch,
+            threads.spec_draft_prio_batch,
+            threads.spec_draft_poll_batch,
+        ),
+    )
+
+
+def _following(
+    base: CpuPlacement, cpus: tuple[int, ...] | None, strict: bool | None, prio: int | None, poll: int | None
+) -> CpuPlacement:
+    """``base`` with the values given (None: not given)."""
+    return CpuPlacement(
+        cpus=base.cpus if cpus is None else cpus,
+        strict=base.strict if strict is None else strict,
+        prio=base.prio if prio is None else prio,
+        poll=base.poll if poll is None else poll,
     )
 
 

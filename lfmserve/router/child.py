@@ -21,6 +21,7 @@ from multiprocessing.process import BaseProcess
 
 from ..process_memory import mapped_bytes, process_memory
 from ..settings import Settings
+from ..settings.placement import FULL_CONTEXT
 from .spawn import ChildStart, Spawner, forkserver_alive
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ def child_argv(settings: Settings, name: str, port: int) -> list[str]:
     argv += settings.replace(**own, alias=name, log_file=None).to_argv()
     if "--ctx-size" not in argv:
         argv += ["--ctx-size", str(settings.engine.ctx_size)]
+        if settings.devices.fit_ctx != FULL_CONTEXT:  # after -c 0, which alone asks --fit for the full context
+            argv += ["--fit-ctx", str(settings.devices.fit_ctx)]
     if settings.chat.jinja and "--jinja" not in argv:
         argv.append("--jinja")
     return argv

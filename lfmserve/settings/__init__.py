@@ -1,15 +1,15 @@
 """Settings: every knob of the server and library, in groups, and its command line.
 
 Flag names, short forms and meanings follow llama-server (``-m``, ``-hf``, ``-c``, ``-np``, ``-ngl``,
-``--jinja``...). A :class:`Settings` holds one record per group (:mod:`.groups`): ``source`` (which model),
-``chat`` (template and reasoning), ``media``, ``embedding``, ``engine`` (context, batching, prompt cache),
-``threads`` and ``devices`` (:mod:`.placement`), ``speculation``, ``server``, ``router`` (several models),
-``sampling`` (defaults) and ``logging``. Each field's flags and help live in its metadata, so the parser,
+``--jinja``...). A :class:`Settings` holds one record per group (:mod:`.groups`): ``source`` (which model), ``chat``
+(template and reasoning), ``media``, ``embedding``, ``weights`` (:mod:`.weights`), ``engine`` (context, batching,
+prompt cache), ``threads`` and ``devices`` (:mod:`.placement`), ``speculation``, ``server``, ``router`` (several
+models), ``sampling`` (defaults) and ``logging``. Each field's flags and help live in its metadata, so the parser,
 ``--help`` (a section per group), ``docs/cli.md`` and :meth:`Settings.to_argv` are built from the classes and
-nothing is written twice. Environment variables
-``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``, and llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``)
-give what flags do not; :mod:`.argv` reads them and nothing else does. Secret fields (API keys, their files, the
-Hugging Face token) are left out of ``repr`` and of :meth:`Settings.without_secrets`.
+nothing is written twice. Environment variables ``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``, and
+llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``) give what flags do not; :mod:`.argv` reads them and nothing else
+does. Secret fields (API keys, their files, the Hugging Face token) are left out of ``repr`` and of
+:meth:`Settings.without_secrets`.
 
 Example::
 
@@ -45,6 +45,7 @@ from .groups import (
     sampling_fields,
 )
 from .placement import DeviceSettings, ThreadSettings
+from .weights import WeightSettings
 
 __all__ = [
     "DEFAULT_HF_REPO",
@@ -61,6 +62,7 @@ __all__ = [
     "SourceSettings",
     "SpeculationSettings",
     "ThreadSettings",
+    "WeightSettings",
     "physical_cores",
     "sampling_fields",
 ]
@@ -78,6 +80,7 @@ class Settings:
     chat: ChatSettings = field(default_factory=ChatSettings)
     media: MediaSettings = field(default_factory=MediaSettings)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    weights: WeightSettings = field(default_factory=WeightSettings)
     engine: EngineSettings = field(default_factory=EngineSettings)
     threads: ThreadSettings = field(default_factory=ThreadSettings)
     devices: DeviceSettings = field(default_factory=DeviceSettings)

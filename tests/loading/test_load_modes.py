@@ -57,7 +57,7 @@ def test_each_load_mode_serves_with_its_weights_held_as_it_says(
 
 def test_the_older_spellings_say_what_load_mode_they_are() -> None:
     def mode(*argv: str) -> str:
-        return Settings.from_argv(["-m", "m.gguf", *argv], environ={}).engine.model_load_mode
+        return Settings.from_argv(["-m", "m.gguf", *argv], environ={}).weights.model_load_mode
 
     assert [mode(), mode("--no-mmap"), mode("--mlock"), mode("--no-mmap", "--mlock")] == [
         "auto",
@@ -66,7 +66,7 @@ def test_the_older_spellings_say_what_load_mode_they_are() -> None:
         "mlock",
     ]
     assert mode("-lm", "dio", "--no-mmap") == "dio"  # -lm, given, is what counts
-    assert Settings.from_argv(["-m", "m.gguf"], environ={"LLAMA_ARG_LOAD_MODE": "none"}).engine.load_mode == "none"
+    assert Settings.from_argv(["-m", "m.gguf"], environ={"LLAMA_ARG_LOAD_MODE": "none"}).weights.load_mode == "none"
 
 
 def test_every_mode_the_flag_takes_is_one_llama_cpp_is_given() -> None:

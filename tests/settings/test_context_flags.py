@@ -17,8 +17,8 @@ def test_the_flags_are_read_and_written_back() -> None:
     argv = ["--override-kv", "a=int:1,b=str:x", "--override-kv", "c=bool:true", "--check-tensors"]
     argv += ["--rope-scaling", "yarn", "--rope-freq-base", "20000", "--yarn-orig-ctx", "4096", "--yarn-beta-fast", "8"]
     settings = Settings.from_argv(argv, environ={})
-    engine = settings.engine
-    assert (engine.override_kv, engine.check_tensors) == (("a=int:1,b=str:x", "c=bool:true"), True)
+    weights = settings.weights
+    assert (weights.override_kv, weights.check_tensors) == (("a=int:1,b=str:x", "c=bool:true"), True)
     assert Settings.from_argv(settings.to_argv(), environ={}) == settings
     assert engine_config(settings).rope == RopeOptions(
         scaling="yarn", freq_base=20000.0, yarn_orig_ctx=4096, yarn_beta_fast=8.0

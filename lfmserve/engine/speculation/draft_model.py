@@ -19,6 +19,7 @@ import numpy as np
 from ...errors import EngineError
 from ...llama.context import KvCache, NativeContext
 from ...llama.model import NativeModel
+from ...llama.threadpool import PoolPlacement
 
 #: llama-server's draft sampler: top-k 10, whose softmax gives the probability ``p_min`` is compared with.
 TOP_K = 10
@@ -75,7 +76,11 @@ class DraftModel:
         p_min: float,
         n_threads_batch: int | None = None,
         kv: KvCache | None = None,
+        placement: PoolPlacement | None = None,
+        placement_batch: PoolPlacement | None = None,
     ) -> None:
+        """``placement`` / ``placement_batch``: where its threads run (``-Cd``, ``--prio-draft`` and the rest, and
+        their batch forms; None: ggml's default placement)."""
         problem = vocab_mismatch(target, model)
         if problem is not None:
             model.close()  # handed over to this class, which will not keep it
@@ -94,6 +99,8 @@ class DraftModel:
             # graph overflows, and a failed rollback empties the sequence, which catches up again).
             n_rollback=min(n_max, MAX_ROLLBACK),
         )
+        if placement is not None:
+            self._ctx.place_threads(placement, placement_batch or placement)
         self._n_max = n_max
         self._p_min = p_min
         #: What each sequence of the draft context holds.
