@@ -19,6 +19,8 @@ from starlette.types import ASGIApp
 
 from lfmserve.api.app import create_app
 from lfmserve.chat.serving import Serving
+from lfmserve.llama.model import NativeModel
+from lfmserve.llama.mtmd import Projector
 from lfmserve.loading.loader import ModelFiles, load_serving
 from lfmserve.settings import Settings
 from lfmserve.testing import (
@@ -81,6 +83,16 @@ def vl_gguf(models_dir: Path) -> Path:
 def mmproj_gguf(models_dir: Path) -> Path:
     """A tiny projector with both encoders (LFM2-VL's ``lfm2`` and LFM2-Audio's ``lfm2a``)."""
     return write_mmproj_gguf(models_dir / "tiny-mmproj.gguf", TinyProjector(kind="both"))
+
+
+@pytest.fixture(scope="module")
+def projector(vl_gguf: Path, mmproj_gguf: Path) -> Iterator[Projector]:
+    """The tiny projector over the tiny VL model, one thread."""
+    model = NativeModel(vl_gguf)
+    loaded = Projector(str(mmproj_gguf), model, n_threads=1)
+    yield loaded
+    loaded.close()
+    model.close()
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 
 Bytes come from the part's source (``media.sources``: data URI, base64, remote or local URL), then are
 decoded by what they are, not by the part's type, as llama-server does (``media.decode``: WAV bytes in
-an ``image_url`` part are audio). Decoding runs in a worker thread: a large JPEG or a minute of MP3
+an ``image_url`` part are audio; ``media.video``: bytes in a video part that are neither audio nor an image,
+or an MP4 in any part, are frames taken with ffmpeg). Decoding runs in a worker thread: a large JPEG or a minute of MP3
 takes tens of milliseconds of CPU that the event loop must not wait for.
 
 Pillow, libsndfile and soxr (``media.decode``) are imported by the first media item read, not with this module:
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from ..errors import InvalidRequest
 from ..llama.mtmd import Media, Projector
 from ..media.sources import MediaPolicy, media_bytes
+from ..media.video import MAX_FRAME_BYTES, VideoOptions, ffmpeg_tools, missing_ffmpeg
 from .request import ChatRequest, MediaType
 
 #: Media items one request may carry (each may be up to 50 megapixels once decoded).
@@ -81,18 +83,20 @@ def chat_media_sources(request: ChatRequest) -> list[MediaSource]:
 class MediaReader:
     """Reads media for one projector (or refuses all of it, without one)."""
 
-    def __init__(self, projector: Projector | None, policy: MediaPolicy) -> None:
+    def __init__(self, projector: Projector | None, policy: MediaPolicy, video: VideoOptions | None = None) -> None:
         self._projector = projector
         self._policy = policy
+        self._video = video or VideoOptions()
 
     @property
     def modalities(self) -> dict[str, bool]:
-        """What ``/props`` reports: ``vision``, ``audio``; video never."""
+        """What ``/props`` reports: ``vision``, ``audio``, and ``video`` with vision (as llama-server built with
+        video reports it, whether or not ffmpeg is there: a video part then gets a 400 saying it is missing)."""
         projector = self._projector
         return {
             "vision": projector is not None and projector.vision,
             "audio": projector is not None and projector.audio,
-            "video": False,
+            "video": projector is not None and projector.video,
         }
 
     def check_types(self, sources: Sequence[MediaSource]) -> None:
@@ -108,10 +112,18 @@ class MediaReader:
     async def read(self, sources: Sequence[MediaSource]) -> list[Media]:
         """The decoded media of the sources, in order."""
         self.check_types(sources)
-        media = []
+        video = next((param for kind, _, param in sources if kind == "video"), None)
+        if video is not None and ffmpeg_tools(self._video) is None:  # before anything is fetched
+            raise missing_ffmpeg(self._video, video)
+        media: list[Media] = []
         for kind, source, param in sources:
             data = await media_bytes(source, self._policy, param=param)
             media.append(await asyncio.to_thread(self.decode, kind, data, param))
+            frame_bytes = sum(item.data.nbytes for item in media if item.kind == "video")
+            if frame_bytes > MAX_FRAME_BYTES:  # one video is bounded by it; the request's videos together too
+                raise InvalidRequest(
+                    f"the request's videos give more than {MAX_FRAME_BYTES >> 20} MiB of frames", param=param
+                )
         return media
 
     def _check_supported(self, kind: MediaType, param: str) -> None:
@@ -120,8 +132,9 @@ class MediaReader:
 
     def decode(self, kind: MediaType | None, data: bytes, param: str) -> Media:
         """One item's bytes as decoded media, by what the bytes are; a 400 naming ``param`` when they are neither
-        an image nor audio the projector reads (call :meth:`check_types` first)."""
+        an image, audio nor a video the projector reads (call :meth:`check_types` first)."""
         from ..media.decode import decode_audio, decode_image, is_audio, is_image
+        from ..media.video import decode_video, is_video
 
         projector = self._projector
         assert projector is not None  # checked by the part's type first
@@ -130,5 +143,9 @@ class MediaReader:
             self._check_supported("audio", param)
             seconds = projector.max_audio_seconds or MAX_AUDIO_SECONDS
             return Media.audio(decode_audio(data, sample_rate=projector.sample_rate, max_seconds=seconds, param=param))
+        if not is_image(data) and (kind == "video" or is_video(data)):
+            self._check_supported("video", param)
+            video = decode_video(data, self._video, param=param)
+            return Media.video(video.frames, video.layout)
         self._check_supported("image", param)
         return Media.image(decode_image(data, param=param))

@@ -2,7 +2,9 @@
 becomes chunks, and each media chunk's embeddings.
 
 Only decoded media reach mtmd: RGB pixels or mono float samples at the projector's rate, already
-checked by the caller (several of mtmd's failures abort the process instead of returning). A media chunk
+checked by the caller (several of mtmd's failures abort the process instead of returning); a video as its
+frames, each an image, between the texts llama-server puts around them (mtmd-helper's video reader is not
+used: it runs ffmpeg with no time or size bound, and :mod:`lfmserve.media.video` gives the same frames). A media chunk
 is identified by the id the caller gave its media (a content hash), which is what the prompt cache keys
 media by.
 
@@ -32,11 +34,12 @@ import numpy.typing as npt
 
 from ..errors import EngineError
 from .backend import captured_errors, failure_reason, forward_log
+from .devices import device_handle
 from .model import NativeModel
 
 logger = logging.getLogger(__name__)
 
-MediaKind = Literal["image", "audio"]
+MediaKind = Literal["image", "audio", "video"]
 _KINDS: dict[int, Literal["text", "image", "audio"]] = {
     mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT: "text",
     mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE: "image",
@@ -46,7 +49,8 @@ _KINDS: dict[int, Literal["text", "image", "audio"]] = {
 
 @dataclass(frozen=True, slots=True)
 class Media:
-    """Decoded media: ``(height, width, 3)`` uint8 RGB pixels, or mono float32 samples at the projector's rate.
+    """Decoded media: ``(height, width, 3)`` uint8 RGB pixels, mono float32 samples at the projector's rate, or a
+    video's ``(n_frames, height, width, 3)`` frames with its :attr:`layout`.
 
     ``id`` is the SHA-256 of the decoded data (the same picture sent as PNG or JPEG-from-PNG is the same id).
     """
@@ -54,6 +58,8 @@ class Media:
     kind: MediaKind
     data: npt.NDArray[Any]
     id: str
+    #: A video's place in the prompt, in order: texts (tokenized on their own) and frame numbers (each an image).
+    layout: tuple[str | int, ...] = ()
 
     @classmethod
     def image(cls, pixels: npt.NDArray[np.uint8]) -> Media:
@@ -68,6 +74,20 @@ class Media:
         if mono.ndim != 1 or mono.size == 0:
             raise ValueError(f"audio is non-empty mono float32 samples, not shape {mono.shape}")
         return cls("audio", mono, _content_id(b"audio", mono))
+
+    @classmethod
+    def video(cls, frames: npt.NDArray[np.uint8], layout: Sequence[str | int]) -> Media:
+        """A video as llama-server's mtmd helper reads it: its frames, and the texts and frame numbers in prompt
+        order (``("Video:", 0, "[0m0.00s]", 1, 2)``, from :func:`lfmserve.media.video.video_layout`)."""
+        rgb = np.ascontiguousarray(frames, dtype=np.uint8)
+        if rgb.ndim != 4 or rgb.shape[3] != 3 or min(rgb.shape[:3]) < 1:
+            raise ValueError(f"a video is (n_frames, height, width, 3) uint8 frames, not {rgb.shape}")
+        numbers = [item for item in layout if not isinstance(item, str)]
+        if numbers != list(range(len(rgb))):
+            raise ValueError(f"a video's layout names each of its {len(rgb)} frames once, in order")
+        digest = hashlib.sha256("\0".join(str(item) for item in layout).encode())
+        digest.update(_content_id(b"video", rgb).encode())
+        return cls("video", rgb, digest.hexdigest(), tuple(layout))
 
 
 def _content_id(kind: bytes, data: npt.NDArray[Any]) -> str:
@@ -137,6 +157,13 @@ def read_projector_file(path: str) -> ProjectorFile:
     return ProjectorFile(frozenset(types), seconds)
 
 
+def _expanded(item: Media) -> list[str | tuple[Media, int | None]]:
+    """What stands at a media item's marker: the item itself, or a video's texts and frames in layout order."""
+    if item.kind != "video":
+        return [(item, None)]
+    return [entry if isinstance(entry, str) else (item, entry) for entry in item.layout]
+
+
 class Projector:
     """An mtmd context over a text model; optionally a second one, with fewer threads, to encode beside decoding.
 
@@ -154,19 +181,24 @@ class Projector:
         n_threads: int,
         side_threads: int = 0,
         use_gpu: bool = False,
+        device: str | None = None,
         image_min_tokens: int = -1,
         image_max_tokens: int = -1,
         media_marker: str | None = None,
+        warmup: bool = True,
     ) -> None:
+        """``warmup``: mtmd encodes a blank image (and audio) once at load, as llama-server's ``--warmup`` has it."""
         facts = read_projector_file(path)
         params = mtmd.mtmd_context_params_default()
         if media_marker is not None:
             self._marker_bytes = media_marker.encode()  # kept alive: mtmd holds the pointer
             params.media_marker = self._marker_bytes
         params.use_gpu = use_gpu
+        params.device = device_handle(device, "-mmdev") if use_gpu and device else None  # None: the first GPU
         params.print_timings = False
         params.image_min_tokens = image_min_tokens
         params.image_max_tokens = image_max_tokens
+        params.warmup = warmup
         mtmd.mtmd_log_set(forward_log, None)
         self.path = path
         self._side_ctx: Any = None
@@ -218,15 +250,25 @@ class Projector:
         """The ``mtmd_context`` (for llama.cpp's own helpers, as in the tests' reference decoding)."""
         return self._ctx
 
+    @property
+    def video(self) -> bool:
+        """Whether the projector reads video: any vision projector does, frame by frame (as llama-server's
+        ``mtmd_helper_support_video`` says for a build with video, as the pinned wheel is)."""
+        return self.vision
+
     def tokenize(
         self, text: str, media: Sequence[Media], *, add_special: bool = True, parse_special: bool = True
     ) -> list[PromptChunk]:
-        """The prompt as chunks; ``text`` holds one :attr:`marker` per item of ``media``, in order."""
+        """The prompt as chunks; ``text`` holds one :attr:`marker` per item of ``media``, in order.
+
+        A video's layout takes its marker's place: each text of it tokenized on its own (``parse_special`` as the
+        prompt's), each frame an image, as mtmd expands llama-server's lazy video bitmap.
+        """
         n_markers = text.count(self.marker)
         if n_markers != len(media):
             raise ValueError(f"{n_markers} media markers in the prompt for {len(media)} media items")
         for item in media:
-            if (item.kind == "image" and not self.vision) or (item.kind == "audio" and not self.audio):
+            if not (self.audio if item.kind == "audio" else self.vision):
                 raise ValueError(f"this projector does not read {item.kind}")
         with self._lock:
             return self._tokenize(text, media, add_special=add_special, parse_special=parse_special)
@@ -234,15 +276,35 @@ class Projector:
     def _tokenize(
         self, text: str, media: Sequence[Media], *, add_special: bool, parse_special: bool
     ) -> list[PromptChunk]:
-        bitmaps = [self._bitmap(item) for item in media]
+        pieces = text.split(self.marker)
+        texts: list[Any] = []  # the mtmd_input_text structs (and their bytes) the parts point at, kept alive
+        parts: list[Any] = []
+        bitmaps: list[Any] = []
+
+        def add_text(piece: str) -> None:
+            raw = piece.encode()
+            texts.append(
+                mtmd.mtmd_input_text(text=raw, text_len=len(raw), add_special=False, parse_special=parse_special)
+            )
+            parts.append(mtmd.mtmd_input_part(text=ctypes.pointer(texts[-1]), bitmap=None))
+
+        def add_bitmap(bitmap: Any) -> None:
+            bitmaps.append(bitmap)
+            parts.append(mtmd.mtmd_input_part(text=None, bitmap=bitmap))
+
         chunks = mtmd.mtmd_input_chunks_init()
         try:
-            raw = text.encode()
-            prompt = mtmd.mtmd_input_text(
-                text=raw, text_len=len(raw), add_special=add_special, parse_special=parse_special
-            )
-            array = (mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
-            rc = mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(prompt), array, len(bitmaps))
+            for i, piece in enumerate(pieces):
+                if piece:
+                    add_text(piece)
+                if i < len(media):
+                    for item in _expanded(media[i]):
+                        if isinstance(item, str):
+                            add_text(item)
+                        else:
+                            add_bitmap(self._bitmap(*item))
+            array = (ctypes.POINTER(mtmd.mtmd_input_part) * len(parts))(*(ctypes.pointer(p) for p in parts))
+            rc = mtmd.mtmd_tokenize_from_parts(self._ctx, chunks, array, len(parts), add_special)
             if rc != 0:
                 raise EngineError(f"mtmd could not tokenize the prompt (code {rc})")
             return [
@@ -277,17 +339,23 @@ class Projector:
                 mtmd.mtmd_free(ctx)
                 setattr(self, name, None)
 
-    def _bitmap(self, item: Media) -> Any:
-        if item.kind == "image":
-            height, width, _ = item.data.shape
-            pixels = item.data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
-            bitmap = mtmd.mtmd_bitmap_init(width, height, pixels)
-        else:
+    def _bitmap(self, item: Media, frame: int | None = None) -> Any:
+        """An mtmd bitmap of an image, audio, or one frame of a video (mergeable, as mtmd-helper makes a video's
+        frames). A frame carries the video's id, as an image's tiles share theirs: the prompt cache then takes
+        the video as one item (checkpointed after its last frame, not after each)."""
+        if item.kind == "audio":
             samples = item.data.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
             bitmap = mtmd.mtmd_bitmap_init_from_audio(item.data.size, samples)
+        else:
+            pixels_array = item.data if frame is None else item.data[frame]
+            height, width, _ = pixels_array.shape
+            pixels = pixels_array.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+            bitmap = mtmd.mtmd_bitmap_init(width, height, pixels)
         if not bitmap:
             raise EngineError(f"mtmd could not take the {item.kind}")
         mtmd.mtmd_bitmap_set_id(bitmap, item.id.encode())
+        if frame is not None:
+            mtmd.mtmd_bitmap_set_mergeable(bitmap, True)
         return bitmap
 
     def _own(self, borrowed: Any) -> PromptChunk:

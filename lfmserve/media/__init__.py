@@ -5,5 +5,6 @@ mtmd reads images with stb and audio with miniaudio, and several of its failures
 only pixels and samples inside the limits mtmd is known to handle are passed on.
 
 ``sources`` turns a part's URL or inline data into bytes (fetching remote ones under limits), ``decode``
-turns bytes into pixels or samples.
+turns bytes into pixels or samples, ``video`` turns a video into frames and the text between them (with ffmpeg,
+as llama-server does).
 """

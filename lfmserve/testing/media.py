@@ -5,11 +5,16 @@ Example::
 
     png = image_bytes(640, 480, seed=1, format="PNG")
     wav = wav_bytes(3.0)  # 16 kHz mono, a 440 Hz sine
+    mp4 = video_bytes(2.0, 320, 240)  # ffmpeg's test pattern at 10 fps (needs ffmpeg: None without it)
 """
 
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -42,3 +47,21 @@ def wav_bytes(seconds: float, *, hz: float = 440.0, rate: int = 16000) -> bytes:
     buffer = io.BytesIO()
     soundfile.write(buffer, tone_samples(seconds, hz=hz, rate=rate), rate, format="WAV")
     return buffer.getvalue()
+
+
+def video_bytes(
+    seconds: float, width: int, height: int, *, rate: int = 10, container: str = "mp4", codec: str = "mpeg4"
+) -> bytes | None:
+    """ffmpeg's ``testsrc`` pattern (a counter that moves) as a video file; None where ffmpeg is not installed.
+
+    ``mpeg4`` is ffmpeg's own encoder, in every build (``libvpx-vp9`` for WebM needs the library).
+    """
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"clip.{container}"
+        pattern = f"testsrc=duration={seconds}:size={width}x{height}:rate={rate}"
+        command = [ffmpeg, "-v", "error", "-nostdin", "-f", "lavfi", "-i", pattern, "-c:v", codec, str(path)]
+        subprocess.run(command, check=True, capture_output=True, timeout=60)
+        return path.read_bytes()

@@ -252,12 +252,6 @@ BROKEN: list[tuple[str, str, Callable[[], dict[str, Any]], str]] = [
         "media URL host 127.0.0.1 resolves to 127.0.0.1, a loopback, private or link-local address; "
         "this server does not fetch from its own network (--media-fetch-private allows it)",
     ),
-    (
-        "video part",
-        "both",
-        lambda: {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}},
-        "video input is not supported - hint: if this is unexpected, you may need to provide the mmproj",
-    ),
     ("audio part to a vision-only projector", "vision", lambda: _audio_part(_wav(0.5)), NO_AUDIO),
     (
         "wav bytes in an image part to a vision-only projector",

@@ -3,34 +3,30 @@ encode to embeddings of the text model's width, and each says whether mtmd decod
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ctypes
+import shutil
 from pathlib import Path
 
 import llama_cpp.llama_cpp as llama
+import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
 import pytest
 
+from lfmserve.engine.media import media_ends, prompt_from_chunks
 from lfmserve.errors import EngineError
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
-from lfmserve.llama.mtmd import Media, Projector, attention
+from lfmserve.llama.mtmd import Media, Projector, PromptChunk, attention
+from lfmserve.media.video import VideoOptions, decode_video
 from lfmserve.testing import (
     TinyGemma3,
     TinyGemma3Projector,
     TinyProjector,
+    video_bytes,
     write_gemma3_gguf,
     write_gemma3_mmproj_gguf,
     write_mmproj_gguf,
 )
-
-
-@pytest.fixture(scope="module")
-def projector(vl_gguf: Path, mmproj_gguf: Path) -> Iterator[Projector]:
-    model = NativeModel(vl_gguf)
-    loaded = Projector(str(mmproj_gguf), model, n_threads=1)
-    yield loaded
-    loaded.close()
-    model.close()
 
 
 def _image(width: int, height: int, seed: int = 0) -> Media:
@@ -181,4 +177,96 @@ def test_attention_turns_causal_attention_off_for_the_batch_then_back(vl_gguf: P
         assert not llama.llama_get_causal_attn(ctx.handle)
     finally:
         ctx.close()
+        model.close()
+
+
+# -- video: llama-server's lazy bitmap, expanded ---------------------------------------------------------
+
+
+def test_a_videos_layout_must_name_each_frame_once_in_order() -> None:
+    frames = np.zeros((2, 4, 4, 3), dtype=np.uint8)
+    assert Media.video(frames, ("Video:", 0, "[0m0.00s]", 1)).layout == ("Video:", 0, "[0m0.00s]", 1)
+    for layout in (("Video:", 0), ("Video:", 1, 0), ("Video:", 0, 1, 1)):
+        with pytest.raises(ValueError, match="names each of its 2 frames once, in order"):
+            Media.video(frames, layout)
+    with pytest.raises(ValueError, match=r"not \(4, 4, 3\)"):
+        Media.video(frames[0], ("Video:", 0))
+    same = Media.video(frames, ("Video:", 0, 1))
+    assert same.id == Media.video(frames.copy(), ("Video:", 0, 1)).id != Media.video(frames, ("Video:", 0, "x", 1)).id
+
+
+def _chunk_rows(chunks: list[PromptChunk]) -> list[tuple[str, tuple[int, ...], int]]:
+    return [(c.kind, c.tokens, c.n_tokens) for c in chunks]
+
+
+def _llama_servers_chunks(projector: Projector, text: str, data: bytes) -> list[tuple[str, tuple[int, ...], int]]:
+    """llama-server's ``process_mtmd_prompt``: ``mtmd_helper_bitmap_init_from_buf`` (a lazy bitmap that reads the
+    video with ffmpeg), then ``mtmd_tokenize`` of the prompt with it."""
+    opt = mtmd.mtmd_helper_init_opt_default()
+    buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    loaded = mtmd.mtmd_helper_bitmap_init_from_buf_wrapper(projector.handle, buffer, len(data), False, opt)
+    assert loaded.bitmap and loaded.video_ctx
+    chunks = mtmd.mtmd_input_chunks_init()
+    try:
+        raw = text.encode()
+        prompt = mtmd.mtmd_input_text(text=raw, text_len=len(raw), add_special=True, parse_special=True)
+        bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(loaded.bitmap)
+        assert mtmd.mtmd_tokenize(projector.handle, chunks, ctypes.byref(prompt), bitmaps, 1) == 0
+        rows = []
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = {0: "text", 1: "image", 2: "audio"}[mtmd.mtmd_input_chunk_get_type(chunk)]
+            count = ctypes.c_size_t(0)
+            tokens: tuple[int, ...] = ()
+            if kind == "text":
+                pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
+                tokens = tuple(pointer[: count.value])
+            rows.append((kind, tokens, int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))))
+        return rows
+    finally:
+        mtmd.mtmd_input_chunks_free(chunks)
+        mtmd.mtmd_bitmap_free(loaded.bitmap)
+        mtmd.mtmd_helper_video_free(loaded.video_ctx)
+
+
+@pytest.mark.skipif(
+    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
+    reason="ffmpeg and ffprobe are not installed on this machine (apt-get install ffmpeg)",
+)
+def test_a_video_becomes_llama_servers_chunks(projector: Projector, vl_gguf: Path) -> None:
+    data = video_bytes(2.0, 320, 240)
+    assert data is not None
+    video = decode_video(data, VideoOptions(), param="p")
+    text = f"<|im_start|>user\n{projector.marker}Describe this.<|im_end|>\n<|im_start|>assistant\n"
+    media = Media.video(video.frames, video.layout)
+    chunks = projector.tokenize(text, [media])
+    ours = _chunk_rows(chunks)
+    assert ours == _llama_servers_chunks(projector, text, data)
+    # The frames carry the video's id, as an image's tiles do: 8 spans, each its own key, and one media item.
+    assert {c.id for c in chunks if c.kind == "image"} == {media.id}
+    _, spans = prompt_from_chunks(chunks)
+    assert len({span.key for span in spans}) == 8 and media_ends(spans) == [spans[-1].end]
+    # "Video:", then 8 frames of 320x240 (80 tokens each, between <|image_start|> and <|image_end|>), the
+    # timestamp after the first; each text tokenized on its own.
+    model = NativeModel(vl_gguf, vocab_only=True)
+    try:
+
+        def tokens(*pieces: str) -> tuple[int, ...]:
+            return tuple(t for p in pieces for t in model.tokenize(p, add_special=False, parse_special=True))
+
+        start, end = "<|image_start|>", "<|image_end|>"
+        assert [(kind, n) for kind, _, n in ours] == [
+            *[("text", len(ours[0][1])), ("image", 80)],
+            *[("text", len(tokens(end, "[0m0.00s]", start))), ("image", 80)],
+            *[("text", 2), ("image", 80)] * 6,
+            ("text", len(ours[-1][1])),
+        ]
+        assert ours[0][1] == (model.bos_id, *tokens("<|im_start|>user\n", "Video:", start))
+        assert ours[2][1] == tokens(end, "[0m0.00s]", start)
+        assert ours[4][1] == tokens(end, start)
+        assert ours[-1][1] == tokens(end, "Describe this.<|im_end|>\n<|im_start|>assistant\n")
+        assert sum(n for _, _, n in ours) == 1 + len(tokens("<|im_start|>user\n", "Video:")) + 8 * 82 + len(
+            tokens("[0m0.00s]", "Describe this.<|im_end|>\n<|im_start|>assistant\n")
+        )
+    finally:
         model.close()

@@ -122,7 +122,7 @@ def test_hf_downloads_the_quant_then_serves_from_the_cache_offline(tmp_path: Pat
         props = online_props = httpx.get(online.url + "/props").json()
         assert props["model_path"].endswith("LFM2.5-VL-Tiny-Q4_K_M.gguf")
         assert Path(props["model_path"]).read_bytes() == q4
-        assert props["modalities"] == {"vision": True, "audio": False, "video": False}
+        assert props["modalities"] == {"vision": True, "audio": False, "video": True}
         log = online.stop()
         assert "LFM2.5-VL-Tiny-Q4_K_M.gguf" in log and "100%" in log  # the download's progress bar
         assert "loaded projector" in log and "mmproj-LFM2.5-VL-Tiny-Q8_0.gguf: vision (lfm2)" in log

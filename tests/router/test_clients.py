@@ -122,7 +122,7 @@ def test_llama_swaps_upstream_routes_reach_the_model_by_name(router: Running) ->
     assert props.status_code == 200
     assert (props.json()["model_alias"], props.json()["modalities"]) == (
         "vision",
-        {"vision": True, "audio": False, "video": False},
+        {"vision": True, "audio": False, "video": True},
     )
     bare = httpx.get(router.url + "/upstream/vision", timeout=10)
     assert (bare.status_code, bare.headers["location"]) == (301, "/upstream/vision/")

@@ -62,14 +62,25 @@ class InputAudioPart(Body):
         return ContentPart("audio", source=self.input_audio.data or self.input_audio.url or "")
 
 
+class InputVideo(Body):
+    """A video part's object: llama-server reads ``data``, else ``url`` (any form an image URL takes)."""
+
+    data: str | None = None
+    url: str | None = None
+
+
 class VideoPart(Body):
-    """llama-server's ``input_video`` / ``video_url`` parts: parsed so they get its "not supported" answer."""
+    """llama-server's ``input_video`` part, and ``video_url``, its OpenAI-style alias: each reads the object under
+    its own type's key."""
 
     type: Literal["input_video", "video_url"]
-    model_config = ConfigDict(strict=True, extra="allow")
+    input_video: InputVideo | None = None
+    video_url: InputVideo | None = None
 
     def to_part(self) -> ContentPart:
-        return ContentPart("video")
+        video = self.input_video if self.type == "input_video" else self.video_url
+        source = "" if video is None else video.data if video.data is not None else video.url or ""
+        return ContentPart("video", source=source)
 
 
 MediaPart = ImageUrlPart | InputAudioPart | VideoPart

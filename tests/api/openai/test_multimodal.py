@@ -172,7 +172,7 @@ def test_the_default_server_refuses_loopback_urls_and_file_urls(client: openai.O
 
 def test_props_and_models_report_the_projectors_modalities(vl_server: ServerThread) -> None:
     props = httpx.get(vl_server.url + "/props").json()
-    assert props["modalities"] == {"vision": True, "audio": True, "video": False}
+    assert props["modalities"] == {"vision": True, "audio": True, "video": True}
     entry = httpx.get(vl_server.url + "/v1/models").json()["data"][0]
     assert entry["architecture"]["input_modalities"] == ["text", "image", "audio"]
 
