@@ -150,6 +150,9 @@ class ChatRequest:
     #: "none" still continues a final assistant message (a prefill), as llama-server does by default.
     continue_final_message: Continuation = "none"
     generation: GenerationOptions = field(default_factory=GenerationOptions)
+    #: Ollama's ``/api/generate``: the model's own messages (``--chat-messages-file``) go after the request's
+    #: system message rather than before it (:mod:`.preamble`).
+    model_messages_after_system: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

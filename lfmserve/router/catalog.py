@@ -1,12 +1,15 @@
 """The models a router can serve, found where llama-server's router looks, each with the settings its child
 starts from.
 
-Three sources, in llama-server's precedence: the Hugging Face cache that ``-hf`` fills (``org/repo:QUANT``),
+Four sources, in llama-server's precedence: the Hugging Face cache that ``-hf`` fills (``org/repo:QUANT``),
 ``--models-dir`` (a ``.gguf`` file is a model named after it; a sub-folder is a model named after the folder,
-with its ``mmproj`` projector and the first part of a split GGUF), and ``--models-preset`` (a section whose name
-is already listed adds its flags to that model). A model's flags are, from weakest to strongest: the preset's
-``[*]``, what its source says (``model``/``mmproj`` or ``hf-repo``), its own section, and the router's command
-line (so ``lfmserve --models-dir d --temp 0`` gives every model ``--temp 0``).
+with its ``mmproj`` projector and the first part of a split GGUF), Ollama's store (:mod:`.ollama_store`: a name
+another source has keeps that source, so installing Ollama never changes a router that worked), and
+``--models-preset`` (a section whose name is already listed adds its flags to that model). A model's flags are,
+from weakest to strongest: the preset's ``[*]``, what its source says (``model``/``mmproj``, ``hf-repo``, or an
+Ollama model's blobs and params), its own section, and the router's command line (so ``lfmserve --models-dir d
+--temp 0`` gives every model ``--temp 0``). An Ollama model's load-time params (``num_ctx``, ``num_thread``,
+``num_batch``) count only where none of the others sets them.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import huggingface_hub
 from huggingface_hub import constants
 from huggingface_hub.errors import CacheNotFound
 
+from ..api.ollama.cards import StoreFacts
 from ..errors import LfmError
 from ..loading.hub import cache_dir, pick_gguf, pick_mmproj, quant_tag
 from ..settings import RouterSettings, Settings
 from ..settings.argv import preset_argv, switch_value
+from .ollama_store import LoadOptions, StoreModel, display_name, scan_store, store_folder
 from .preset import PresetSection, canonical_name, read_preset
 
 logger = logging.getLogger(__name__)
@@ -47,7 +52,7 @@ class ModelSpec:
     name: str
     aliases: tuple[str, ...]
     tags: tuple[str, ...]
-    source: str  # "cache" | "models_dir" | "preset", as llama-server reports it
+    source: str  # "cache" | "models_dir" | "preset", as llama-server reports it; "ollama" (lfmserve's)
     settings: Settings
     load_on_startup: bool = False
     stop_timeout_s: float = _DEFAULT_STOP_TIMEOUT_S
@@ -56,6 +61,10 @@ class ModelSpec:
     files: tuple[str, ...] = ()
     #: A cache entry a preset's model already covers (``dedup-cache-models``): left out of the list, still routable.
     hidden: bool = False
+    #: A model of Ollama's store: what its manifest says (its cards show it; its short names find it).
+    store: StoreFacts | None = None
+    #: Why the model cannot be started (an Ollama manifest whose blob is missing...): listed failed, never started.
+    problem: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -68,6 +77,8 @@ class _Found:
     flags: dict[str, str]
     projector: str | None = None
     files: tuple[str, ...] = ()
+    #: An Ollama model: its flags (before ``flags``, which are then its section's) and what its manifest says.
+    store: StoreModel | None = None
 
 
 def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
@@ -78,19 +89,28 @@ def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
     if router.models_dir:
         local = scan_models_dir(router.models_dir)
         found |= {name: _Found("models_dir", flags, projector, files) for name, flags, projector, files in local}
+    found |= _store_models(router, {_ollama_key(name): name for name in found})
     everyone, sections = read_preset(router.models_preset) if router.models_preset else (None, [])
     extra: dict[str, PresetSection] = {}
+    # A section names an Ollama model whatever the case of its tag (llama-server upper-cases a section's tag).
+    store_names = {name.casefold(): name for name, where in found.items() if where.store is not None}
     for section in sections:
-        base = found.get(section.name, _Found("preset", {}))
-        found[section.name] = _Found("preset", base.flags | section.flags, base.projector, base.files)
-        extra[section.name] = section
+        name = section.name if section.name in found else store_names.get(section.name.casefold(), section.name)
+        base = found.get(name, _Found("preset", {}))
+        found[name] = dataclasses.replace(base, source="preset", flags=base.flags | section.flags)
+        extra[name] = section
     inherited = dataclasses.replace(settings, router=RouterSettings()).replace(**_ROUTER_ONLY)
     base_argv = inherited.without_secrets().to_argv()
     everyone_argv = _argv(everyone.flags, "*") if everyone else []
-    specs = [
-        _spec(name, where, extra.get(name), everyone_argv + _argv(where.flags, name) + base_argv, router.models_ttl)
-        for name, where in found.items()
-    ]
+    specs = []
+    for name, where in found.items():
+        own = _argv(where.flags, name) + base_argv  # its section's and the router's
+        if where.store is None:
+            specs.append(_spec(name, where, extra.get(name), everyone_argv + own, router.models_ttl))
+        else:
+            argv = (everyone_argv, own)
+            specs.append(_store_spec(name, where, extra.get(name), argv, router.models_ttl, inherited))
+    specs = _without_store_clashes(specs)
     _check_names(specs)
     covered = _deduplicated(specs, extra, everyone)
     return {spec.name: dataclasses.replace(spec, hidden=spec.name in covered) for spec in specs}
@@ -150,6 +170,81 @@ def _spec(name: str, where: _Found, section: PresetSection | None, argv: list[st
         projector=projector,
         files=files + ((projector,) if projector and projector not in files else ()),
     )
+
+
+def _ollama_key(name: str) -> str:
+    """What a name stands for in Ollama's terms (``text`` and ``text:latest`` are one name there), case folded."""
+    return (display_name(name) or name).casefold()
+
+
+def _store_models(router: RouterSettings, taken: dict[str, str]) -> dict[str, _Found]:
+    """The models of Ollama's store, except those another source's model is named as (``taken``, by
+    :func:`_ollama_key`): each is skipped with a warning, and the other source keeps the name."""
+    folder = store_folder(router)
+    out = {}
+    for model in scan_store(folder) if folder else []:
+        other = taken.get(_ollama_key(model.name))
+        if other is not None:
+            logger.warning("Ollama's model %s is left out: the router already has a model named %s", model.name, other)
+            continue
+        out[model.name] = _Found("ollama", {}, model.projector, model.files, store=model)
+    return out
+
+
+def _store_spec(
+    name: str,
+    where: _Found,
+    section: PresetSection | None,
+    argv: tuple[list[str], list[str]],
+    ttl_s: float,
+    inherited: Settings,
+) -> ModelSpec:
+    """An Ollama model: its blobs' flags between ``[*]``'s and its section's and the router's (``argv``), then its
+    load-time params where none of those sets them. A model whose manifest or flags cannot be served is listed
+    failed with the reason, never stopping the router."""
+    store = where.store
+    assert store is not None
+    everyone, own = argv
+    problem = store.problem
+    if problem is None:
+        try:
+            spec = _spec(name, where, section, [*everyone, *store.argv, *own], ttl_s)
+            settings = _with_load_options(spec.settings, store.load, given=everyone + own)
+            return dataclasses.replace(spec, settings=settings, store=store.facts)
+        except LfmError as exc:
+            problem = str(exc)
+    settings = inherited.replace(model=store.model) if store.model else inherited
+    return ModelSpec(
+        name=name, aliases=(), tags=(), source=where.source, settings=settings, store=store.facts, problem=problem
+    )
+
+
+def _with_load_options(settings: Settings, load: LoadOptions, given: list[str]) -> Settings:
+    """Ollama's load-time params, each where no flag of ``given`` sets it: ``num_ctx`` is a request's context (the
+    whole is that times ``--parallel``, as Ollama starts llama-server), ``num_batch`` both batch sizes."""
+    flags = {token.partition("=")[0] for token in given if token.startswith("--")}
+    values: dict[str, int] = {}
+    if load.num_ctx is not None and "--ctx-size" not in flags:
+        values["ctx_size"] = load.num_ctx * settings.engine.parallel
+    if load.num_thread is not None and "--threads" not in flags:
+        values["threads"] = load.num_thread
+    if load.num_batch is not None and not flags & {"--batch-size", "--ubatch-size"}:
+        values |= {"batch_size": load.num_batch, "ubatch_size": load.num_batch}
+    return settings.replace(**values)
+
+
+def _without_store_clashes(specs: list[ModelSpec]) -> list[ModelSpec]:
+    """Leave out the Ollama models named as a preset's model or another model's alias is, with a warning (the
+    other keeps the name)."""
+    others = {_ollama_key(name): name for spec in specs if spec.store is None for name in spec.names}
+    kept = []
+    for spec in specs:
+        other = others.get(_ollama_key(spec.name)) if spec.store is not None else None
+        if other is not None:
+            logger.warning("Ollama's model %s is left out: the router already has a model named %s", spec.name, other)
+        else:
+            kept.append(spec)
+    return kept
 
 
 def _truthy(value: str) -> bool:

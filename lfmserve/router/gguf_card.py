@@ -50,7 +50,7 @@ def model_card(spec: ModelSpec) -> ModelCard:
     template = _template_text(settings.chat.chat_template_file) or header.chat_template
     tools, thinking = template_capabilities(template, header.bos_token, header.eos_token)
     modalities = input_modalities(spec.projector)
-    size, modified = files_size_and_time(spec.files)
+    size, modified = (spec.store.size, spec.store.modified) if spec.store else files_size_and_time(spec.files)
     return ModelCard(
         name=ollama_name(spec.name),
         size=size,
@@ -70,6 +70,7 @@ def model_card(spec: ModelSpec) -> ModelCard:
             audio="audio" in modalities,
             embedding=settings.embedding.embeddings,
         ),
+        store=spec.store,
     )
 
 
@@ -84,7 +85,9 @@ def listed_meta(spec: ModelSpec) -> dict[str, int] | None:
 
 def _weights_header(spec: ModelSpec) -> _Header:
     """The header of the model's (first) weights file; an empty one while it has none (a preset's ``hf-repo``,
-    downloaded by its child)."""
+    downloaded by its child) or cannot be started (an Ollama manifest whose blob is missing or no GGUF)."""
+    if spec.problem is not None:
+        return _Header()
     weights = [path for path in spec.files if path != spec.projector] or [spec.settings.source.model or ""]
     return _header(weights[0], _stamp(weights[0])) if weights[0] else _Header()
 

@@ -151,6 +151,8 @@ class Pool:
             raise NotFound("model is not found")
         if instance.running:
             raise InvalidRequest("model is already running")
+        if instance.spec.problem is not None:
+            raise LoadFailed(f"model name={instance.name} failed to load: {instance.spec.problem}")
         problem = self._capacity.too_big(instance)
         if problem is not None:
             raise LfmError(problem)
@@ -213,6 +215,9 @@ class Pool:
         nothing can be done until a model becomes idle."""
         if head.running or head.removed or (head.waiting == 0 and not head.wanted):
             self._queue.pop(0)
+        elif head.spec.problem is not None:  # never started: each request for it gets the reason
+            self._queue.pop(0)
+            self._lifecycle.refuse(head, head.spec.problem)
         elif (problem := self._capacity.too_big(head)) is not None:
             self._queue.pop(0)
             self._lifecycle.refuse(head, problem)

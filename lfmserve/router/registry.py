@@ -1,5 +1,7 @@
 """The router's models by name: one :class:`~.instance.Instance` for each model of the catalog, found by its name
-or an alias, and what a reload of the catalog changes.
+or an alias (a model of Ollama's store also by any name Ollama resolves to it: ``lfm2`` for ``lfm2:latest``), and
+what a reload of the catalog changes. A model that cannot be started (:attr:`~.catalog.ModelSpec.problem`) shows
+failed with the reason from the start.
 
 A model that vanishes at a reload is marked ``removed`` at once (no name finds it any more) but stays here until
 its child has exited, so that no child is ever left running untracked.
@@ -10,16 +12,21 @@ from __future__ import annotations
 from ..errors import InvalidRequest
 from .catalog import ModelSpec
 from .instance import Instance
+from .ollama_store import display_name
 
 
 class Registry:
     def __init__(self, catalog: dict[str, ModelSpec]) -> None:
-        self.instances = {name: Instance(spec) for name, spec in catalog.items()}
+        self.instances = {name: _instance(spec) for name, spec in catalog.items()}
         self._names = _aliases(catalog)
+        self._store_names = _store_names(catalog)
 
     def find(self, name: str) -> Instance | None:
-        """The model called ``name`` (or with that alias)."""
+        """The model called ``name`` (or with that alias), else the Ollama model that name stands for in Ollama."""
         canonical = self._names.get(name)
+        if canonical is None and self._store_names:
+            shown = display_name(name)
+            canonical = self._store_names.get(shown.casefold()) if shown else None
         return None if canonical is None else self.instances[canonical]
 
     def get(self, name: str) -> Instance:
@@ -37,11 +44,15 @@ class Registry:
                 instance.removed = True
                 self.forget_if_removed(instance)
         for name, spec in catalog.items():
-            if name in self.instances:
-                self.instances[name].spec = spec
-            else:
-                self.instances[name] = Instance(spec)
+            known = self.instances.get(name)
+            if known is None:
+                self.instances[name] = _instance(spec)
+                continue
+            before, known.spec = known.spec.problem, spec
+            if not known.running and (spec.problem or known.error == before):
+                known.error, known.exit_code = spec.problem, 1 if spec.problem else None
         self._names = _aliases(catalog)
+        self._store_names = _store_names(catalog)
         return stale
 
     def forget_if_removed(self, instance: Instance) -> None:
@@ -52,3 +63,16 @@ class Registry:
 
 def _aliases(catalog: dict[str, ModelSpec]) -> dict[str, str]:
     return {alias: name for name, spec in catalog.items() for alias in spec.names}
+
+
+def _store_names(catalog: dict[str, ModelSpec]) -> dict[str, str]:
+    """Ollama's models by their display name, case folded (Ollama's names match whatever their case)."""
+    return {name.casefold(): name for name, spec in catalog.items() if spec.store is not None}
+
+
+def _instance(spec: ModelSpec) -> Instance:
+    """A model's instance: one that cannot be started shows failed, as a load refused at once (exit code 1)."""
+    instance = Instance(spec)
+    if spec.problem is not None:
+        instance.error, instance.exit_code = spec.problem, 1
+    return instance

@@ -29,7 +29,7 @@ from .lfm2 import (
     tiny_reranker,
     write_lfm2_gguf,
 )
-from .media import image_bytes, tinted_pixels, tone_samples, wav_bytes
+from .media import image_bytes, tinted_pixels, tone_samples, video_bytes, wav_bytes
 from .mmproj import TinyProjector, lfm2_vl_450m_projector, write_mmproj_gguf
 from .resources import free_port, gemma3_270m_path, llama_server_weight_flags
 
@@ -58,6 +58,7 @@ __all__ = [
     "tinted_pixels",
     "tiny_reranker",
     "tone_samples",
+    "video_bytes",
     "wav_bytes",
     "write_bert_gguf",
     "write_gemma3_gguf",

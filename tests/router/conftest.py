@@ -64,7 +64,8 @@ def start_router(
             *child_flags,
             *flags,
         ],
-        env={"HF_HUB_CACHE": str(router_models / "hf-cache"), **(env or {})},
+        # No Ollama store: a machine with one installed would add its models to the exact lists.
+        env={"HF_HUB_CACHE": str(router_models / "hf-cache"), "LFMSERVE_MODELS_OLLAMA_ENABLED": "0", **(env or {})},
     )
     running.append(router)
     wait_healthy(router.url, router.process)

@@ -21,6 +21,7 @@ def props(serving: Serving, *, is_sleeping: bool, ui_settings: dict[str, Any]) -
             "n_ctx": serving.engine.n_ctx_slot,
             "params": {
                 **serving.defaults.params.to_json(serving.model.eog_tokens),
+                "stop": list(dict.fromkeys(serving.options.default_stop + serving.options.reverse_prompts)),
                 "n_predict": serving.options.default_max_tokens,
                 "max_tokens": serving.options.default_max_tokens,
                 "n_keep": serving.options.n_keep,

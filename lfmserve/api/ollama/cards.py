@@ -30,6 +30,26 @@ _FOREVER = timedelta(days=365 * 200)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StoreFacts:
+    """What Ollama's store says of a model it holds, shown as Ollama shows it: the manifest's digest (the sha256 of
+    its file), size (its layers' and config's) and time; the config blob's details; the model's system, params,
+    license and messages layers (``parameters`` in ``ollama show``'s form)."""
+
+    digest: str
+    size: int
+    modified: float
+    format: str = ""
+    family: str = ""
+    families: tuple[str, ...] = ()
+    parameter_size: str = ""
+    quantization_level: str = ""
+    system: str = ""
+    parameters: str = ""
+    license: str = ""
+    messages: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelCard:
     name: str
     #: Bytes of the model's files (weights, projector).
@@ -46,6 +66,8 @@ class ModelCard:
     embedding_length: int
     template: str
     capabilities: tuple[str, ...]
+    #: A model of Ollama's store: its manifest and config blob decide the digest, size, time and details.
+    store: StoreFacts | None = None
 
     @property
     def quantization(self) -> str:
@@ -121,7 +143,10 @@ def files_size_and_time(paths: Iterable[str]) -> tuple[int, float]:
 
 
 def digest(card: ModelCard) -> str:
-    """A stable id of the model's files (Ollama's is its manifest's hash; here the name, size and change time)."""
+    """A stable id of the model's files: Ollama's manifest's hash for a model of its store, else a hash of the name,
+    size and change time."""
+    if card.store is not None:
+        return card.store.digest
     return hashlib.sha256(f"{card.name}\0{card.size}\0{card.modified}".encode()).hexdigest()
 
 
@@ -138,13 +163,15 @@ def _date_and_time(whole_seconds: int) -> str:
 
 
 def details(card: ModelCard) -> dict[str, Any]:
+    """Ollama's ``details``: a store model's from its config blob (what it leaves out read from the GGUF)."""
+    store = card.store or StoreFacts(digest="", size=0, modified=0.0)
     return {
         "parent_model": "",
-        "format": "gguf",
-        "family": card.architecture,
-        "families": [card.architecture],
-        "parameter_size": card.parameter_size,
-        "quantization_level": card.quantization,
+        "format": store.format or "gguf",
+        "family": store.family or card.architecture,
+        "families": list(store.families or (store.family or card.architecture,)),
+        "parameter_size": store.parameter_size or card.parameter_size,
+        "quantization_level": store.quantization_level or card.quantization,
     }
 
 
@@ -171,7 +198,7 @@ def show(card: ModelCard) -> dict[str, Any]:
         f"{arch}.context_length": card.context_length,
         f"{arch}.embedding_length": card.embedding_length,
     }
-    return {
+    shown = {
         "modelfile": "",
         "parameters": "",
         "template": card.template,
@@ -180,6 +207,12 @@ def show(card: ModelCard) -> dict[str, Any]:
         "capabilities": list(card.capabilities),
         "modified_at": timestamp(card.modified),
     }
+    store = card.store
+    if store is not None:  # what Ollama shows of its layers, each left out when the model has none
+        layers: dict[str, Any] = {"system": store.system, "license": store.license, "parameters": store.parameters}
+        layers["messages"] = [{"role": role, "content": content} for role, content in store.messages]
+        shown |= {key: value for key, value in layers.items() if value}
+    return shown
 
 
 def ps_entry(card: ModelCard, *, now: float, keep_s: float) -> dict[str, Any]:

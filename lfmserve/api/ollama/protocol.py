@@ -270,6 +270,7 @@ class GenerateBody(GenerationBody):
             reasoning_format="auto",
             template_kwargs=self.thinking(),
             generation=self.generation_options(),
+            model_messages_after_system=True,  # Ollama's GenerateHandler: system, the model's messages, the prompt
         )
 
     def raw_options(self) -> GenerationOptions:
