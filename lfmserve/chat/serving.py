@@ -30,10 +30,12 @@ from ..errors import InvalidRequest
 from ..llama.model import NativeModel
 from ..llama.mtmd import Media
 from ..media.sources import MediaPolicy
+from ..media.video import VideoOptions
 from .embedding_serving import EmbeddingServing
 from .media import MediaReader, chat_media_sources, process_media_marker
 from .output import THINK_END, THINK_START, AssistantOutputParser
 from .plan import ChatPlan, native_constraint, opens_thinking, plan_chat
+from .preamble import Preamble
 from .prompt_tokens import prompt_tokens
 from .render import continuation, render_chat, render_history
 from .request import ChatRequest, GenerationOptions, MediaPrompt, Prompt
@@ -54,12 +56,18 @@ class ServingOptions:
     #: ``--reasoning-format``: where a request that does not say puts the model's thinking.
     reasoning_format: str = "auto"
     media_policy: MediaPolicy = field(default_factory=MediaPolicy)
+    #: ``--video-fps``, ``--video-timestamp-interval``, ``--video-ffmpeg-dir``: how a video's frames are taken.
+    video: VideoOptions = field(default_factory=VideoOptions)
     #: ``--embd-normalize``: how embedding vectors are normalised unless a request says.
     embd_normalize: int = 2
     #: ``--cache-prompt``: whether a request that does not say reuses its cached prefix.
     cache_prompt: bool = True
     #: ``-r``: stop strings every request has besides its own.
     reverse_prompts: tuple[str, ...] = ()
+    #: ``--stop``: the stop strings of a request that gives none of its own.
+    default_stop: tuple[str, ...] = ()
+    #: ``--system-prompt-file``, ``--chat-messages-file``: what every chat is put between (Ollama's layers).
+    preamble: Preamble = field(default_factory=Preamble)
     #: ``--verbose``: answers carry llama-server's ``__verbose`` unless a request says otherwise.
     verbose: bool = False
     #: ``--reasoning-budget`` (-1: no limit) and ``--reasoning-budget-message``.
@@ -104,7 +112,7 @@ class Serving:
         self.options = options
         #: The multimodal projector, if the model has one (the engine encodes with it).
         self.projector = engine.media.projector if engine.media is not None else None
-        self.media = MediaReader(self.projector, options.media_policy)
+        self.media = MediaReader(self.projector, options.media_policy, options.video)
         #: The text that stands for a media item in a prompt.
         self.media_marker = self.projector.marker if self.projector is not None else process_media_marker()
         self.grammars = Grammars(model)
@@ -132,6 +140,7 @@ class Serving:
         """The prompt a chat request renders to, every tool and template variable included (/apply-template);
         media parts are the media marker."""
         self.media.check_types(chat_media_sources(request))
+        request = self.options.preamble.apply(request)
         return render_chat(
             self.template, request, media_marker=self.media_marker, prefill=self.options.prefill_assistant
         )
@@ -157,6 +166,7 @@ class Serving:
             raise InvalidRequest(f"n is {n}, but the server has {self.engine.n_slots} slots", param="n")
         if len(media) != len(chat_media_sources(request)):
             raise InvalidRequest("the chat's media have not been read (Serving.read_media)", param="messages")
+        request = self.options.preamble.apply(request)  # text only: the media's places are unchanged
         reasoning_format, parse = self.options.reasoning_format, not self.options.skip_chat_parsing
         plans = [plan_chat(request, self.grammars, reasoning_format=reasoning_format, parse=parse) for _ in range(n)]
         prefill = self.options.prefill_assistant
@@ -181,7 +191,7 @@ class Serving:
     ) -> tuple[Sequence[int], tuple[MediaSpan, ...]]:
         """The positions and media spans of a chat's messages with every turn closed (:func:`render_history`):
         what a conversation's cache should hold between turns, all its tools and template variables included."""
-        prompt = render_history(self.template, request, media_marker=self.media_marker)
+        prompt = render_history(self.template, self.options.preamble.apply(request), media_marker=self.media_marker)
         return self.tokenize_with_media(prompt, media, chat=True)
 
     def tokenize_with_media(
@@ -263,7 +273,7 @@ class Serving:
             media=media,
             sampling=sampling,
             max_tokens=self.options.default_max_tokens if options.max_tokens is None else options.max_tokens,
-            stop=tuple(dict.fromkeys(options.stop + self.options.reverse_prompts)),
+            stop=tuple(dict.fromkeys((options.stop or self.options.default_stop) + self.options.reverse_prompts)),
             cache_prompt=self.options.cache_prompt if options.cache_prompt is None else options.cache_prompt,
             id_slot=options.id_slot,
             keep_special=plan.keep_special if plan else frozenset(),

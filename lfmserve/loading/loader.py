@@ -14,15 +14,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..chat.media import process_media_marker
+from ..chat.preamble import read_preamble
 from ..chat.serving import Serving, ServingOptions
 from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, ChatTemplate, Reasoning
 from ..engine.core import Engine
 from ..engine.records import ResolvedDefaults
 from ..errors import LfmError
-from ..llama.backend import build_info
+from ..llama.backend import build_info, init_numa
 from ..llama.model import NativeModel, builtin_template_names, model_file_problem
 from ..llama.mtmd import Projector
 from ..media.sources import MediaPolicy
+from ..media.video import VideoOptions
 from ..settings import (
     DEFAULT_HF_REPO,
     ChatSettings,
@@ -34,7 +36,9 @@ from ..settings import (
 from .defaults import gguf_sampling, model_identity, resolve_defaults
 from .engine_config import engine_config
 from .escapes import process_escapes
+from .fit import measured_fit
 from .hub import resolve_hf_model
+from .placement import model_placement, projector_device
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +165,16 @@ def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -
         media_policy=MediaPolicy(
             fetch=media.media_fetch, fetch_private=media.media_fetch_private, media_path=media.media_path
         ),
+        video=VideoOptions(
+            fps=media.video_fps,
+            timestamp_interval_ms=media.video_timestamp_interval,
+            ffmpeg_dir=media.video_ffmpeg_dir or None,
+        ),
         embd_normalize=settings.embedding.embd_normalize,
         cache_prompt=settings.engine.cache_prompt,
         reverse_prompts=tuple(process_escapes(text) if settings.sampling.escape else text for text in stops),
+        default_stop=settings.sampling.stop,
+        preamble=read_preamble(settings.chat.system_prompt_file, settings.chat.chat_messages_file),
         verbose=settings.server.verbose,
         reasoning_budget=settings.chat.reasoning_budget,
         reasoning_budget_message=settings.chat.reasoning_budget_message,
@@ -179,34 +190,68 @@ def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -
 def load_projector(settings: Settings, path: str, model: NativeModel) -> Projector:
     """The multimodal projector, its media marker llama-server's (``LLAMA_MEDIA_MARKER``, else random)."""
     n_threads = settings.threads.threads_batch or settings.threads.threads
+    use_gpu, device = projector_device(settings)
     projector = Projector(
         path,
         model,
         n_threads=n_threads,
         side_threads=n_threads // 2 if settings.media.media_encode_beside else 0,
-        use_gpu=settings.media.mmproj_offload and settings.devices.n_gpu_layers != 0,
+        use_gpu=use_gpu,
+        device=device,
         image_min_tokens=settings.media.image_min_tokens,
         image_max_tokens=settings.media.image_max_tokens,
         media_marker=process_media_marker(),
+        warmup=settings.weights.warmup,
     )
     kinds = [kind for kind, supported in (("vision", projector.vision), ("audio", projector.audio)) if supported]
     logger.info("loaded projector %s: %s (%s)", path, " and ".join(kinds), ", ".join(sorted(projector.projector_types)))
     return projector
 
 
-def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
-    """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
-    files = path if isinstance(path, ModelFiles) else ModelFiles(path)
-    weights = settings.engine
-    model = NativeModel(
-        files.model,
-        n_gpu_layers=settings.devices.n_gpu_layers,
+def load_model(settings: Settings, path: str, *, no_alloc: bool = False) -> NativeModel:
+    """The model's weights, placed and checked as the settings say; ``no_alloc``: only planned, to measure.
+    ``--numa`` is set up first, as llama-server does, so that llama.cpp maps the weights for it."""
+    if settings.threads.numa is not None:
+        init_numa(settings.threads.numa)
+    weights = settings.weights
+    return NativeModel(
+        path,
+        placement=model_placement(settings.devices),
         repack=weights.repack,
         load_mode=weights.model_load_mode,
         lazy_mode=weights.lazy_mode,
         kv_overrides=weights.override_kv,
         check_tensors=weights.check_tensors,
+        no_alloc=no_alloc,
     )
+
+
+def fitted_settings(settings: Settings, files: ModelFiles) -> Settings:
+    """The settings with ``--fit``'s context (:mod:`.fit`) when ``-c`` is left to the model: unchanged when the
+    model's context fits in memory, or with ``--fit off`` or ``-c N``."""
+    devices = settings.devices
+    if not devices.fit or settings.engine.ctx_size:
+        return settings
+    config = engine_config(settings, files.draft)
+    probe = load_model(settings, files.model, no_alloc=True)
+    try:
+        margin = devices.fit_target[0] * 2**20 + (os.path.getsize(files.projector) if files.projector else 0)
+        fit = measured_fit(probe, config, n_ctx_min_per_slot=devices.fit_ctx, margin=margin)
+        full = config.context_sizes(probe.info.n_ctx_train).n_ctx
+    finally:
+        probe.close()
+    if fit.fits:
+        logger.info("--fit: context %d tokens: %s", fit.n_ctx, fit.reason)
+    else:
+        logger.warning("--fit: could not fit the model in host memory: %s; context %d tokens", fit.reason, fit.n_ctx)
+    return settings if fit.n_ctx == full else settings.replace(ctx_size=fit.n_ctx)
+
+
+def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
+    """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
+    files = path if isinstance(path, ModelFiles) else ModelFiles(path)
+    settings = fitted_settings(settings, files)
+    model = load_model(settings, files.model)
     template = chat_template(settings.chat, model)
     projector = load_projector(settings, files.projector, model) if files.projector else None
     engine = Engine(model, engine_config(settings, files.draft), projector=projector)

@@ -13,6 +13,7 @@ the same 400, before any model is loaded.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -116,8 +117,16 @@ async def _load_or_unload(pool: Pool, instance: Instance, name: str, keep: float
 
 
 async def _cards(instances: list[Instance]) -> list[cards.ModelCard]:
-    """The instances' cards, read off the event loop (a GGUF header not read before takes a moment)."""
-    return await asyncio.to_thread(lambda: [model_card(instance.spec) for instance in instances])
+    """The instances' cards, read off the event loop (a GGUF header not read before takes a moment); a running
+    child's context is the one it reports (``--fit`` may have shrunk the one its files promise)."""
+    read = await asyncio.to_thread(lambda: [model_card(instance.spec) for instance in instances])
+    return [_with_reported_context(card, instance) for card, instance in zip(read, instances, strict=True)]
+
+
+def _with_reported_context(card: cards.ModelCard, instance: Instance) -> cards.ModelCard:
+    meta = (instance.info or {}).get("meta") if instance.running else None
+    n_ctx = meta.get("n_ctx") if isinstance(meta, dict) else None
+    return dataclasses.replace(card, context_length=n_ctx) if isinstance(n_ctx, int) else card
 
 
 def _named(pool: Pool, name: str) -> Instance:

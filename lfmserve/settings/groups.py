@@ -19,15 +19,13 @@ from typing import Any, ClassVar
 
 from .fields import (
     KV_CACHE_TYPES,
-    LAZY_MODES,
-    LOAD_MODES,
     OnOffAction,
     flag,
     parse_count,
     parse_size,
     switch,
 )
-from .placement import DeviceSettings, ThreadSettings
+from .placement import ContextSizeAction, DeviceSettings, ThreadSettings
 from .sampler_flags import (
     OneGrammar,
     StoreGiven,
@@ -45,6 +43,7 @@ from .sampler_flags import (
     sampler_names,
     samplers_argv,
 )
+from .weights import WeightSettings
 
 #: What ``std::stof`` reads: the longest leading decimal number (a scale of ``0.5x`` is 0.5).
 _FLOAT_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -232,6 +231,24 @@ class ChatSettings:
         help="return the model's output as content, unparsed: reasoning and tool calls included",
         default=False,
     )
+    system_prompt_file: str | None = field(
+        default=None,
+        metadata=flag(
+            "--system-prompt-file",
+            help="file whose text is the system message of every chat that starts without one (read at start; "
+            "Ollama's SYSTEM)",
+            metavar="FNAME",
+        ),
+    )
+    chat_messages_file: str | None = field(
+        default=None,
+        metadata=flag(
+            "--chat-messages-file",
+            help="JSON file of the messages put before every chat's own, a list of {role, content} objects (read "
+            "at start; Ollama's MESSAGE lines)",
+            metavar="FNAME",
+        ),
+    )
     prefill_assistant: bool = switch(
         "--prefill-assistant",
         help="continue a chat's final assistant message (default; --no-prefill-assistant closes it and starts a "
@@ -312,6 +329,26 @@ class MediaSettings:
         default=256,
         metadata=flag("--media-cache", help="MiB of projector output kept for media seen before (0 = off)", type=int),
     )
+    video_fps: float = field(
+        default=4.0,
+        metadata=flag(
+            "--video-fps", help="frames per second taken from a video (0 = the video's own rate)", type=finite_float
+        ),
+    )
+    video_timestamp_interval: int = field(
+        default=5000,
+        metadata=flag(
+            "--video-timestamp-interval",
+            help="milliseconds between the timestamps written between a video's frames (0 = none)",
+            type=int,
+        ),
+    )
+    video_ffmpeg_dir: str | None = field(
+        default=None,
+        metadata=flag(
+            "--video-ffmpeg-dir", help="folder holding the ffmpeg and ffprobe that read videos (default: PATH)"
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -359,7 +396,14 @@ class EngineSettings:
     TITLE: ClassVar[str] = "context, batching and prompt cache"
 
     ctx_size: int = field(
-        default=0, metadata=flag("-c", "--ctx-size", help="context size in tokens (0 = the model's)", type=int)
+        default=0,
+        metadata=flag(
+            "-c",
+            "--ctx-size",
+            help="context size in tokens (0 = the model's, which --fit may not shrink; not given: the model's, fitted)",
+            type=int,
+            action=ContextSizeAction,
+        ),
     )
     parallel: int = field(
         default=4,
@@ -373,48 +417,6 @@ class EngineSettings:
     )
     batch_size: int = field(default=2048, metadata=flag("-b", "--batch-size", help="logical batch size", type=int))
     ubatch_size: int = field(default=512, metadata=flag("-ub", "--ubatch-size", help="physical batch size", type=int))
-    repack: bool | None = switch(
-        "--repack",
-        "-nr",
-        "--no-repack",
-        help="weights repacked into llama.cpp's faster CPU layouts (default: on, but off where llama.cpp was built "
-        "for AMX, whose matrix multiply crashes: llama.cpp issue 20824)",
-        default=None,
-        action=OnOffAction,
-    )
-    load_mode: str = field(
-        default="auto",
-        metadata=flag(
-            "-lm",
-            "--load-mode",
-            help="how the weights are loaded: auto (mmap, and the pages of the weights llama.cpp repacks given back, "
-            "so they are held once), none (read into memory), mmap, mlock (read and locked in RAM), mmap+mlock, dio "
-            "(direct I/O); docs/usage.md says what each costs",
-            choices=LOAD_MODES,
-        ),
-    )
-    lazy_mode: str = field(
-        default="auto",
-        metadata=flag(
-            "-lzm",
-            "--lazy-mode",
-            help="read the rows of tensors an architecture marks (per-layer embeddings) on demand: on, off, or auto "
-            "(only those over 4 GiB); needs mmap",
-            choices=LAZY_MODES,
-        ),
-    )
-    no_mmap: bool = switch(
-        "--no-mmap",
-        help="llama-server's older spelling of -lm none (with --mlock: -lm mlock)",
-        default=False,
-        action="store_true",
-    )
-    mlock: bool = switch(
-        "--mlock",
-        help="llama-server's older spelling of -lm mmap+mlock (with --no-mmap: -lm mlock)",
-        default=False,
-        action="store_true",
-    )
     flash_attn: str = field(
         default="auto",
         metadata=flag("-fa", "--flash-attn", help="flash attention: on, off or auto", choices=("on", "off", "auto")),
@@ -430,16 +432,6 @@ class EngineSettings:
             "--cache-type-v",
             help="KV cache type for V (quantized needs flash attention)",
             choices=KV_CACHE_TYPES,
-        ),
-    )
-    override_kv: tuple[str, ...] = field(
-        default=(),
-        metadata=flag(
-            "--override-kv",
-            help="GGUF metadata replaced at load: KEY=TYPE:VALUE with TYPE int, float, bool or str "
-            "(comma-separated, repeatable; checked as the model loads), e.g. tokenizer.ggml.add_bos_token=bool:false",
-            action="append",
-            metavar="KEY=TYPE:VALUE,...",
         ),
     )
     control_vector: tuple[str, ...] = field(
@@ -469,12 +461,6 @@ class EngineSettings:
             type=int,
             metavar=("START", "END"),
         ),
-    )
-    check_tensors: bool = switch(
-        "--check-tensors",
-        help="check every tensor's data (NaN, infinities) while loading",
-        default=False,
-        action="store_true",
     )
     rope_scaling: str | None = field(
         default=None,
@@ -607,15 +593,6 @@ class EngineSettings:
         help="keep an idle slot's prompt in the RAM cache (--cache-ram) when another request takes the slot",
         default=True,
     )
-
-    @property
-    def model_load_mode(self) -> str:
-        """``-lm``, or, while it is left at auto, what llama-server's older ``--no-mmap`` / ``--mlock`` ask for."""
-        if self.load_mode != "auto" or not (self.no_mmap or self.mlock):
-            return self.load_mode
-        if self.no_mmap:
-            return "mlock" if self.mlock else "none"
-        return "mmap+mlock"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1032,6 +1009,22 @@ class RouterSettings:
             type=parse_size,
         ),
     )
+    models_ollama: str | None = field(
+        default=None,
+        metadata=flag(
+            "--models-ollama",
+            help="Ollama's model store (its manifests and blobs) whose models to serve in place (default: "
+            "OLLAMA_MODELS, else ~/.ollama/models or /usr/share/ollama/.ollama/models when there)",
+            environment=("OLLAMA_MODELS",),
+            metavar="DIR",
+        ),
+    )
+    models_ollama_enabled: bool = switch(
+        "--no-models-ollama",
+        help="list no models of Ollama's store, wherever it is",
+        default=True,
+        action=OnOffAction,
+    )
 
 
 def _default(*names: str, help: str, **kwargs: Any) -> Any:
@@ -1148,6 +1141,15 @@ class SamplingSettings:
             "-r",
             "--reverse-prompt",
             help="a stop string every request has besides its own (repeatable)",
+            action="append",
+        ),
+    )
+    stop: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "--stop",
+            help="a default stop string, taken as written: a request that gives none of its own gets these "
+            "(repeatable; Ollama's stop parameter)",
             action="append",
         ),
     )
@@ -1310,6 +1312,7 @@ GROUPS: dict[str, type[Any]] = {
     "chat": ChatSettings,
     "media": MediaSettings,
     "embedding": EmbeddingSettings,
+    "weights": WeightSettings,
     "engine": EngineSettings,
     "threads": ThreadSettings,
     "devices": DeviceSettings,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from lfmserve.loading.fit import host_memory
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
 from tests.conftest import Running
 from tests.router.conftest import entries, start_router
@@ -55,3 +56,24 @@ def test_frigate_reads_before_a_load_the_context_that_props_reports_after_it(
         "short:latest": 1000,
         "vision:latest": 2048,
     }
+
+
+def test_a_fitted_child_reports_the_context_it_got_in_every_list(
+    running: list[Running], router_models: Path, tmp_path: Path
+) -> None:
+    """``--fit`` with a margin of all the memory there is: a model trained on 32768 tokens left to ``-c`` gets the
+    smallest context ``--fit-ctx`` allows, and once it runs, /v1/models, /props and Ollama's cards say so."""
+    long = write_lfm2_gguf(tmp_path / "long.gguf", TinyLfm2(seed=3, context_length=32768))
+    preset = tmp_path / "preset.ini"
+    preset.write_text(f"version = 1\n\n[long]\nmodel = {long}\nparallel = 2\n")
+    everything = str(host_memory() // 2**20)
+    flags = ["--threads", "1", "--no-ui", "--fit-target", everything, "--fit-ctx", "1024"]
+    router = start_router(running, router_models, preset=preset, child_flags=flags)
+    assert entries(router)["long"]["meta"] == {"n_ctx": 16384, "n_ctx_train": 32768}  # before the fit: -c 0's
+    props = httpx.get(router.url + "/props", params={"model": "long"}, timeout=60).json()
+    assert props["default_generation_settings"]["n_ctx"] == 1024  # 2048 over 2 slots
+    assert entries(router)["long"]["meta"]["n_ctx"] == 1024
+    shown = httpx.post(router.url + "/api/show", json={"model": "long"}, timeout=10).json()
+    assert shown["model_info"]["lfm2.context_length"] == 1024
+    cards = httpx.get(router.url + "/api/ps", timeout=10).json()["models"]
+    assert {card["name"]: card["context_length"] for card in cards} == {"long:latest": 1024}

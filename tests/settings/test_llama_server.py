@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lfmserve.settings import Settings
+from lfmserve.settings import DeviceSettings, Settings
 from lfmserve.settings.argv import parser, preset_argv
 from lfmserve.settings.groups import GROUPS
 from lfmserve.settings.llama_server import OPTIONS, Disposition, Option, ignored_line, taken
@@ -55,7 +55,7 @@ def _sample(action: argparse.Action) -> str:
     """A value the flag takes: its last choice, else the first of a few that its type converts."""
     if action.choices:
         return str(list(action.choices)[-1])
-    for text in ("7", "0.5", "{}", "a.gguf:0.5", "kt", "top_k;temp", "15043+1", str(SCHEMA)):
+    for text in ("7", "0.5", "on", "0-1", "{}", "a.gguf:0.5", "kt", "top_k;temp", "15043+1", str(SCHEMA)):
         try:
             (action.type or str)(text)  # type: ignore[operator]
         except (ValueError, TypeError, argparse.ArgumentTypeError):
@@ -84,7 +84,7 @@ def test_every_spelling_of_the_help_has_one_disposition_with_its_arity_and_varia
     assert (len(listed), len(spellings), len(set(spellings))) == (255, 412, 412)
     assert len([o for o in listed if o.env and o.env.startswith("LLAMA_ARG_")]) == 145
     by_disposition = {d: sum(len(o.spellings) for o in OPTIONS if o.disposition is d) for d in Disposition}
-    assert list(by_disposition.values()) == [243, 18, 46, 79, 26]
+    assert list(by_disposition.values()) == [297, 54, 4, 31, 26]
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.spellings[0])
@@ -156,7 +156,7 @@ def test_a_later_or_refused_option_stops_the_start_naming_it(
         (["-sv"], "unrecognized arguments: -sv"),
         (["-ag"], "-ag: agent tools are not supported yet"),
         (["-sp"], "-sp: not implemented yet"),
-        (["--numa", "distribute"], "--numa: not implemented yet"),
+        (["--rpc", "x"], "--rpc: not implemented yet"),
     ],
 )
 def test_nothing_is_misread(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,7 +164,7 @@ def test_nothing_is_misread(argv: list[str], message: str, capsys: pytest.Captur
     assert _refusal(argv, {}, capsys) == f"lfmserve: error: {message} (see --help)\n"
 
 
-def test_device_flags_are_ignored_not_misread() -> None:
+def test_device_flags_are_read_into_their_fields_not_misread() -> None:
     settings = _parse("-sm none -mg 0 -ts 1,1 -ot exps=CPU --cpu-moe --ctx-size=512".split())
     assert (settings.sampling.seed, settings.source.model, settings.source.alias, settings.engine.ctx_size) == (
         None,
@@ -172,10 +172,12 @@ def test_device_flags_are_ignored_not_misread() -> None:
         None,
         512,
     )
-    assert settings.ignored == ("-sm", "-mg", "-ts", "-ot", "--cpu-moe")
-    assert ignored_line(settings.ignored + ("LLAMA_ARG_DEFRAG_THOLD",)) == (
-        "llama-server options ignored: -sm, -mg, -ts, -ot, --cpu-moe (device placement: this llama.cpp build "
-        "runs on the CPU); LLAMA_ARG_DEFRAG_THOLD (deprecated: llama-server ignores it too)"
+    assert settings.devices == DeviceSettings(
+        split_mode="none", tensor_split=(1.0, 1.0), override_tensor=("exps=CPU",), cpu_moe=True
+    )
+    assert settings.ignored == ()
+    assert ignored_line(("LLAMA_ARG_DEFRAG_THOLD",)) == (
+        "llama-server options ignored: LLAMA_ARG_DEFRAG_THOLD (deprecated: llama-server ignores it too)"
     )
 
 
@@ -225,7 +227,8 @@ def test_preset_keys_are_llama_servers_names_and_flags() -> None:
     ]
     with pytest.raises(SystemExit):
         _parse(argv)
-    assert _parse(argv[:-1]).ignored == ("--split-mode", "--cpu-moe", "--no-kv-offload")
+    assert _parse(argv[:-1]).devices == DeviceSettings(split_mode="none", cpu_moe=True, kv_offload=False)
+    assert _parse(argv[:-1]).ignored == ()
 
 
 def _group_of(name: str, settings: Settings) -> Any:

@@ -264,6 +264,7 @@ def test_help_has_a_section_per_group_then_the_refused_flags(capsys: pytest.Capt
         "chat template and reasoning",
         "images and audio",
         "embeddings and reranking",
+        "loading the weights",
         "context, batching and prompt cache",
         "threads and CPU placement",
         "devices and offload",
@@ -304,7 +305,7 @@ def test_of_and_replace_put_each_field_in_its_group() -> None:
 
 def test_field_names_are_unique_across_the_groups() -> None:
     names = [f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)]
-    assert len(names) == len(set(names)) == 180
+    assert len(names) == len(set(names)) == 227
     assert set(GROUPS) | {"ignored"} == {f.name for f in dataclasses.fields(Settings)}  # + the options ignored
 
 
@@ -339,9 +340,9 @@ def test_to_argv_writes_only_what_differs_from_the_defaults_by_the_longest_spell
         "m.gguf",
         "--offline",
         "--no-jinja",
+        "--no-repack",
         "--ctx-size",
         "4096",
-        "--no-repack",
         "--api-key",
         "a",
         "--api-key=-b",
@@ -418,7 +419,7 @@ def test_the_llama_server_suites_spellings() -> None:
     ("argv", "repack"), [([], None), (["--repack"], True), (["--no-repack"], False), (["-nr"], False)]
 )
 def test_repacking_is_llama_servers_switch_and_undecided_by_default(argv: list[str], repack: bool | None) -> None:
-    assert Settings.from_argv(argv).engine.repack is repack
+    assert Settings.from_argv(argv).weights.repack is repack
 
 
 def test_a_cache_type_llama_server_does_not_take_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
