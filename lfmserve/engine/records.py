@@ -454,6 +454,8 @@ class EngineConfig:
     rope: RopeOptions = field(default_factory=RopeOptions)
     #: ``--kv-unified``: each slot may fill the whole context, which they share (default: a share each).
     shared_context: bool = False
+    #: ``--kv-unified-per-slot``: the most tokens one slot may use (0: its share of the context).
+    slot_cap: int = 0
     #: ``--lora`` / ``--lora-scaled``: LoRA adapter files and their starting scales.
     lora: tuple[tuple[str, float], ...] = ()
     #: ``--control-vector`` / ``--control-vector-scaled``: control vector files and their scales (summed).
@@ -467,7 +469,9 @@ class EngineConfig:
 
     def context_sizes(self, n_ctx_train: int) -> ContextSizes:
         """The context this engine asks llama.cpp for, and each slot's, for a model trained on ``n_ctx_train``."""
-        return context_sizes(self.n_ctx, self.n_slots, n_ctx_train=n_ctx_train, shared=self.shared_context)
+        return context_sizes(
+            self.n_ctx, self.n_slots, n_ctx_train=n_ctx_train, shared=self.shared_context, slot_cap=self.slot_cap
+        )
 
 
 #: llama.cpp rounds the context, and each slot's share of it, up to a multiple of this (``llama-context.cpp``).
@@ -482,22 +486,23 @@ class ContextSizes:
     n_ctx_slot: int
 
 
-def context_sizes(n_ctx: int, n_slots: int, *, n_ctx_train: int, shared: bool = False) -> ContextSizes:
+def context_sizes(
+    n_ctx: int, n_slots: int, *, n_ctx_train: int, shared: bool = False, slot_cap: int = 0
+) -> ContextSizes:
     """llama-server's sizes for ``-c n_ctx -np n_slots``, computed rather than read from a context so that the
     router can report a model's ``n_ctx`` before any child loads it, and report what the child will.
 
     ``n_ctx`` 0 is the model's training context. llama.cpp pads the context to a multiple of 256; unless the slots
     share it (``--kv-unified``) it pads each slot's share too and grows the context to hold every share
     (``llama_context``'s constructor: ``-c 4096 -np 3`` is 1536 a slot, a 4608-token context). llama-server then
-    caps a slot at the training context (``server_context``'s ``n_ctx_slot()``); ``n_ctx_train`` 0 (a header not
-    read) caps nothing.
+    caps a slot at ``slot_cap`` (``--kv-unified-per-slot``, 0: none) and at the training context
+    (``server_context``'s ``n_ctx_slot()``); ``n_ctx_train`` 0 (a header not read) caps nothing.
     """
     total = _padded(n_ctx or n_ctx_train)
     slots = max(n_slots, 1)
     share = total if shared else _padded(total // slots)
-    return ContextSizes(
-        n_ctx=total if shared else share * slots, n_ctx_slot=min(share, n_ctx_train) if n_ctx_train else share
-    )
+    caps = [cap for cap in (slot_cap, n_ctx_train) if cap > 0]
+    return ContextSizes(n_ctx=total if shared else share * slots, n_ctx_slot=min(share, *caps))
 
 
 def _padded(n_tokens: int) -> int:

@@ -24,6 +24,7 @@ from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, Speculat
 from ..errors import EngineError
 from ..settings import Settings, SpeculationSettings, ThreadSettings
 from ..settings.groups import control_vector_files
+from ..settings.placement import FULL_CONTEXT
 from .placement import draft_placement
 
 
@@ -59,7 +60,8 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
             yarn_beta_slow=engine.yarn_beta_slow,
             yarn_beta_fast=engine.yarn_beta_fast,
         ),
-        n_ctx=engine.ctx_size,
+        n_ctx=requested_context(settings),
+        slot_cap=engine.kv_unified_per_slot,
         n_slots=engine.parallel,
         n_batch=engine.batch_size,
         n_ubatch=engine.ubatch_size,
@@ -125,8 +127,23 @@ def slot_context(settings: Settings, n_ctx_train: int) -> int:
     """The tokens one request may use of a model trained on ``n_ctx_train`` once served with ``settings``: the
     ``n_ctx`` its ``/props`` and ``/v1/models`` will report, known before it loads (the router lists it)."""
     engine = settings.engine
-    sizes = context_sizes(engine.ctx_size, engine.parallel, n_ctx_train=n_ctx_train, shared=engine.kv_unified)
+    sizes = context_sizes(
+        requested_context(settings),
+        engine.parallel,
+        n_ctx_train=n_ctx_train,
+        shared=engine.kv_unified,
+        slot_cap=engine.kv_unified_per_slot,
+    )
     return sizes.n_ctx_slot
+
+
+def requested_context(settings: Settings) -> int:
+    """The context asked of llama.cpp: ``-c``, else, with ``--kv-unified-per-slot N``, ``-np`` times N (as
+    llama-server sizes the pool, unless ``-c 0`` asked for the model's whole context), else 0: the model's."""
+    engine = settings.engine
+    if engine.ctx_size or engine.kv_unified_per_slot <= 0 or settings.devices.fit_ctx == FULL_CONTEXT:
+        return engine.ctx_size
+    return engine.parallel * engine.kv_unified_per_slot
 
 
 def _lora_adapters(settings: Settings) -> tuple[tuple[str, float], ...]:

@@ -230,9 +230,9 @@ def fitted_settings(settings: Settings, files: ModelFiles) -> Settings:
     """The settings with ``--fit``'s context (:mod:`.fit`) when ``-c`` is left to the model: unchanged when the
     model's context fits in memory, or with ``--fit off`` or ``-c N``."""
     devices = settings.devices
-    if not devices.fit or settings.engine.ctx_size:
-        return settings
     config = engine_config(settings, files.draft)
+    if not devices.fit or config.n_ctx:
+        return settings
     probe = load_model(settings, files.model, no_alloc=True)
     try:
         margin = devices.fit_target[0] * 2**20 + (os.path.getsize(files.projector) if files.projector else 0)

@@ -518,6 +518,14 @@ class EngineSettings:
         default=False,
         action=OnOffAction,
     )
+    kv_unified_per_slot: int = field(
+        default=0,
+        metadata=flag(
+            "--kv-unified-per-slot",
+            help="the most tokens one slot may use (0 = its share); without -c the context is -np times it",
+            type=parse_count,
+        ),
+    )
     cont_batching: bool = switch(
         "-cb",
         "--cont-batching",

@@ -8,7 +8,7 @@ import pytest
 from lfmserve.engine.records import EngineConfig
 from lfmserve.engine.speculation import NgramModSizes, NgramSizes, SpeculationConfig
 from lfmserve.errors import EngineError
-from lfmserve.loading.engine_config import engine_config, speculation_config
+from lfmserve.loading.engine_config import engine_config, requested_context, slot_context, speculation_config
 from lfmserve.settings import Settings
 
 
@@ -85,3 +85,23 @@ def test_spec_flags_become_the_speculation_config_and_bad_ones_are_refused() -> 
         speculation_config(Settings.of(model="m.gguf", spec_ngram_map_k_min_hits=0).speculation)
     with pytest.raises(EngineError, match="^--spec-draft-p-min must be between 0 and 1$"):
         speculation_config(Settings.of(model="m.gguf", spec_draft_p_min=1.5).speculation)
+
+
+def _sizes(*argv: str, n_ctx_train: int = 32768) -> tuple[int, int, int]:
+    settings = Settings.from_argv(["-m", "m.gguf", *argv], environ={})
+    sizes = engine_config(settings).context_sizes(n_ctx_train)
+    assert slot_context(settings, n_ctx_train) == sizes.n_ctx_slot  # the router lists what the child gets
+    return requested_context(settings), sizes.n_ctx, sizes.n_ctx_slot
+
+
+def test_kv_unified_per_slot_caps_a_slot_and_sizes_a_pool_left_to_the_model() -> None:
+    # Without -c: -np times the cap (padded to 256 by llama.cpp), each slot held to the cap.
+    assert _sizes("-np", "3", "-kvu", "--kv-unified-per-slot", "1000") == (3000, 3072, 1000)
+    assert _sizes("-np", "2", "--kv-unified-per-slot", "1000") == (2000, 2048, 1000)  # shares of 1024, capped
+    # With -c the pool is the user's: a cap below a slot's share binds, one above it cannot.
+    assert _sizes("-c", "8192", "-np", "2", "-kvu", "--kv-unified-per-slot", "3000") == (8192, 8192, 3000)
+    assert _sizes("-c", "4096", "-np", "2", "--kv-unified-per-slot", "3000") == (4096, 4096, 2048)
+    # -c 0 asks for the model's context (llama-server does not size the pool then); the training context caps too.
+    assert _sizes("-c", "0", "-np", "2", "-kvu", "--kv-unified-per-slot", "1000") == (0, 32768, 1000)
+    assert _sizes("-np", "1", "--kv-unified-per-slot", "9000", n_ctx_train=4096) == (9000, 9216, 4096)
+    assert _sizes("-np", "2") == (0, 32768, 16384)  # no cap: as before
