@@ -82,6 +82,8 @@ def configure_logging(settings: Settings, model: str | None = None) -> None:
         from .settings.llama_server import ignored_line
 
         logger.warning("%s", ignored_line(settings.ignored))
+    for variable in settings.ollama:  # Ollama's server variables: what each became, said once at start
+        logger.log(logging.WARNING if variable.warning else logging.INFO, "%s", variable.line)
 
 
 def serve(argv: Sequence[str]) -> int:

@@ -187,17 +187,18 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 
 
 
 class Running:
-    """An `lfmserve`-style command serving on a free loopback port, as a real process."""
+    """An `lfmserve`-style command serving on a free loopback port, as a real process; ``port``: the one it listens
+    on by its own means (``OLLAMA_HOST``), given no ``--port``."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A file, not a pipe: a server that logs more than a pipe holds (a router and its children, one line per
         # request) would block on a pipe nobody reads.
         self.output = tempfile.TemporaryFile()
         self._printed = ""
         self.process = subprocess.Popen(
-            [*argv, "--port", str(self.port)],
+            [*argv, *([] if port else ["--port", str(self.port)])],
             stdout=self.output,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -10,6 +10,8 @@ request answered at once (200, empty, with ``--cors-methods``, ``--cors-headers`
   pages can call the server;
 - a comma-separated list of origins: the ``Origin`` when it is on the list. llama-server sends the list itself,
   which a browser accepts only when it is one origin; for one origin that is the same answer where it matters.
+  An entry with ``*`` is a pattern (``http://localhost:*``, ``chrome-extension://*``) and ``*`` among others allows
+  any origin, as Ollama's CORS reads ``OLLAMA_ORIGINS`` (which sets this list, :mod:`lfmserve.settings.ollama_env`).
 
 Starlette's CORSMiddleware cannot say this: it refuses a preflight from an origin not allowed with a 400,
 where llama-server answers 200 without the header, and it answers only preflights that name a method.
@@ -17,6 +19,7 @@ where llama-server answers 200 without the header, and it answers only preflight
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -35,6 +38,9 @@ class Cors:
         self.app = app
         self.origins = settings.cors_origins.strip()
         self.listed = frozenset(o.strip() for o in settings.cors_origins.split(",") if o.strip())
+        self.any_origin = "*" in self.listed
+        # each * matches any run of characters, the rest itself
+        self.patterns = [re.compile(".*".join(map(re.escape, o.split("*")))) for o in self.listed if "*" in o]
         self.credentials = settings.cors_credentials
         # as llama-server writes them: "false" too, which a browser reads as no
         self.preflight = [
@@ -66,15 +72,16 @@ class Cors:
 
     def allowed_origin(self, origin: str) -> str | None:
         """The ``Access-Control-Allow-Origin`` value for a request from ``origin`` (None: send none)."""
-        if self.origins == "*" and not self.credentials:
+        if self.any_origin and not self.credentials:
             return "*"  # llama-server's answer, with or without an Origin
         if not origin:
             return None
-        if self.origins == "*":
+        if self.any_origin:
             return origin
         if self.origins == "localhost":
             return origin if _is_local(origin) else None
-        return origin if origin in self.listed else None
+        listed = origin in self.listed or any(pattern.fullmatch(origin) for pattern in self.patterns)
+        return origin if listed else None
 
 
 def _allow(origin: str | None) -> list[tuple[bytes, bytes]]:

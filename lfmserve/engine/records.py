@@ -502,7 +502,7 @@ def context_sizes(
     slots = max(n_slots, 1)
     share = total if shared else _padded(total // slots)
     caps = [cap for cap in (slot_cap, n_ctx_train) if cap > 0]
-    return ContextSizes(n_ctx=total if shared else share * slots, n_ctx_slot=min(share, *caps))
+    return ContextSizes(n_ctx=total if shared else share * slots, n_ctx_slot=min([share, *caps]))
 
 
 def _padded(n_tokens: int) -> int:

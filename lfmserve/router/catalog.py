@@ -1,15 +1,16 @@
 """The models a router can serve, found where llama-server's router looks, each with the settings its child
 starts from.
 
-Four sources, in llama-server's precedence: the Hugging Face cache that ``-hf`` fills (``org/repo:QUANT``),
+Five sources, in llama-server's precedence: the Hugging Face cache that ``-hf`` fills (``org/repo:QUANT``),
 ``--models-dir`` (a ``.gguf`` file is a model named after it; a sub-folder is a model named after the folder,
-with its ``mmproj`` projector and the first part of a split GGUF), Ollama's store (:mod:`.ollama_store`: a name
-another source has keeps that source, so installing Ollama never changes a router that worked), and
-``--models-preset`` (a section whose name is already listed adds its flags to that model). A model's flags are,
-from weakest to strongest: the preset's ``[*]``, what its source says (``model``/``mmproj``, ``hf-repo``, or an
-Ollama model's blobs and params), its own section, and the router's command line (so ``lfmserve --models-dir d
---temp 0`` gives every model ``--temp 0``). An Ollama model's load-time params (``num_ctx``, ``num_thread``,
-``num_batch``) count only where none of the others sets them.
+with its ``mmproj`` projector and the first part of a split GGUF; a sub-folder with no model of its own holds a
+publisher's repo folders, as LM Studio keeps them: :mod:`.lmstudio`), Ollama's store (:mod:`.ollama_store`) and
+LM Studio's folder (:mod:`.lmstudio`), where a name another source has keeps that source (so installing either
+never changes a router that worked), and ``--models-preset`` (a section whose name is already listed adds its
+flags to that model). A model's flags are, from weakest to strongest: the preset's ``[*]``, what its source says
+(``model``/``mmproj``, ``hf-repo``, or an Ollama model's blobs and params), its own section, and the router's
+command line (so ``lfmserve --models-dir d --temp 0`` gives every model ``--temp 0``). An Ollama model's load-time
+params (``num_ctx``, ``num_thread``, ``num_batch``) count only where none of the others sets them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import io
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import huggingface_hub
@@ -32,6 +33,7 @@ from ..errors import LfmError
 from ..loading.hub import cache_dir, pick_gguf, pick_mmproj, quant_tag
 from ..settings import RouterSettings, Settings
 from ..settings.argv import preset_argv, switch_value
+from .lmstudio import scan_publisher, scan_studio, studio_folder
 from .ollama_store import LoadOptions, StoreModel, display_name, scan_store, store_folder
 from .preset import PresetSection, canonical_name, read_preset
 
@@ -52,7 +54,7 @@ class ModelSpec:
     name: str
     aliases: tuple[str, ...]
     tags: tuple[str, ...]
-    source: str  # "cache" | "models_dir" | "preset", as llama-server reports it; "ollama" (lfmserve's)
+    source: str  # "cache" | "models_dir" | "preset", as llama-server reports it; "ollama", "lmstudio" (lfmserve's)
     settings: Settings
     load_on_startup: bool = False
     stop_timeout_s: float = _DEFAULT_STOP_TIMEOUT_S
@@ -90,6 +92,8 @@ def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
         local = scan_models_dir(router.models_dir)
         found |= {name: _Found("models_dir", flags, projector, files) for name, flags, projector, files in local}
     found |= _store_models(router, {_ollama_key(name): name for name in found})
+    studio = _studio_models(router, {_ollama_key(name): name for name in found})
+    found |= studio
     everyone, sections = read_preset(router.models_preset) if router.models_preset else (None, [])
     extra: dict[str, PresetSection] = {}
     # A section names an Ollama model whatever the case of its tag (llama-server upper-cases a section's tag).
@@ -100,17 +104,22 @@ def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
         found[name] = dataclasses.replace(base, source="preset", flags=base.flags | section.flags)
         extra[name] = section
     inherited = dataclasses.replace(settings, router=RouterSettings()).replace(**_ROUTER_ONLY)
-    base_argv = inherited.without_secrets().to_argv()
+    # What OLLAMA_* variables set is every model's weakest default: under presets and an Ollama model's own params,
+    # as Ollama ranks a Modelfile over its variables.
+    from_variables = {name for variable in settings.ollama for name in variable.fields}
+    variables_argv = Settings.of(**{name: inherited.value(name) for name in from_variables}).to_argv()
+    defaults = Settings()
+    base_argv = inherited.replace(**{name: defaults.value(name) for name in from_variables}).without_secrets().to_argv()
     everyone_argv = _argv(everyone.flags, "*") if everyone else []
     specs = []
     for name, where in found.items():
         own = _argv(where.flags, name) + base_argv  # its section's and the router's
         if where.store is None:
-            specs.append(_spec(name, where, extra.get(name), everyone_argv + own, router.models_ttl))
+            specs.append(_spec(name, where, extra.get(name), variables_argv + everyone_argv + own, router.models_ttl))
         else:
-            argv = (everyone_argv, own)
+            argv = (variables_argv, everyone_argv, own)
             specs.append(_store_spec(name, where, extra.get(name), argv, router.models_ttl, inherited))
-    specs = _without_store_clashes(specs)
+    specs = _without_store_clashes(specs, set(studio))
     _check_names(specs)
     covered = _deduplicated(specs, extra, everyone)
     return {spec.name: dataclasses.replace(spec, hidden=spec.name in covered) for spec in specs}
@@ -191,24 +200,46 @@ def _store_models(router: RouterSettings, taken: dict[str, str]) -> dict[str, _F
     return out
 
 
+def _studio_models(router: RouterSettings, taken: dict[str, str]) -> dict[str, _Found]:
+    """The models of LM Studio's folder, except those another source's model is named as (``taken``, by
+    :func:`_ollama_key`): each is skipped with a warning. A folder that is ``--models-dir`` too is read as that."""
+    folder = studio_folder(router)
+    if folder is None or (router.models_dir and _same_folder(folder, router.models_dir)):
+        return {}
+    out = {}
+    for model in scan_studio(folder):
+        other = taken.get(_ollama_key(model.name))
+        if other is not None:
+            logger.warning(
+                "LM Studio's model %s is left out: the router already has a model named %s", model.name, other
+            )
+            continue
+        out[model.name] = _Found("lmstudio", model.flags, model.projector, model.files)
+    return out
+
+
+def _same_folder(one: str, other: str) -> bool:
+    return os.path.realpath(os.path.expanduser(one)) == os.path.realpath(os.path.expanduser(other))
+
+
 def _store_spec(
     name: str,
     where: _Found,
     section: PresetSection | None,
-    argv: tuple[list[str], list[str]],
+    argv: tuple[list[str], list[str], list[str]],
     ttl_s: float,
     inherited: Settings,
 ) -> ModelSpec:
-    """An Ollama model: its blobs' flags between ``[*]``'s and its section's and the router's (``argv``), then its
-    load-time params where none of those sets them. A model whose manifest or flags cannot be served is listed
-    failed with the reason, never stopping the router."""
+    """An Ollama model: its blobs' flags between the OLLAMA_* variables' and ``[*]``'s, and its section's and the
+    router's (``argv``), then its load-time params where none but the variables sets them. A model whose manifest
+    or flags cannot be served is listed failed with the reason, never stopping the router."""
     store = where.store
     assert store is not None
-    everyone, own = argv
+    variables, everyone, own = argv
     problem = store.problem
     if problem is None:
         try:
-            spec = _spec(name, where, section, [*everyone, *store.argv, *own], ttl_s)
+            spec = _spec(name, where, section, [*variables, *everyone, *store.argv, *own], ttl_s)
             settings = _with_load_options(spec.settings, store.load, given=everyone + own)
             return dataclasses.replace(spec, settings=settings, store=store.facts)
         except LfmError as exc:
@@ -233,15 +264,26 @@ def _with_load_options(settings: Settings, load: LoadOptions, given: list[str]) 
     return settings.replace(**values)
 
 
-def _without_store_clashes(specs: list[ModelSpec]) -> list[ModelSpec]:
-    """Leave out the Ollama models named as a preset's model or another model's alias is, with a warning (the
-    other keeps the name)."""
-    others = {_ollama_key(name): name for spec in specs if spec.store is None for name in spec.names}
+def _without_store_clashes(specs: list[ModelSpec], studio: set[str]) -> list[ModelSpec]:
+    """Leave out the Ollama models named as a preset's model or another model's alias is, then the LM Studio models
+    (``studio``, by name) named as any model left is, each with a warning (the other keeps the name)."""
+    specs = _without_clashes(specs, "Ollama's", lambda spec: spec.store is not None, ignored=studio)
+    return _without_clashes(specs, "LM Studio's", lambda spec: spec.name in studio, ignored=set())
+
+
+def _without_clashes(
+    specs: list[ModelSpec], label: str, weak: Callable[[ModelSpec], bool], ignored: set[str]
+) -> list[ModelSpec]:
+    """``specs`` less the ``weak`` ones named (in Ollama's terms) as a name or alias of a model neither weak nor
+    ``ignored`` is."""
+    others = {
+        _ollama_key(name): name for spec in specs if not weak(spec) and spec.name not in ignored for name in spec.names
+    }
     kept = []
     for spec in specs:
-        other = others.get(_ollama_key(spec.name)) if spec.store is not None else None
+        other = others.get(_ollama_key(spec.name)) if weak(spec) else None
         if other is not None:
-            logger.warning("Ollama's model %s is left out: the router already has a model named %s", spec.name, other)
+            logger.warning("%s model %s is left out: the router already has a model named %s", label, spec.name, other)
         else:
             kept.append(spec)
     return kept
@@ -262,7 +304,8 @@ def _check_names(specs: Iterable[ModelSpec]) -> None:
 
 
 def scan_models_dir(folder: str) -> list[tuple[str, dict[str, str], str | None, tuple[str, ...]]]:
-    """``--models-dir``'s models as llama-server finds them: name, flags, projector, weight files."""
+    """``--models-dir``'s models as llama-server finds them, and the ``<publisher>/<repo>`` folders of LM Studio's
+    layout: name, flags, projector, weight files."""
     if not os.path.isdir(folder):
         raise LfmError(f"--models-dir {folder} does not exist or is not a folder")
     out = []
@@ -271,6 +314,8 @@ def scan_models_dir(folder: str) -> list[tuple[str, dict[str, str], str | None, 
             found = _scan_model_folder(entry.path)
             if found is not None:
                 out.append((entry.name, *found))
+            elif not entry.name.startswith("."):  # a publisher's folder of repos, as LM Studio keeps them
+                out += [(m.name, m.flags, m.projector, m.files) for m in scan_publisher(entry.path, entry.name)]
         elif entry.name.endswith(".gguf") and not _is_companion(entry.name):
             out.append((entry.name.replace(".gguf", ""), {"model": entry.path}, None, (entry.path,)))
     return out

@@ -7,8 +7,9 @@ prompt cache), ``threads`` and ``devices`` (:mod:`.placement`), ``speculation``,
 models), ``sampling`` (defaults) and ``logging``. Each field's flags and help live in its metadata, so the parser,
 ``--help`` (a section per group), ``docs/cli.md`` and :meth:`Settings.to_argv` are built from the classes and
 nothing is written twice. Environment variables ``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``, and
-llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``) give what flags do not; :mod:`.argv` reads them and nothing else
-does. Secret fields (API keys, their files, the Hugging Face token) are left out of ``repr`` and of
+llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``) give what flags do not, and Ollama's server variables
+(``OLLAMA_HOST``, ``OLLAMA_NUM_PARALLEL``..., :mod:`.ollama_env`) what neither does; :mod:`.argv` reads them and
+nothing else does. Secret fields (API keys, their files, the Hugging Face token) are left out of ``repr`` and of
 :meth:`Settings.without_secrets`.
 
 Example::
@@ -44,6 +45,7 @@ from .groups import (
     SpeculationSettings,
     sampling_fields,
 )
+from .ollama_env import OllamaVariable
 from .placement import DeviceSettings, ThreadSettings
 from .weights import WeightSettings
 
@@ -91,12 +93,18 @@ class Settings:
     #: llama-server options given that this build ignores (flags, or variables without their flag), for the one
     #: warning line at start.
     ignored: tuple[str, ...] = ()
+    #: Ollama's server variables that are set, each with what it became, for its line at start.
+    ollama: tuple[OllamaVariable, ...] = ()
     logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     @classmethod
     def of(cls, **values: Any) -> Settings:
         """Settings from fields named as the flags' fields (``ctx_size=4096``), each put in its group."""
         return cls().replace(**values)
+
+    def value(self, name: str) -> Any:
+        """The field named ``name``, whatever its group; an unknown name is a KeyError."""
+        return getattr(getattr(self, _GROUP_OF[name]), name)
 
     def replace(self, **values: Any) -> Settings:
         """A copy with the named fields changed, whatever their group; an unknown name is a TypeError."""

@@ -7,7 +7,7 @@ reason. It is as strict as llama-server: an option is spelled in full (no abbrev
 value (``-sm none`` is the split mode, never ``-s m``), and every error exits 1, llama-server's code. Environment
 variables are read here and nowhere else, from the mapping the caller passes (a router's children are given
 none: their settings travel as flags): ``LFMSERVE_<FIELD>`` first, then llama-server's ``LLAMA_ARG_NO_X`` and
-``LLAMA_ARG_X``.
+``LLAMA_ARG_X``, and under them all Ollama's server variables (:mod:`.ollama_env`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 from .fields import OnOffAction, is_off_flag
 from .groups import GROUPS
 from .llama_server import HELP, NEGATIVE_VARIABLES, OPTIONS, Disposition, Option, option_of, taken
+from .ollama_env import apply_ollama
 
 _TRUE = ("1", "true", "yes", "on", "enabled")
 _FALSE = ("0", "false", "no", "off", "disabled", "")
@@ -28,6 +29,8 @@ IGNORED_TITLE = "ignored on this build"
 REFUSED_TITLE = "refused flags"
 #: Where the parser collects the ignored options given, and the name of the Settings field that lists them.
 IGNORED = "ignored"
+#: The name of the Settings field that lists Ollama's variables set, each with what it became.
+OLLAMA = "ollama"
 
 
 def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
@@ -78,15 +81,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Each group built from ``argv`` (llama-server style) and ``environ``, and under ``ignored`` the ignored
-    options given (their flags, or their variables when the flag is not given). A variable gives a field's value
-    only when the command line does not (for repeatable flags too: ``--api-key k2`` replaces
-    ``LFMSERVE_API_KEY=k1``). A bad or refused flag or variable exits 1 with one line."""
+    """Each group built from ``argv`` (llama-server style) and ``environ``, under ``ignored`` the ignored
+    options given (their flags, or their variables when the flag is not given), and under ``ollama`` Ollama's
+    variables set. A variable gives a field's value only when the command line does not (for repeatable flags
+    too: ``--api-key k2`` replaces ``LFMSERVE_API_KEY=k1``), and Ollama's only when no other variable does. A bad
+    or refused flag or variable exits 1 with one line."""
     built = parser()
     values = vars(built.parse_args(_scaled_pairs(_dashed(argv))))
     ignored = values.pop(IGNORED, [])
     for name, value in _environment_values(built, environ).items():
         values.setdefault(name, value)
+    try:  # Ollama's variables last: they set what the command line and the other variables leave
+        ollama = apply_ollama(environ, values)
+    except ValueError as exc:
+        built.error(str(exc))
     for _, f in all_fields():
         options = f.metadata["argparse"]
         if (options.get("action") == "append" or isinstance(options.get("nargs"), int)) and f.name in values:
@@ -99,7 +107,7 @@ def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, A
     except ValueError as exc:
         built.error(str(exc))
     variables = _untaken_variables(built, environ, {option_of(name) for name in ignored})
-    return {**groups, IGNORED: tuple(dict.fromkeys([*ignored, *variables]))}
+    return {**groups, IGNORED: tuple(dict.fromkeys([*ignored, *variables])), OLLAMA: ollama}
 
 
 def to_argv(groups: Mapping[str, Any]) -> list[str]:

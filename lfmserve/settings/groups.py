@@ -792,7 +792,8 @@ class ServerSettings:
         default="*",
         metadata=flag(
             "--cors-origins",
-            help="origins allowed by CORS, comma-separated; 'localhost' allows only local pages (default: *)",
+            help="origins allowed by CORS, comma-separated, * in one any characters (http://localhost:*); 'localhost' "
+            "allows only local pages (default: *)",
         ),
     )
     cors_methods: str = field(
@@ -978,7 +979,9 @@ class RouterSettings:
     models_dir: str | None = field(
         default=None,
         metadata=flag(
-            "--models-dir", help="folder of models: a .gguf file is a model, a sub-folder is one (with mmproj, shards)"
+            "--models-dir",
+            help="folder of models: a .gguf file is a model, a sub-folder is one (with mmproj, shards), and so is each "
+            "PUBLISHER/REPO folder, as LM Studio keeps them",
         ),
     )
     models_preset: str | None = field(
@@ -1030,6 +1033,21 @@ class RouterSettings:
     models_ollama_enabled: bool = switch(
         "--no-models-ollama",
         help="list no models of Ollama's store, wherever it is",
+        default=True,
+        action=OnOffAction,
+    )
+    models_lmstudio: str | None = field(
+        default=None,
+        metadata=flag(
+            "--models-lmstudio",
+            help="LM Studio's models folder (PUBLISHER/REPO/FILE.gguf) whose models to serve in place "
+            "(default: ~/.lmstudio/models, else ~/.cache/lm-studio/models when there)",
+            metavar="DIR",
+        ),
+    )
+    models_lmstudio_enabled: bool = switch(
+        "--no-models-lmstudio",
+        help="list no models of LM Studio's models folder, wherever it is",
         default=True,
         action=OnOffAction,
     )

@@ -332,15 +332,19 @@ def _write_tensors(writer: gguf.GGUFWriter, spec: TinyLfm2, n_vocab: int) -> Non
             add(f"{p}.shortconv.out_proj.weight", d, d)
 
 
-def write_lfm2_gguf(path: str | Path, spec: TinyLfm2 | None = None) -> Path:
-    """Write a random-weight LFM2 (or LFM2-MoE) GGUF to ``path`` and return the path."""
+def write_lfm2_gguf(path: str | Path, spec: TinyLfm2 | None = None, *, n_split_tensors: int = 0) -> Path:
+    """Write a random-weight LFM2 (or LFM2-MoE) GGUF to ``path`` and return the path; with ``n_split_tensors``, a
+    split GGUF of that many tensors a part (``m.gguf`` -> ``m-00001-of-0000N.gguf`` ..., the first returned)."""
     spec = spec or TinyLfm2()
     path = Path(path)
-    writer = gguf.GGUFWriter(str(path), "lfm2moe" if spec.n_expert else spec.arch)
+    arch = "lfm2moe" if spec.n_expert else spec.arch
+    writer = gguf.GGUFWriter(str(path), arch, split_max_tensors=n_split_tensors)
     n_vocab = write_tokenizer(writer, spec)
     write_metadata(writer, spec, n_vocab)
     _write_tensors(writer, spec, n_vocab)
-    return finish_gguf(writer, path)
+    finish_gguf(writer, path)
+    parts = writer.format_shard_names(path)
+    return parts[0]
 
 
 def finish_gguf(writer: gguf.GGUFWriter, path: Path) -> Path:

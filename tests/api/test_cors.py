@@ -39,6 +39,16 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
         ("localhost", "http://[::1", None),
         ("https://a.example, https://b.example", "https://b.example", "https://b.example"),
         ("https://a.example,https://b.example", "https://c.example", None),
+        # an entry with * is a pattern, * among others any origin (OLLAMA_ORIGINS's forms)
+        ("https://a.example,http://localhost:*", "http://localhost:3000", "http://localhost:3000"),
+        ("https://a.example,http://localhost:*", "http://localhost", None),
+        ("https://a.example,http://localhost:*", "http://localhost.evil.com", None),
+        ("chrome-extension://*", "chrome-extension://abcdef", "chrome-extension://abcdef"),
+        ("https://*.example.com", "https://app.example.com", "https://app.example.com"),
+        ("https://*.example.com", "https://example.com", None),
+        ("https://*.example.com", "https://app.example.com.evil", None),
+        ("https://a.example,*", "https://c.example", "https://c.example"),
+        ("https://a.example.,http://a.example", "https://a-example", None),  # a dot is a dot
     ],
 )
 def test_the_allowed_origin_under_each_policy(origins: str, origin: str, allowed: str | None) -> None:

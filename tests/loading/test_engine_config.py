@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lfmserve.engine.records import EngineConfig
+from lfmserve.engine.records import ContextSizes, EngineConfig, context_sizes
 from lfmserve.engine.speculation import NgramModSizes, NgramSizes, SpeculationConfig
 from lfmserve.errors import EngineError
 from lfmserve.loading.engine_config import engine_config, requested_context, slot_context, speculation_config
@@ -105,3 +105,8 @@ def test_kv_unified_per_slot_caps_a_slot_and_sizes_a_pool_left_to_the_model() ->
     assert _sizes("-c", "0", "-np", "2", "-kvu", "--kv-unified-per-slot", "1000") == (0, 32768, 1000)
     assert _sizes("-np", "1", "--kv-unified-per-slot", "9000", n_ctx_train=4096) == (9000, 9216, 4096)
     assert _sizes("-np", "2") == (0, 32768, 16384)  # no cap: as before
+
+
+def test_a_header_not_read_caps_nothing() -> None:
+    assert context_sizes(4096, 2, n_ctx_train=0) == ContextSizes(n_ctx=4096, n_ctx_slot=2048)
+    assert context_sizes(4096, 2, n_ctx_train=0, slot_cap=1000) == ContextSizes(n_ctx=4096, n_ctx_slot=1000)

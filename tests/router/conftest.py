@@ -64,8 +64,13 @@ def start_router(
             *child_flags,
             *flags,
         ],
-        # No Ollama store: a machine with one installed would add its models to the exact lists.
-        env={"HF_HUB_CACHE": str(router_models / "hf-cache"), "LFMSERVE_MODELS_OLLAMA_ENABLED": "0", **(env or {})},
+        # No Ollama store or LM Studio folder: a machine with either installed would add its models to the exact lists.
+        env={
+            "HF_HUB_CACHE": str(router_models / "hf-cache"),
+            "LFMSERVE_MODELS_OLLAMA_ENABLED": "0",
+            "LFMSERVE_MODELS_LMSTUDIO_ENABLED": "0",
+            **(env or {}),
+        },
     )
     running.append(router)
     wait_healthy(router.url, router.process)

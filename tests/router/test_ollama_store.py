@@ -385,6 +385,22 @@ def test_load_time_params_count_where_no_preset_key_or_router_flag_sets_them(tmp
     assert loads("-c", "4096", "-ub", "32", "-t", "5") == (4096, 5, 2048, 32)  # the router's flags outweigh them
 
 
+def test_ollamas_variables_are_every_models_weakest_defaults(tmp_path: Path) -> None:
+    """As in Ollama, a Modelfile's ``num_ctx`` outweighs ``OLLAMA_CONTEXT_LENGTH``; a preset's key outweighs
+    ``OLLAMA_NUM_PARALLEL``; with neither, the variables count."""
+    store = OllamaStore(tmp_path / "store")
+    store.add("registry.ollama.ai/library/own/latest", [(MODEL, b"GGUF"), (PARAMS, b'{"num_ctx": 256}')])
+    store.add("registry.ollama.ai/library/bare/latest", [(MODEL, b"GGUF")])
+    preset = tmp_path / "preset.ini"
+    preset.write_text("version = 1\n\n[bare:latest]\nparallel = 3\n")
+    environ = {"OLLAMA_CONTEXT_LENGTH": "1000", "OLLAMA_NUM_PARALLEL": "2"}
+    flags = ("--models-ollama", str(tmp_path / "store"), "--models-preset", str(preset))
+    catalog = build_catalog(_settings(*flags, **environ))
+    sizes = {name: (spec.settings.engine.ctx_size, spec.settings.engine.parallel) for name, spec in catalog.items()}
+    # own: num_ctx 256 a request over the variable's 2 slots; bare: the variable's 1000 x 2, the preset's 3 slots
+    assert sizes == {"own:latest": (512, 2), "bare:latest": (2000, 3)}
+
+
 def test_a_layer_lfmserve_cannot_read_fails_its_model_only(tmp_path: Path) -> None:
     store = OllamaStore(tmp_path / "store")
     store.add("registry.ollama.ai/library/talk/latest", [(MODEL, b"GGUF"), (MESSAGES, b'[{"role": "narrator"}]')])
