@@ -108,6 +108,7 @@ def _chat(router: Running, model: str, content: Any = "hello") -> dict[str, Any]
 # -- the router over LM Studio's folder -------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a router of its own
 def test_the_default_folder_is_listed_beside_models_dir_which_keeps_its_name(router: Running, layout: Path) -> None:
     models = layout / "home" / ".lmstudio" / "models"
     listed = entries(router)
@@ -129,6 +130,7 @@ def test_the_default_folder_is_listed_beside_models_dir_which_keeps_its_name(rou
         assert entry["architecture"]["input_modalities"] == ["text", "image"]
 
 
+@pytest.mark.slow  # a router of its own
 def test_a_split_model_is_one_model_served_from_its_first_part(router: Running, layout: Path) -> None:
     folder = layout / "home" / ".lmstudio" / "models" / SPLIT
     parts = [f"split-Q4_K_M-0000{n}-of-00003.gguf" for n in (1, 2, 3)]  # 40 tensors, 16 a part
@@ -139,6 +141,7 @@ def test_a_split_model_is_one_model_served_from_its_first_part(router: Running, 
     assert props["model_path"] == str(folder / parts[0])
 
 
+@pytest.mark.slow  # a router of its own
 def test_the_projector_beside_answers_an_image(router: Running) -> None:
     image = base64.b64encode(image_bytes(64, 64, seed=1, format="PNG")).decode()
     plain = _chat(router, f"{VL}:Q4_0", [{"type": "text", "text": "What is this?"}])
@@ -147,6 +150,7 @@ def test_the_projector_beside_answers_an_image(router: Running) -> None:
     assert seen["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"]  # the image's tokens, from the projector
 
 
+@pytest.mark.slow  # a router of its own
 def test_models_dir_over_the_folder_reads_the_layout_and_the_folder_once(layout: Path) -> None:
     models = layout / "home" / ".lmstudio" / "models"
     server = _router(layout, "--models-dir", str(models))
@@ -167,6 +171,7 @@ def test_models_dir_over_the_folder_reads_the_layout_and_the_folder_once(layout:
         server.stop()
 
 
+@pytest.mark.slow  # a router of its own
 def test_no_models_lmstudio_lists_none(layout: Path) -> None:
     server = _router(layout, "--no-models-lmstudio")
     try:

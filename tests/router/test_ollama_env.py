@@ -30,6 +30,7 @@ def two_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return models
 
 
+@pytest.mark.slow  # a router and two children (about 5 s)
 def test_a_router_serves_as_ollamas_variables_say(running: list[Running], two_models: Path, tmp_path: Path) -> None:
     port = free_port()
     store = tmp_path / "ollama"  # an empty store
