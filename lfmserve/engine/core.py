@@ -220,6 +220,13 @@ class Engine:
 
     # -- engine thread -------------------------------------------------------------------------
     def _run(self) -> None:
+        if self.config.warmup:
+            # On this thread, which decodes from now on: a decode on the loading thread leaves OpenMP a second
+            # team of threads, and every later step about a third slower on two cores.
+            try:
+                self._ctx.warm_up()
+            except EngineError as exc:
+                logger.warning("--warmup: %s", exc)
         stalled = False  # the last step only waited for encodes beside: sleep until one ends (or a command)
         embedding_waits = False  # so did the oldest embedding request
         while not self._closing:
@@ -322,7 +329,7 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
     llama.cpp's default, a whole batch's: llama.cpp aborts the process on a decode that asks for more rows than
     ``n_outputs_max`` (``GGML_ASSERT``), and the rows reserved beyond a step's are address space, barely resident.
     ``--control-vector``'s files are read first (a bad one stops the start before the context is made) and set on
-    it as llama-server sets them on its context. ``--warmup`` runs it once before any slot is used."""
+    it as llama-server sets them on its context."""
     vector = load_control_vectors(config.control_vectors) if config.control_vectors else None
     ctx = NativeContext(
         model,
@@ -343,8 +350,6 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
             ctx.close()
             raise
         logger.info("control vectors: %s", ", ".join(f"{path} at {scale:g}" for path, scale in config.control_vectors))
-    if config.warmup:
-        ctx.warm_up()
     return ctx
 
 
