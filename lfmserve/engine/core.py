@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future
 from importlib.metadata import version
 
 from ..errors import EngineError, NotSupported, RequestCancelled, Unavailable
@@ -99,7 +100,6 @@ class Engine:
             self.stats,
             n_ubatch=config.n_ubatch,
             encoder=self.media,
-            speculator=_speculator(model, self._ctx, config, self.n_ctx_slot) if config.speculation.enabled else None,
         )
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config, self.adapters)
         self._bounds = RequestBounds(
@@ -110,8 +110,10 @@ class Engine:
         self._running: dict[int, Generation] = {}
         self._ids = itertools.count(1)
         self._closing = False  # the engine thread's own flag, set when it reaches the stop
-        self._thread = threading.Thread(target=self._run, name="lfmserve-engine", daemon=True)
+        ready: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="lfmserve-engine", daemon=True)
         self._thread.start()
+        ready.result()  # the engine thread's first decodes (warm-up, speculation's measurements), or their error
 
     def buffers(self) -> dict[str, int]:
         """llama.cpp's buffers for this model in bytes, by what they hold: the weights' (``CPU_Mapped``,
@@ -219,14 +221,23 @@ class Engine:
         return self._slot_control.restore(slot_id, path)
 
     # -- engine thread -------------------------------------------------------------------------
-    def _run(self) -> None:
+    def _prepare(self) -> None:
+        """The decodes before the first step: ``--warmup``'s, then speculation's measurements of the batch costs
+        (on slot 0's sequence while it is still empty). They run on the engine thread, which decodes from now on:
+        a decode on the loading thread leaves OpenMP a second team of threads, and every later step about a third
+        slower on two cores."""
         if self.config.warmup:
-            # On this thread, which decodes from now on: a decode on the loading thread leaves OpenMP a second
-            # team of threads, and every later step about a third slower on two cores.
-            try:
-                self._ctx.warm_up()
-            except EngineError as exc:
-                logger.warning("--warmup: %s", exc)
+            self._ctx.warm_up()
+        if self.config.speculation.enabled:
+            self._step.speculator = _speculator(self.model, self._ctx, self.config, self.n_ctx_slot)
+
+    def _run(self, ready: Future[None]) -> None:
+        try:
+            self._prepare()
+        except BaseException as exc:  # handed to the constructor, which raises it where the engine is made
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
         stalled = False  # the last step only waited for encodes beside: sleep until one ends (or a command)
         embedding_waits = False  # so did the oldest embedding request
         while not self._closing:
@@ -395,8 +406,8 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
     """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ``ctx``. None when
     ``--spec-exact`` leaves no draft that could pay (said once, as a warning): drafting would only slow decoding.
 
-    It is built before the engine thread starts, because it measures the batch costs and the exact batch size on
-    slot 0's sequence while that is still empty.
+    It is built on the engine thread before its first step, because it measures the batch costs and the exact batch
+    size on slot 0's sequence while that is still empty.
     """
     spec = config.speculation
     costs = measure_batch_costs(ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
