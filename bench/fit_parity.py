@@ -21,9 +21,8 @@ from pathlib import Path
 import httpx
 from common import Server, bench_arguments, lfmserve_command, llama_server_binary, results_log
 
-from lfmserve.llama.context import NativeContext
 from lfmserve.loading.engine_config import engine_config
-from lfmserve.loading.fit import host_memory
+from lfmserve.loading.fit import host_memory, used_bytes
 from lfmserve.loading.loader import load_model
 from lfmserve.settings import Settings
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
@@ -38,22 +37,7 @@ def _used(model_path: str) -> tuple[int, int]:
     config = engine_config(settings)
     probe = load_model(settings, model_path, no_alloc=True)
     try:
-        sizes = []
-        for n_ctx in (4096, 32768):
-            context = NativeContext(
-                probe,
-                n_ctx=n_ctx,
-                n_batch=config.n_batch,
-                n_ubatch=config.n_ubatch,
-                n_seq_max=config.n_slots,
-                n_threads=1,
-                n_threads_batch=1,
-                kv=config.kv,
-                rope=config.rope,
-            )
-            sizes.append(probe.info.size_bytes + context.planned_bytes)
-            context.close()
-        return sizes[0], sizes[1]
+        return used_bytes(probe, config, 4096), used_bytes(probe, config, 32768)
     finally:
         probe.close()
 

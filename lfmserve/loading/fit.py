@@ -72,6 +72,26 @@ def host_memory() -> int:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def used_bytes(probe: NativeModel, config: EngineConfig, n_ctx: int) -> int:
+    """Bytes the model and a context of ``n_ctx`` tokens made as ``config`` says would take, planned over ``probe``
+    (the model loaded with ``no_alloc``): nothing is read or allocated."""
+    context = NativeContext(
+        probe,
+        n_ctx=n_ctx,
+        n_batch=config.n_batch,
+        n_ubatch=config.n_ubatch,
+        n_seq_max=config.n_slots,
+        n_threads=1,
+        n_threads_batch=1,
+        kv=config.kv,
+        rope=config.rope,
+    )
+    try:
+        return probe.info.size_bytes + context.planned_bytes
+    finally:
+        context.close()
+
+
 def measured_fit(
     probe: NativeModel, config: EngineConfig, *, n_ctx_min_per_slot: int, margin: int, total: int | None = None
 ) -> Fit:
@@ -79,28 +99,10 @@ def measured_fit(
     loaded with ``no_alloc``. ``margin``: bytes to leave (``--fit-target`` and the projector); ``total``: the
     memory to fit in (default :func:`host_memory`)."""
     n_streams = 1 if config.shared_context else max(config.n_slots, 1)
-
-    def used_at(n_ctx: int) -> int:
-        context = NativeContext(
-            probe,
-            n_ctx=n_ctx,
-            n_batch=config.n_batch,
-            n_ubatch=config.n_ubatch,
-            n_seq_max=config.n_slots,
-            n_threads=1,
-            n_threads_batch=1,
-            kv=config.kv,
-            rope=config.rope,
-        )
-        try:
-            return probe.info.size_bytes + context.planned_bytes
-        finally:
-            context.close()
-
     return fit_context(
         n_ctx_max=config.context_sizes(probe.info.n_ctx_train).n_ctx,
         n_ctx_min=min(n_ctx_min_per_slot * n_streams, FULL_CONTEXT),
         align=256 * n_streams,
         available=(host_memory() if total is None else total) - margin,
-        used_at=used_at,
+        used_at=lambda n_ctx: used_bytes(probe, config, n_ctx),
     )

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from lfmserve.loading.engine_config import engine_config
-from lfmserve.loading.fit import Fit, fit_context, host_memory, measured_fit
+from lfmserve.loading.fit import Fit, fit_context, host_memory, measured_fit, used_bytes
 from lfmserve.loading.loader import ModelFiles, fitted_settings
 from lfmserve.settings import Settings
 from lfmserve.settings.placement import FULL_CONTEXT
@@ -54,27 +53,17 @@ def long_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_lfm2_gguf(tmp_path_factory.mktemp("fit") / "long.gguf", TinyLfm2(seed=3, context_length=32768))
 
 
-def _used(model: NativeModel, n_ctx: int, n_seq_max: int) -> int:
-    context = NativeContext(
-        model, n_ctx=n_ctx, n_batch=2048, n_ubatch=512, n_seq_max=n_seq_max, n_threads=1, n_threads_batch=1
-    )
-    try:
-        return model.info.size_bytes + context.planned_bytes
-    finally:
-        context.close()
-
-
 def test_the_measure_plans_without_allocating_and_finds_the_largest_step_that_fits(long_gguf: Path) -> None:
     probe = NativeModel(long_gguf, no_alloc=True)
     try:
         assert probe.buffers == {"CPU": 0}  # nothing read nor allocated
-        small, large = _used(probe, 2048, 2), _used(probe, 32768, 2)
-        assert small < large  # the KV cache is planned though not allocated
         config = engine_config(Settings.of(model=str(long_gguf), parallel=2))
+        small, large = used_bytes(probe, config, 2048), used_bytes(probe, config, 32768)
+        assert small < large  # the KV cache is planned though not allocated
         middle = (small + large) // 2
         fit = measured_fit(probe, config, n_ctx_min_per_slot=1024, margin=MIB, total=middle + MIB)
         assert 2048 < fit.n_ctx < 32768 and fit.n_ctx % 512 == 0 and fit.fits
-        assert _used(probe, fit.n_ctx, 2) <= middle < _used(probe, fit.n_ctx + 512, 2)
+        assert used_bytes(probe, config, fit.n_ctx) <= middle < used_bytes(probe, config, fit.n_ctx + 512)
         assert measured_fit(probe, config, n_ctx_min_per_slot=1024, margin=MIB, total=large + MIB).n_ctx == 32768
     finally:
         probe.close()
