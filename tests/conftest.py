@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -55,6 +56,16 @@ def missing_fixture(reason: str) -> NoReturn:
     if os.environ.get("LFMSERVE_REQUIRE_FIXTURES"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def ffmpeg() -> tuple[str, str]:
+    """ffmpeg and ffprobe from ``PATH``, for the video tests; they skip without them (fail under
+    ``LFMSERVE_REQUIRE_FIXTURES``: ``.ci/run`` installs ffmpeg)."""
+    tools = shutil.which("ffmpeg"), shutil.which("ffprobe")
+    if tools[0] is None or tools[1] is None:
+        missing_fixture("ffmpeg and ffprobe are not installed on this machine (apt-get install ffmpeg)")
+    return tools[0], tools[1]
 
 
 @pytest.fixture(scope="session")

@@ -83,10 +83,20 @@ def chat_media_sources(request: ChatRequest) -> list[MediaSource]:
 class MediaReader:
     """Reads media for one projector (or refuses all of it, without one)."""
 
-    def __init__(self, projector: Projector | None, policy: MediaPolicy, video: VideoOptions | None = None) -> None:
+    def __init__(
+        self,
+        projector: Projector | None,
+        policy: MediaPolicy,
+        video: VideoOptions | None = None,
+        *,
+        video_decodes: int = 1,
+    ) -> None:
         self._projector = projector
         self._policy = policy
         self._video = video or VideoOptions()
+        #: Videos decoded at once, each up to MAX_FRAME_BYTES of frames and an ffmpeg process: a burst of video
+        #: requests waits here instead of holding many of those together.
+        self._video_decodes = asyncio.Semaphore(video_decodes)
 
     @property
     def modalities(self) -> dict[str, bool]:
@@ -118,7 +128,11 @@ class MediaReader:
         media: list[Media] = []
         for kind, source, param in sources:
             data = await media_bytes(source, self._policy, param=param)
-            media.append(await asyncio.to_thread(self.decode, kind, data, param))
+            if reads_as_video(kind, data):
+                async with self._video_decodes:
+                    media.append(await asyncio.to_thread(self.decode, kind, data, param))
+            else:
+                media.append(await asyncio.to_thread(self.decode, kind, data, param))
             frame_bytes = sum(item.data.nbytes for item in media if item.kind == "video")
             if frame_bytes > MAX_FRAME_BYTES:  # one video is bounded by it; the request's videos together too
                 raise InvalidRequest(
@@ -134,7 +148,7 @@ class MediaReader:
         """One item's bytes as decoded media, by what the bytes are; a 400 naming ``param`` when they are neither
         an image, audio nor a video the projector reads (call :meth:`check_types` first)."""
         from ..media.decode import decode_audio, decode_image, is_audio, is_image
-        from ..media.video import decode_video, is_video
+        from ..media.video import decode_video
 
         projector = self._projector
         assert projector is not None  # checked by the part's type first
@@ -143,9 +157,20 @@ class MediaReader:
             self._check_supported("audio", param)
             seconds = projector.max_audio_seconds or MAX_AUDIO_SECONDS
             return Media.audio(decode_audio(data, sample_rate=projector.sample_rate, max_seconds=seconds, param=param))
-        if not is_image(data) and (kind == "video" or is_video(data)):
+        if reads_as_video(kind, data):
             self._check_supported("video", param)
             video = decode_video(data, self._video, param=param)
             return Media.video(video.frames, video.layout)
         self._check_supported("image", param)
         return Media.image(decode_image(data, param=param))
+
+
+def reads_as_video(kind: MediaType | None, data: bytes) -> bool:
+    """Whether an item's bytes go to the video reader: neither audio nor an image, and in a video part, or a
+    video container or a playlist in any part (a playlist is refused there, by name, before ffmpeg runs)."""
+    from ..media.decode import is_audio, is_image
+    from ..media.video import is_video, manifest_of
+
+    if is_audio(data) or is_image(data):
+        return False
+    return kind == "video" or is_video(data) or manifest_of(data) is not None

@@ -58,6 +58,8 @@ class ServingOptions:
     media_policy: MediaPolicy = field(default_factory=MediaPolicy)
     #: ``--video-fps``, ``--video-timestamp-interval``, ``--video-ffmpeg-dir``: how a video's frames are taken.
     video: VideoOptions = field(default_factory=VideoOptions)
+    #: ``--video-decodes``, resolved: how many videos are decoded at once.
+    video_decodes: int = 1
     #: ``--embd-normalize``: how embedding vectors are normalised unless a request says.
     embd_normalize: int = 2
     #: ``--cache-prompt``: whether a request that does not say reuses its cached prefix.
@@ -112,7 +114,9 @@ class Serving:
         self.options = options
         #: The multimodal projector, if the model has one (the engine encodes with it).
         self.projector = engine.media.projector if engine.media is not None else None
-        self.media = MediaReader(self.projector, options.media_policy, options.video)
+        self.media = MediaReader(
+            self.projector, options.media_policy, options.video, video_decodes=options.video_decodes
+        )
         #: The text that stands for a media item in a prompt.
         self.media_marker = self.projector.marker if self.projector is not None else process_media_marker()
         self.grammars = Grammars(model)

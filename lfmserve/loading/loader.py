@@ -32,6 +32,7 @@ from ..settings import (
     Settings,
     SourceSettings,
     SpeculationSettings,
+    physical_cores,
 )
 from .defaults import gguf_sampling, model_identity, resolve_defaults
 from .engine_config import engine_config
@@ -170,6 +171,7 @@ def serving_options(settings: Settings, name: str, defaults: ResolvedDefaults) -
             timestamp_interval_ms=media.video_timestamp_interval,
             ffmpeg_dir=media.video_ffmpeg_dir or None,
         ),
+        video_decodes=media.video_decodes if media.video_decodes > 0 else max(1, physical_cores() // 2),
         embd_normalize=settings.embedding.embd_normalize,
         cache_prompt=settings.engine.cache_prompt,
         reverse_prompts=tuple(process_escapes(text) if settings.sampling.escape else text for text in stops),

@@ -5,11 +5,17 @@ frame rate, has ffmpeg decode the video to RGB frames at ``--video-fps`` (4; 0 o
 and puts ``Video:`` in the prompt, then each frame as an image, with a timestamp such as ``[0m5.00s]`` after
 the frame that starts each ``--video-timestamp-interval`` (5000 ms; 0 or less: none). Each text is tokenized
 on its own, like the text between two media markers. The same two commands run here, with the same
-arguments, so the frames are llama-server's byte for byte; but from Python, under a timeout, with the frames
-kept bounded, after the stream's size has been checked as an image's would be, and with ffmpeg's automatic
-rotation off: llama-server reads a rotated video's frames at the size ffprobe reported before rotation, which
-scrambles their pixels (the token count is the same either way). An MP4 with its index at the end, which
-llama-server's probe cannot read from a pipe, is probed a second time, seekably.
+arguments and those below that bound what they may open, so the frames are llama-server's byte for byte; but
+from Python, under a timeout, with the frames kept bounded, after the stream's size has been checked as an
+image's would be, and with ffmpeg's automatic rotation off: llama-server reads a rotated video's frames at the
+size ffprobe reported before rotation, which scrambles their pixels (the token count is the same either way). An
+MP4 with its index at the end, which llama-server's probe cannot read from a pipe, is probed a second time,
+seekably.
+
+ffmpeg follows what a file names: a playlist (HLS, DASH), a concat list or an SDP description sent as a video
+would make the server open the URLs and files in it. So nothing reaches ffmpeg but the containers listed in
+:func:`container_of`, each read with its own demuxer named (``-f``, never guessed from the bytes) and no protocol
+but the pipe and its cache (``-protocol_whitelist``); anything else, playlists first, is a 400 before ffmpeg runs.
 
 ffmpeg and ffprobe are found in ``PATH``, or in ``--video-ffmpeg-dir`` as llama-server looks for them; without
 them a video is a 400 that says so.
@@ -108,28 +114,58 @@ def missing_ffmpeg(options: VideoOptions, param: str) -> InvalidRequest:
     )
 
 
-#: Container signatures at the start of a file: (offset, bytes).
-_SIGNATURES = (
-    (4, b"ftyp"),  # MP4, MOV, 3GP, M4V
-    (0, b"\x1a\x45\xdf\xa3"),  # Matroska, WebM
-    (0, b"FLV\x01"),
-    (0, b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"),  # ASF, WMV
-    (0, b"\x00\x00\x01\xba"),  # MPEG program stream
-    (0, b"YUV4MPEG2"),
+#: Container signatures at the start of a file: (offset, bytes, the ffmpeg demuxer that reads it).
+_CONTAINERS = (
+    (4, b"ftyp", "mov"),  # MP4, MOV, 3GP, M4V
+    (0, b"\x1a\x45\xdf\xa3", "matroska"),  # Matroska, WebM
+    (0, b"FLV\x01", "flv"),
+    (0, b"\x30\x26\xb2\x75\x8e\x66\xcf\x11", "asf"),  # ASF, WMV
+    (0, b"\x00\x00\x01\xba", "mpeg"),  # MPEG program stream
+    (0, b"YUV4MPEG2", "yuv4mpegpipe"),
+)
+#: What ffmpeg may open while it reads a video: the request's bytes on stdin, and the seekable cache over them.
+_PROTOCOLS = "pipe,cache"
+#: Texts ffmpeg would follow to other files or URLs (its hls, concat, dash, sdp and image2 demuxers), by their
+#: first bytes: refused before ffmpeg runs, whatever the part's type.
+_MANIFESTS = (
+    (re.compile(rb"#EXTM3U"), "an HLS playlist"),
+    (re.compile(rb"ffconcat\b|(?:#[^\n]*\n|\s)*file\s", re.IGNORECASE), "a concat list"),
+    (re.compile(rb"(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*<MPD\b", re.DOTALL), "a DASH manifest"),
+    (re.compile(rb"v=0\r?\n"), "an SDP description"),
 )
 
 
+def container_of(data: bytes) -> str | None:
+    """The ffmpeg demuxer for the bytes' container (MP4/MOV, Matroska/WebM, AVI, FLV, ASF, MPEG-PS/TS, Y4M), by
+    their signature; None for anything else.
+
+    ffmpeg is told this demuxer instead of guessing one from the bytes: a guess can pick a demuxer that opens
+    other files or URLs named in the bytes (a playlist), which a client must never make the server do.
+    """
+    for offset, magic, demuxer in _CONTAINERS:
+        if data[offset : offset + len(magic)] == magic:
+            return demuxer
+    if data[:4] == b"RIFF" and data[8:12] == b"AVI ":
+        return "avi"
+    if len(data) > 188 and data[0] == 0x47 and data[188] == 0x47:  # MPEG transport stream packets
+        return "mpegts"
+    return None
+
+
 def is_video(data: bytes) -> bool:
-    """Whether the bytes start like a video container (MP4/MOV, Matroska/WebM, AVI, FLV, ASF, MPEG-PS/TS, Y4M).
+    """Whether the bytes start like a video container ffmpeg is allowed to read here (:func:`container_of`).
 
     llama-server hands ffprobe any bytes that are neither audio nor an image, whatever the part's type; here
     that is done for a video part, or for bytes that look like a video in another part (an MP4 in ``image_url``).
     """
-    if any(data[offset : offset + len(magic)] == magic for offset, magic in _SIGNATURES):
-        return True
-    if data[:4] == b"RIFF" and data[8:12] == b"AVI ":
-        return True
-    return len(data) > 188 and data[0] == 0x47 and data[188] == 0x47  # MPEG transport stream packets
+    return container_of(data) is not None
+
+
+def manifest_of(data: bytes) -> str | None:
+    """What the bytes are if they are a playlist, manifest or list that names other files or URLs (``an HLS
+    playlist``...); None otherwise."""
+    head = data[:4096].lstrip(b"\xef\xbb\xbf \t\r\n")
+    return next((name for pattern, name in _MANIFESTS if pattern.match(head)), None)
 
 
 def decode_video(data: bytes, options: VideoOptions, *, param: str) -> Video:
@@ -139,12 +175,39 @@ def decode_video(data: bytes, options: VideoOptions, *, param: str) -> Video:
     if tools is None:
         raise missing_ffmpeg(options, param)
     ffmpeg, ffprobe = tools
+    demuxer = video_container(data, param)
+    stream = _probe(ffprobe, data, demuxer, param)
+    fps = float(np.float32(options.fps)) if options.fps > 0 else stream.fps
+    frames = _decode(ffmpeg, data, demuxer, stream, fps, param)
+    return Video(frames, video_layout(len(frames), fps, options.timestamp_interval_ms), fps)
+
+
+def video_container(data: bytes, param: str) -> str:
+    """The demuxer ffmpeg reads the bytes with; a 400 naming ``param`` for bytes that are no container read
+    here, and for playlists and lists of other files, which are never handed to ffmpeg."""
     if not data:
         raise InvalidRequest(f"{_FAILED}: the video is empty", param=param)
-    stream = _probe(ffprobe, data, param)
-    fps = float(np.float32(options.fps)) if options.fps > 0 else stream.fps
-    frames = _decode(ffmpeg, data, stream, fps, param)
-    return Video(frames, video_layout(len(frames), fps, options.timestamp_interval_ms), fps)
+    manifest = manifest_of(data)
+    if manifest is not None:
+        raise InvalidRequest(
+            f"{_FAILED}: the video is {manifest}, which names other files or URLs; "
+            "playlists, manifests and lists are not read (send the video file's own bytes)",
+            param=param,
+        )
+    demuxer = container_of(data)
+    if demuxer is None:
+        raise InvalidRequest(
+            f"{_FAILED}: not a video container read here (MP4/MOV, Matroska/WebM, AVI, FLV, ASF, MPEG-PS, "
+            "MPEG-TS, Y4M)",
+            param=param,
+        )
+    return demuxer
+
+
+def reading_options(demuxer: str) -> tuple[str, ...]:
+    """ffprobe's and ffmpeg's input options that let them read the request's bytes with ``demuxer`` and nothing
+    else: no other demuxer, and no protocol but the pipe and its cache (nested files and URLs fail to open)."""
+    return ("-protocol_whitelist", _PROTOCOLS, "-format_whitelist", demuxer, "-f", demuxer)
 
 
 def video_layout(n_frames: int, fps: float, timestamp_interval_ms: int) -> tuple[str | int, ...]:
@@ -169,26 +232,27 @@ def video_layout(n_frames: int, fps: float, timestamp_interval_ms: int) -> tuple
     return tuple(layout)
 
 
-def _probe(ffprobe: str, data: bytes, param: str) -> _Stream:
+def _probe(ffprobe: str, data: bytes, demuxer: str, param: str) -> _Stream:
     """mtmd-helper's ffprobe call on the bytes (through stdin), read its way: ``key=value`` lines, ``atoi`` sizes.
 
     An MP4 whose index (``moov``) comes after its frames cannot be probed from a pipe past a few tens of kB, and
     llama-server refuses it; it is probed again here through the seekable cache ffmpeg reads it from.
     """
-    stream = _probed(ffprobe, data, "pipe:0", param)
+    stream = _probed(ffprobe, data, demuxer, "pipe:0", param)
     if stream.width <= 0 or stream.height <= 0 or stream.fps <= 0:
-        stream = _probed(ffprobe, data, "cache:pipe:0", param)
+        stream = _probed(ffprobe, data, demuxer, "cache:pipe:0", param)
     if stream.width <= 0 or stream.height <= 0 or stream.fps <= 0:
         raise InvalidRequest(f"{_FAILED}: ffprobe finds no video stream it can read in the bytes", param=param)
     _check_size(stream, param)
     return stream
 
 
-def _probed(ffprobe: str, data: bytes, source: str, param: str) -> _Stream:
+def _probed(ffprobe: str, data: bytes, demuxer: str, source: str, param: str) -> _Stream:
     seekable = ("-read_ahead_limit", "-1") if source.startswith("cache:") else ()
     command = [
         ffprobe,
-        *("-v", "quiet", *seekable, "-show_entries", "stream=width,height,r_frame_rate,nb_frames,duration"),
+        *("-v", "quiet", *seekable, *reading_options(demuxer)),
+        *("-show_entries", "stream=width,height,r_frame_rate,nb_frames,duration"),
         *("-select_streams", "v:0", "-of", "default=noprint_wrappers=1", source),
     ]
     output = _run(command, data, PROBE_TIMEOUT_S, "ffprobe", param).stdout.decode("utf-8", "replace")
@@ -214,14 +278,15 @@ def _check_size(stream: _Stream, param: str) -> None:
         )
 
 
-def _decode(ffmpeg: str, data: bytes, stream: _Stream, fps: float, param: str) -> npt.NDArray[np.uint8]:
+def _decode(ffmpeg: str, data: bytes, demuxer: str, stream: _Stream, fps: float, param: str) -> npt.NDArray[np.uint8]:
     """mtmd-helper's ffmpeg call, with rotation off and one frame past the bound asked for; its output read in
     frames of ffprobe's size (a partial last frame dropped, as mtmd-helper drops it)."""
     frame_bytes = stream.width * stream.height * 3
     max_frames = min(MAX_FRAMES, MAX_FRAME_BYTES // frame_bytes)
     command = [
         ffmpeg,
-        *("-nostdin", "-read_ahead_limit", "-1", "-noautorotate", "-i", "cache:pipe:0", "-vf", f"fps={fps:.6f}"),
+        *("-nostdin", "-read_ahead_limit", "-1", "-noautorotate", *reading_options(demuxer), "-i", "cache:pipe:0"),
+        *("-vf", f"fps={fps:.6f}"),
         *("-f", "rawvideo", "-pix_fmt", "rgb24", "-frames:v", str(max_frames + 1), "pipe:1", "-loglevel", "error"),
     ]
     done = _run(command, data, DECODE_TIMEOUT_S, "ffmpeg", param)

@@ -349,6 +349,14 @@ class MediaSettings:
             "--video-ffmpeg-dir", help="folder holding the ffmpeg and ffprobe that read videos (default: PATH)"
         ),
     )
+    video_decodes: int = field(
+        default=0,
+        metadata=flag(
+            "--video-decodes",
+            help="videos decoded at once, each up to 512 MiB of frames; more wait (0 = half the cores, at least 1)",
+            type=int,
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,7 +4,6 @@ encode to embeddings of the text model's width, and each says whether mtmd decod
 from __future__ import annotations
 
 import ctypes
-import shutil
 from pathlib import Path
 
 import llama_cpp.llama_cpp as llama
@@ -229,10 +228,7 @@ def _llama_servers_chunks(projector: Projector, text: str, data: bytes) -> list[
         mtmd.mtmd_helper_video_free(loaded.video_ctx)
 
 
-@pytest.mark.skipif(
-    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
-    reason="ffmpeg and ffprobe are not installed on this machine (apt-get install ffmpeg)",
-)
+@pytest.mark.usefixtures("ffmpeg")
 def test_a_video_becomes_llama_servers_chunks(projector: Projector, vl_gguf: Path) -> None:
     data = video_bytes(2.0, 320, 240)
     assert data is not None

@@ -6,6 +6,7 @@ import ctypes
 import hashlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import llama_cpp.mtmd_cpp as mtmd
@@ -15,13 +16,18 @@ import pytest
 from lfmserve.errors import InvalidRequest
 from lfmserve.llama.mtmd import Projector
 from lfmserve.media import video as video_module
-from lfmserve.media.video import VideoOptions, decode_video, ffmpeg_tools, is_video, video_layout
+from lfmserve.media.video import (
+    VideoOptions,
+    container_of,
+    decode_video,
+    ffmpeg_tools,
+    is_video,
+    manifest_of,
+    video_layout,
+)
 from lfmserve.testing import video_bytes
 
-needs_ffmpeg = pytest.mark.skipif(
-    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
-    reason="ffmpeg and ffprobe are not installed on this machine (apt-get install ffmpeg)",
-)
+needs_ffmpeg = pytest.mark.usefixtures("ffmpeg")
 
 
 # -- the layout: mtmd-helper's read_next in float32 ----------------------------------------------------
@@ -64,20 +70,21 @@ def test_an_interval_of_0_or_less_writes_no_timestamp_and_it_wraps_as_an_int32()
 
 
 @pytest.mark.parametrize(
-    "head",
+    ("head", "demuxer"),
     [
-        b"\x00\x00\x00\x20ftypisom",
-        b"\x1a\x45\xdf\xa3\x01",
-        b"RIFF\x00\x00\x00\x00AVI LIST",
-        b"FLV\x01\x05",
-        b"\x30\x26\xb2\x75\x8e\x66\xcf\x11\xa6",
-        b"\x00\x00\x01\xba\x44",
-        b"YUV4MPEG2 W2 H2",
-        b"\x47" + b"\x00" * 187 + b"\x47\x00",
+        (b"\x00\x00\x00\x20ftypisom", "mov"),
+        (b"\x1a\x45\xdf\xa3\x01", "matroska"),
+        (b"RIFF\x00\x00\x00\x00AVI LIST", "avi"),
+        (b"FLV\x01\x05", "flv"),
+        (b"\x30\x26\xb2\x75\x8e\x66\xcf\x11\xa6", "asf"),
+        (b"\x00\x00\x01\xba\x44", "mpeg"),
+        (b"YUV4MPEG2 W2 H2", "yuv4mpegpipe"),
+        (b"\x47" + b"\x00" * 187 + b"\x47\x00", "mpegts"),
     ],
 )
-def test_container_signatures_are_videos(head: bytes) -> None:
+def test_container_signatures_are_videos_each_read_by_its_own_demuxer(head: bytes, demuxer: str) -> None:
     assert is_video(head)
+    assert container_of(head) == demuxer
 
 
 @pytest.mark.parametrize(
@@ -85,6 +92,103 @@ def test_container_signatures_are_videos(head: bytes) -> None:
 )
 def test_other_bytes_are_not(head: bytes) -> None:
     assert not is_video(head)
+
+
+#: Texts that name other files or URLs, as ffmpeg's hls, concat, dash and sdp demuxers read them.
+MANIFESTS = [
+    (b"#EXTM3U\n#EXTINF:1,\nhttp://127.0.0.1:1/x.ts\n", "an HLS playlist"),
+    (b"\xef\xbb\xbf\n#EXTM3U\n", "an HLS playlist"),
+    (b"ffconcat version 1.0\nfile 'a.mp4'\n", "a concat list"),
+    (b"# two clips\n\nfile 'a.mp4'\nfile 'b.mp4'\n", "a concat list"),
+    (b'<?xml version="1.0"?>\n<!-- made by hand -->\n<MPD xmlns="urn:mpeg:dash:schema:mpd:2011">', "a DASH manifest"),
+    (b"<MPD>", "a DASH manifest"),
+    (b"v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\n", "an SDP description"),
+]
+
+
+@pytest.mark.parametrize(("data", "kind"), MANIFESTS)
+def test_playlists_and_lists_are_known_by_their_first_bytes(data: bytes, kind: str) -> None:
+    assert manifest_of(data) == kind
+    assert container_of(data) is None
+
+
+@pytest.mark.parametrize("data", [b"", b"hello", b"#EXTINF:1,\n", b"<html>", b"\x00\x00\x00\x20ftypisom", b"v=1\n"])
+def test_other_bytes_are_no_playlist(data: bytes) -> None:
+    assert manifest_of(data) is None
+
+
+@pytest.fixture
+def tracing_tools(tmp_path: Path) -> Path:
+    """An ffmpeg and an ffprobe that only write down that they ran."""
+    for name in ("ffmpeg", "ffprobe"):
+        tool = tmp_path / name
+        tool.write_text(f"#!/bin/sh\ntouch '{tmp_path}/{name}-ran'\n")
+        tool.chmod(0o755)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("data", "kind"), MANIFESTS)
+def test_a_playlist_is_refused_before_ffmpeg_or_ffprobe_runs(tracing_tools: Path, data: bytes, kind: str) -> None:
+    assert _refused(data, VideoOptions(ffmpeg_dir=str(tracing_tools))) == (
+        f"Failed to load image or audio file: the video is {kind}, which names other files or URLs; playlists, "
+        "manifests and lists are not read (send the video file's own bytes)"
+    )
+    assert sorted(path.name for path in tracing_tools.iterdir()) == ["ffmpeg", "ffprobe"]
+
+
+def test_bytes_of_no_container_read_here_are_refused_before_ffmpeg_runs(tracing_tools: Path) -> None:
+    for data in (b"GIF89a not a video", b"file:///etc/passwd", b"\x47" * 100):
+        assert _refused(data, VideoOptions(ffmpeg_dir=str(tracing_tools))) == (
+            "Failed to load image or audio file: not a video container read here (MP4/MOV, Matroska/WebM, AVI, FLV, "
+            "ASF, MPEG-PS, MPEG-TS, Y4M)"
+        )
+    assert sorted(path.name for path in tracing_tools.iterdir()) == ["ffmpeg", "ffprobe"]
+
+
+def test_ffprobe_and_ffmpeg_are_told_the_demuxer_and_may_open_nothing_but_the_pipe(
+    tracing_tools: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands: list[list[str]] = []
+
+    def run(command: list[str], **_: object) -> subprocess.CompletedProcess[bytes]:
+        commands.append(command)
+        probe = b"width=64\nheight=48\nr_frame_rate=4/1\n"
+        output = probe if Path(command[0]).name == "ffprobe" else bytes(64 * 48 * 3)
+        return subprocess.CompletedProcess(command, 0, output, b"")
+
+    monkeypatch.setattr(video_module.subprocess, "run", run)
+    video = decode_video(b"\x1a\x45\xdf\xa3" + bytes(100), VideoOptions(ffmpeg_dir=str(tracing_tools)), param="p")
+    assert video.frames.shape == (1, 48, 64, 3)
+    assert len(commands) == 2
+    for command in commands:
+        source = command.index("-i") if "-i" in command else len(command) - 1
+        options = command[:source]
+        at = options.index("-protocol_whitelist")
+        assert options[at : at + 6] == [
+            *("-protocol_whitelist", "pipe,cache", "-format_whitelist", "matroska", "-f", "matroska")
+        ]
+
+
+#: (file extension, codec) -> the demuxer named for it: every container read here that ffmpeg writes by default.
+CONTAINERS = {
+    ("mp4", "mpeg4"): "mov",
+    ("mov", "mpeg4"): "mov",
+    ("mkv", "mpeg4"): "matroska",
+    ("avi", "mpeg4"): "avi",
+    ("flv", "flv1"): "flv",
+    ("wmv", "wmv2"): "asf",
+    ("mpg", "mpeg2video"): "mpeg",
+    ("ts", "mpeg2video"): "mpegts",
+}
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize("written", list(CONTAINERS), ids=[written[0] for written in CONTAINERS])
+def test_every_container_read_here_decodes_with_its_demuxer_named(written: tuple[str, str]) -> None:
+    data = video_bytes(1.0, 64, 48, container=written[0], codec=written[1])
+    assert data is not None
+    assert container_of(data) == CONTAINERS[written]
+    assert decode_video(data, VideoOptions(), param="p").frames.shape == (4, 48, 64, 3)
 
 
 # -- ffmpeg and ffprobe ------------------------------------------------------------------------------------
@@ -135,11 +239,16 @@ def test_the_tools_are_found_in_path_or_in_the_folder_named() -> None:
             "Failed to load image or audio file: ffprobe finds no video stream it can read in the bytes",
         ),
         (
-            np.random.default_rng(0).bytes(4096),
+            b"\x1a\x45\xdf\xa3" + np.random.default_rng(0).bytes(4096),
             "Failed to load image or audio file: ffprobe finds no video stream it can read in the bytes",
         ),
+        (
+            np.random.default_rng(0).bytes(4096),
+            "Failed to load image or audio file: not a video container read here (MP4/MOV, Matroska/WebM, AVI, "
+            "FLV, ASF, MPEG-PS, MPEG-TS, Y4M)",
+        ),
     ],
-    ids=["empty", "mp4 header then zeros", "random bytes"],
+    ids=["empty", "mp4 header then zeros", "matroska header then noise", "random bytes"],
 )
 def test_bytes_that_are_no_video_are_a_400(data: bytes, message: str) -> None:
     assert _refused(data, VideoOptions()) == message

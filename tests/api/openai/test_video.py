@@ -10,8 +10,8 @@ compares them request by request): 2 s of 320x240 at 4 fps is 8 frames of 80 tok
 from __future__ import annotations
 
 import base64
-import shutil
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,10 @@ import pytest
 from lfmserve.chat import media as chat_media
 from lfmserve.settings import Settings
 from lfmserve.testing import TinyProjector, image_bytes, video_bytes, write_mmproj_gguf
+from tests.canary import Canary
 from tests.conftest import ServerThread, vl_settings
 
-needs_ffmpeg = pytest.mark.skipif(
-    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
-    reason="ffmpeg and ffprobe are not installed on this machine (apt-get install ffmpeg)",
-)
+needs_ffmpeg = pytest.mark.usefixtures("ffmpeg")
 QUESTION = {"type": "text", "text": "Describe this."}
 PART = "messages.0.content.0"
 #: The question alone, and with 2 s of 320x240: what llama-server answers for each (bench/video_parity.py).
@@ -67,10 +65,9 @@ def vl_server(server_factory: Callable[..., ServerThread], vl_gguf: Path, mmproj
 
 
 @pytest.fixture(scope="module")
-def clip() -> bytes:
+def clip(ffmpeg: tuple[str, str]) -> bytes:
     data = video_bytes(2.0, 320, 240)
-    if data is None:
-        pytest.skip("ffmpeg is not installed on this machine (apt-get install ffmpeg)")
+    assert data is not None
     return data
 
 
@@ -106,7 +103,11 @@ def test_the_video_url_alias_and_a_video_in_an_image_part_read_the_same(vl_serve
 @needs_ffmpeg
 def test_bytes_that_are_no_video_are_a_400_and_the_server_answers_on(vl_server: ServerThread, clip: bytes) -> None:
     no_stream = "Failed to load image or audio file: ffprobe finds no video stream it can read in the bytes"
-    _error(_chat(vl_server, {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}), no_stream)
+    no_container = (
+        "Failed to load image or audio file: not a video container read here (MP4/MOV, Matroska/WebM, AVI, FLV, "
+        "ASF, MPEG-PS, MPEG-TS, Y4M)"
+    )
+    _error(_chat(vl_server, {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AAAA"}}), no_container)
     truncated = {"type": "input_video", "input_video": {"data": _data_uri(clip[:2000])}}
     _error(_chat(vl_server, truncated), no_stream)
     _error(_chat(vl_server, {"type": "input_video", "input_video": {}}), "Invalid base64 value")
@@ -172,3 +173,64 @@ def test_a_requests_videos_together_are_bounded_too(
     assert _prompt_tokens(vl_server, _input_video(clip)) == WITH_CLIP
     response = _chat(vl_server, _input_video(clip), _input_video(clip))
     _error(response, "the request's videos give more than 3 MiB of frames", param="messages.0.content.1")
+
+
+# -- playlists: nothing a client names is ever opened ----------------------------------------------------------
+
+
+def _playlists(canary: Canary) -> dict[str, bytes]:
+    """An HLS playlist, a concat list and a DASH manifest that each make plain ffmpeg reach the canary (the concat
+    list through a playlist of that name in ffmpeg's folder: its ``safe`` mode refuses a URL, not a relative file)."""
+    hls = f"#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\n{canary.url('hls.ts')}\n#EXT-X-ENDLIST\n"
+    dash = (
+        '<?xml version="1.0"?>\n<MPD xmlns="urn:mpeg:dash:schema:mpd:2011" '
+        'profiles="urn:mpeg:dash:profile:isoff-on-demand:2011" type="static" mediaPresentationDuration="PT1S" '
+        'minBufferTime="PT1S"><Period><AdaptationSet mimeType="video/mp4"><Representation id="1" bandwidth="1000">'
+        f"<BaseURL>{canary.url('dash.mp4')}</BaseURL></Representation></AdaptationSet></Period></MPD>\n"
+    )
+    return {
+        "an HLS playlist": hls.encode(),
+        "a concat list": b"ffconcat version 1.0\nfile 'nested.m3u8'\n",
+        "a DASH manifest": dash.encode(),
+    }
+
+
+PLAYLIST_PARTS: dict[str, Callable[[bytes], dict[str, Any]]] = {
+    "input_video": _input_video,
+    "video_url": lambda data: {"type": "video_url", "video_url": {"url": _data_uri(data)}},
+    "image_url": lambda data: {"type": "image_url", "image_url": {"url": _data_uri(data, "image/png")}},
+}
+
+
+@pytest.fixture
+def canary() -> Iterator[Canary]:
+    with Canary() as listener:
+        yield listener
+
+
+@pytest.mark.parametrize("part", list(PLAYLIST_PARTS))
+@pytest.mark.parametrize("kind", ["an HLS playlist", "a concat list", "a DASH manifest"])
+def test_a_playlist_naming_a_listener_is_a_400_naming_the_field_and_nothing_connects(
+    vl_server: ServerThread, canary: Canary, ffmpeg: tuple[str, str], part: str, kind: str
+) -> None:
+    data = _playlists(canary)[kind]
+    _error(
+        _chat(vl_server, PLAYLIST_PARTS[part](data)),
+        f"Failed to load image or audio file: the video is {kind}, which names other files or URLs; playlists, "
+        "manifests and lists are not read (send the video file's own bytes)",
+    )
+    assert canary.settle() == 0
+
+
+@pytest.mark.parametrize("kind", ["an HLS playlist", "a concat list", "a DASH manifest"])
+def test_the_same_playlist_makes_plain_ffmpeg_connect(
+    canary: Canary, ffmpeg: tuple[str, str], tmp_path: Path, kind: str
+) -> None:
+    """What the test above guards against: the bytes given to ffmpeg as this server gave them before (the mtmd
+    helper's command, every demuxer and protocol allowed) reach the listener."""
+    playlists = _playlists(canary)
+    (tmp_path / "nested.m3u8").write_bytes(playlists["an HLS playlist"])
+    command = [ffmpeg[0], "-nostdin", "-v", "quiet", "-read_ahead_limit", "-1", "-i", "cache:pipe:0"]
+    command += ["-f", "rawvideo", "-pix_fmt", "rgb24", "-frames:v", "1", "pipe:1"]
+    subprocess.run(command, input=playlists[kind], cwd=tmp_path, capture_output=True, timeout=60, check=False)
+    assert canary.settle() == 1
