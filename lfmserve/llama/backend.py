@@ -13,7 +13,6 @@ from importlib.metadata import version
 from typing import Any
 
 import llama_cpp.llama_cpp as llama
-from llama_cpp._ctypes_extensions import load_shared_library
 
 #: Between DEBUG and INFO: llama.cpp's info lines (its load chatter), which llama-server shows from ``-lv 4``, its
 #: trace step (:attr:`~lfmserve.settings.LoggingSettings.level` maps ``-lv 4`` here).
@@ -169,9 +168,7 @@ def llama_build() -> str:
     llama-cpp-python does not ship. ggml, built from the same tree, is stamped with the same commit, and
     libggml-base exports it.
     """
-    ggml = load_shared_library("ggml-base", llama._base_path)
-    ggml.ggml_commit.restype = ctypes.c_char_p
-    commit = ggml.ggml_commit().decode()
+    commit = unbound_function("ggml_commit", ctypes.c_char_p)().decode()
     return f"llama.cpp {llama.llama_version().decode()}, commit {commit}, through {build_info()}"
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import llama_cpp.llama_cpp as llama
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import EngineError
 from .context import NativeContext
 from .model import NativeModel
 
@@ -90,9 +92,13 @@ class SamplerChain:
     ) -> None:
         self._n_vocab = model.n_vocab
         self._chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
-        for stage in stages:
-            for sampler in _stage(stage, settings, model, penalty_last_n):
-                llama.llama_sampler_chain_add(self._chain, sampler)
+        try:
+            for stage in stages:
+                for build in _stage(stage, settings, model, penalty_last_n):
+                    llama.llama_sampler_chain_add(self._chain, build())  # the chain owns each as it is built
+        except Exception:
+            self.close()  # frees the samplers built so far with the chain
+            raise
 
     def accept(self, token: int) -> None:
         """Tell the chain a token it did not sample (the prompt's, for its penalty windows; a forced one)."""
@@ -116,10 +122,7 @@ class SamplerChain:
             sorted=False,
         )
         llama.llama_sampler_apply(self._chain, ctypes.byref(array))
-        # The samplers shrink and reorder the array in place; XTC also moves its start past the tokens it drops.
-        start = (ctypes.cast(array.data, ctypes.c_void_p).value or 0) - candidates.ctypes.data
-        first = start // TOKEN_DATA.itemsize
-        kept = candidates[first : first + array.size]
+        kept = _kept(candidates, array)
         token = int(kept["id"][array.selected])
         llama.llama_sampler_accept(self._chain, token)
         return token, kept
@@ -130,25 +133,41 @@ class SamplerChain:
             self._chain = None
 
 
-def _stage(name: str, s: ChainSettings, model: NativeModel, penalty_last_n: int) -> list[Any]:
-    """The native samplers of one stage, with llama-server's arguments (``common/sampling.cpp``)."""
+def _kept(candidates: npt.NDArray[np.void], array: Any) -> npt.NDArray[np.void]:
+    """The candidates ``array`` holds once the samplers have shrunk and reordered it in place (XTC also moves its
+    start past the tokens it drops), checked to lie inside ``candidates`` with the selected one among them: numpy
+    would otherwise slice, or index from the end, quietly."""
+    start = (ctypes.cast(array.data, ctypes.c_void_p).value or 0) - candidates.ctypes.data
+    first, misaligned = divmod(start, TOKEN_DATA.itemsize)
+    if misaligned or first < 0 or first + array.size > len(candidates) or not 0 <= array.selected < array.size:
+        raise EngineError(
+            f"the sampler chain left {array.size} candidates from byte {start}, selected {array.selected}: "
+            f"not among the {len(candidates)} it was given"
+        )
+    return candidates[first : first + array.size]
+
+
+def _stage(name: str, s: ChainSettings, model: NativeModel, penalty_last_n: int) -> list[Callable[[], Any]]:
+    """What builds each native sampler of one stage, with llama-server's arguments (``common/sampling.cpp``):
+    built one at a time, each added to the chain before the next, so that a failure leaves none unowned."""
     seed = llama.LLAMA_DEFAULT_SEED if s.seed < 0 else s.seed & 0xFFFFFFFF
     if name == "penalties":
         penalties = (penalty_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty)
-        return [llama.llama_sampler_init_penalties(model.n_vocab, *penalties)]
+        return [partial(llama.llama_sampler_init_penalties, model.n_vocab, *penalties)]
     if name == "dry":
         breakers = [text.encode() for text in s.dry_sequence_breakers]
         array = (ctypes.c_char_p * len(breakers))(*breakers)
         dry = (s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_penalty_last_n, array, len(breakers))
-        return [llama.llama_sampler_init_dry(model.vocab_handle, *dry)]
+        return [partial(llama.llama_sampler_init_dry, model.vocab_handle, *dry)]
     if name == "infill":
-        return [llama.llama_sampler_init_infill(model.vocab_handle)]
+        return [partial(llama.llama_sampler_init_infill, model.vocab_handle)]
     if name == "mirostat":
-        if s.mirostat == 1:
-            picker = llama.llama_sampler_init_mirostat(model.n_vocab, seed, s.mirostat_tau, s.mirostat_eta, 100)
-        else:
-            picker = llama.llama_sampler_init_mirostat_v2(seed, s.mirostat_tau, s.mirostat_eta)
-        return [llama.llama_sampler_init_temp(s.temperature), picker]
+        picker = (
+            partial(llama.llama_sampler_init_mirostat, model.n_vocab, seed, s.mirostat_tau, s.mirostat_eta, 100)
+            if s.mirostat == 1
+            else partial(llama.llama_sampler_init_mirostat_v2, seed, s.mirostat_tau, s.mirostat_eta)
+        )
+        return [partial(llama.llama_sampler_init_temp, s.temperature), picker]
     builders: dict[str, Callable[[], Any]] = {
         "top_n_sigma": lambda: llama.llama_sampler_init_top_n_sigma(s.top_n_sigma),
         "top_k": lambda: llama.llama_sampler_init_top_k(s.top_k),
@@ -160,4 +179,4 @@ def _stage(name: str, s: ChainSettings, model: NativeModel, penalty_last_n: int)
         "adaptive_p": lambda: llama.llama_sampler_init_adaptive_p(s.adaptive_target, s.adaptive_decay, seed),
         "dist": lambda: llama.llama_sampler_init_dist(seed),
     }
-    return [builders[name]()]
+    return [builders[name]]
