@@ -36,6 +36,7 @@ from ..llama.control_vectors import apply_control_vector, load_control_vectors
 from ..llama.embedding import EmbeddingContext
 from ..llama.model import NativeModel
 from ..llama.mtmd import Projector
+from ..llama.owner import name_os_thread
 from ..llama.threadpool import keeps_thread_placement, set_process_priority
 from .adapters import Adapters
 from .admission import Admission
@@ -232,6 +233,7 @@ class Engine:
             self._step.speculator = _speculator(self.model, self._ctx, self.config, self.n_ctx_slot)
 
     def _run(self, ready: Future[None]) -> None:
+        name_os_thread("lfmserve-engine")  # which OpenMP's workers inherit: its team can be told apart
         try:
             self._prepare()
         except BaseException as exc:  # handed to the constructor, which raises it where the engine is made

@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..llama.mtmd import Projector, PromptChunk
+from ..llama.owner import name_os_thread
 from .records import EngineStats, MediaSpan
 
 #: Media ids are negative int32 (llama.cpp saves slot tokens as int32): -1 .. -(2**31 - 1).
@@ -111,7 +112,11 @@ class MediaEncoder:
         self._rows: OrderedDict[str, Rows] = OrderedDict()
         self.n_bytes = 0
         self._worker = (
-            ThreadPoolExecutor(1, thread_name_prefix="lfmserve-encode") if projector.side_threads > 0 else None
+            ThreadPoolExecutor(
+                1, thread_name_prefix="lfmserve-encode", initializer=name_os_thread, initargs=("lfmserve-encode",)
+            )
+            if projector.side_threads > 0
+            else None
         )
         #: Encodes started beside the engine, by span key, until their rows are taken.
         self._beside: dict[str, Future[tuple[Rows, float]]] = {}

@@ -14,6 +14,7 @@ from ..errors import EngineError
 from .backend import buffer_sizes, captured_lines, planned_memory
 from .batch import Batch
 from .model import NativeModel
+from .owner import ComputeOwner
 from .threadpool import PoolPlacement, Threadpools
 
 _FLASH_ATTN = {
@@ -152,6 +153,8 @@ class NativeContext:
         #: never needs its ``n_ubatch * n_embd`` floats).
         self._embd_batch: Batch | None = None
         self.n_ubatch = llama.llama_n_ubatch(self._ctx)
+        #: The thread that decodes on it (:mod:`.owner`): the engine's.
+        self.owner = ComputeOwner("this llama context")
 
     @property
     def handle(self) -> Any:
@@ -193,6 +196,7 @@ class NativeContext:
         """Decode ``batch`` (the token batch by default); raise :class:`EngineError` on failure."""
         if batch is None:
             batch = self.batch
+        self.owner.check()
         batch.struct.n_tokens = batch.n_tokens
         rc = llama.llama_decode(self._ctx, batch.struct)
         if rc == 1:  # llama-server's words for it

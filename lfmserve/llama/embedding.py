@@ -26,6 +26,7 @@ from .batch import Batch
 from .context import Rope, apply_rope
 from .model import NativeModel
 from .mtmd import attention
+from .owner import ComputeOwner
 
 #: llama.cpp's pooling types by the names of ``--pooling``.
 POOLING_TYPES: dict[str, int] = {
@@ -93,6 +94,8 @@ class EmbeddingContext:
         self._batch = Batch(self.n_ubatch)
         self._rows_batch: Batch | None = None  # media rows, made on first use
         self.non_causal_media = non_causal_media
+        #: The thread that decodes on it (:mod:`.owner`): the engine's, between its steps.
+        self.owner = ComputeOwner("the embedding context")
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> list[npt.NDArray[np.float32]]:
         """One decode of ``inputs`` (at most ``n_seq_max``, ``n_ubatch`` tokens in all): each input's pooled
@@ -107,10 +110,7 @@ class EmbeddingContext:
             batch.add(tokens, 0, seq_id, True)
         batch.logits[: batch.n_tokens] = 1  # every token is an output (llama.cpp does so for embeddings anyway)
         llama.llama_memory_clear(self._memory, True)
-        batch.struct.n_tokens = batch.n_tokens
-        rc = llama.llama_decode(self._ctx, batch.struct)
-        if rc != 0:
-            raise EngineError(f"llama_decode failed for embeddings (code {rc})")
+        self._decode(batch)
         if self.pooling == "none":
             return [self._rows(start, len(tokens)) for start, tokens in zip(starts, inputs, strict=True)]
         return [self._pooled(seq_id) for seq_id in range(len(inputs))]
@@ -136,15 +136,19 @@ class EmbeddingContext:
                 batch.clear()
                 batch.add(piece, position, 0, True)
             batch.logits[: batch.n_tokens] = 1
-            batch.struct.n_tokens = batch.n_tokens
             with attention(self._ctx, non_causal=media and self.non_causal_media):
-                rc = llama.llama_decode(self._ctx, batch.struct)
-            if rc != 0:
-                raise EngineError(f"llama_decode failed for embeddings (code {rc})")
+                self._decode(batch)
             position += len(piece)
         if self.pooling == "none":
             return self._rows(0, len(pieces[-1]))
         return self._pooled(0)
+
+    def _decode(self, batch: Batch) -> None:
+        self.owner.check()
+        batch.struct.n_tokens = batch.n_tokens
+        rc = llama.llama_decode(self._ctx, batch.struct)
+        if rc != 0:
+            raise EngineError(f"llama_decode failed for embeddings (code {rc})")
 
     def _pooled(self, seq_id: int) -> npt.NDArray[np.float32]:
         pointer = llama.llama_get_embeddings_seq(self._ctx, seq_id)

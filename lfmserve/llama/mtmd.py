@@ -36,6 +36,7 @@ from ..errors import EngineError
 from .backend import captured_errors, failure_reason, forward_log
 from .devices import device_handle
 from .model import NativeModel
+from .owner import ComputeOwner
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +207,9 @@ class Projector:
         #: Tokenizing (a request's worker thread) and encoding (the engine thread) share the context.
         self._lock = threading.Lock()
         self._side_lock = threading.Lock()
+        #: The threads that encode on each context (:mod:`.owner`): the engine's, and its encoder's beside it.
+        self._owner = ComputeOwner("the projector's context")
+        self._side_owner = ComputeOwner("the projector's second context")
         self.n_embd = model.info.n_embd
         self.vision = bool(mtmd.mtmd_support_vision(self._ctx))
         self.audio = bool(mtmd.mtmd_support_audio(self._ctx))
@@ -220,8 +224,8 @@ class Projector:
         self.max_audio_seconds = facts.max_audio_seconds
         #: mtmd decodes this projector's image rows with causal attention off (Gemma 3's); audio rows never are.
         self.non_causal_images = bool(mtmd.mtmd_decode_use_non_causal(self._ctx, None))
-        #: Threads of the second context (0: there is none, every encode uses the first).
-        self.side_threads = side_threads
+        #: Threads of the first context, and of the second (0: there is none, every encode uses the first).
+        self.n_threads, self.side_threads = n_threads, side_threads
         try:
             self._check_model(model)
             if side_threads > 0:
@@ -325,6 +329,7 @@ class Projector:
         if beside and not self._side_ctx:
             raise ValueError("this projector has no second context (side_threads=0)")
         ctx, lock = (self._side_ctx, self._side_lock) if beside else (self._ctx, self._lock)
+        (self._side_owner if beside else self._owner).check()
         with lock:
             if mtmd.mtmd_encode_chunk(ctx, chunk._handle) != 0:
                 raise EngineError(f"mtmd could not encode the {chunk.kind}")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from lfmserve.engine.core import Engine
@@ -203,8 +205,12 @@ def test_the_engine_embeds_between_generation_steps_without_changing_the_generat
         vectors = sink.result().vectors
         assert stream_result == [alone]
         assert engine.embeddings is not None and engine.embeddings.n_decodes == 6
-        context = engine.embeddings.context
-        assert float(vectors[3] @ normalized(context.embed([inputs[3]])[0], 2)) > 0.9999
+        # The engine's context decodes on its thread only: the same input on a context of the test's own.
+        alone_context = EmbeddingContext(llama_model, pooling="last", n_ubatch=64, n_seq_max=2, n_threads=1)
+        try:
+            assert float(vectors[3] @ normalized(alone_context.embed([inputs[3]])[0], 2)) > 0.9999
+        finally:
+            alone_context.close()
         with pytest.raises(InvalidRequest, match="too large to process"):
             engine.submit_embeddings(EmbeddingRequest((random_tokens(llama_model, 65, 0),)), _Waiting())
         with pytest.raises(NotSupported, match="Start it with `--embeddings`"):
@@ -212,6 +218,25 @@ def test_the_engine_embeds_between_generation_steps_without_changing_the_generat
     finally:
         engine.close()
         plain.close()
+
+
+def _embedded_alone(
+    model: NativeModel, config: EngineConfig, projector: Projector, pieces: list[npt.NDArray[Any]]
+) -> npt.NDArray[np.float32]:
+    """``pieces`` embedded on a context of the test's own, made as the engine makes its embedding context (whose
+    thread alone decodes on it)."""
+    context = EmbeddingContext(
+        model,
+        pooling=config.pooling,
+        n_ubatch=config.n_ubatch,
+        n_seq_max=config.embedding_sequences,
+        n_threads=config.n_threads,
+        non_causal_media=projector.non_causal_images,
+    )
+    try:
+        return context.embed_pieces(pieces)
+    finally:
+        context.close()
 
 
 def test_an_image_input_is_decoded_in_chunks_and_shares_the_generations_media_cache(
@@ -238,17 +263,16 @@ def test_an_image_input_is_decoded_in_chunks_and_shares_the_generations_media_ca
         engine.submit_embeddings(EmbeddingRequest((tokens,), media=(embed_spans,)), sink)
         vector = sink.result().vectors[0]
         assert (engine.stats.n_media_encodes, engine.stats.n_media_cache_hits) == (1, 1)
-        assert engine.embeddings is not None
-        rows = projector.encode(embed_spans[0].chunk)
-        pieces = [
-            np.asarray(tokens[: embed_spans[0].start], dtype=np.int32),
-            rows,
-            np.asarray(tokens[embed_spans[0].end :], dtype=np.int32),
-        ]
-        np.testing.assert_allclose(vector, normalized(engine.embeddings.context.embed_pieces(pieces), 2), atol=1e-6)
         with pytest.raises(InvalidRequest, match="media spans do not match"):
             moved = replace(embed_spans[0], start=embed_spans[0].start + 1)
             engine.submit_embeddings(EmbeddingRequest((tokens,), media=((moved,),)), _Waiting())
+        engine.close()  # its thread gone, the projector encodes on this one
+        pieces = [
+            np.asarray(tokens[: embed_spans[0].start], dtype=np.int32),
+            projector.encode(embed_spans[0].chunk),
+            np.asarray(tokens[embed_spans[0].end :], dtype=np.int32),
+        ]
+        np.testing.assert_allclose(vector, normalized(_embedded_alone(vl, config, projector, pieces), 2), atol=1e-6)
     finally:
         engine.close()
         projector.close()
@@ -316,12 +340,13 @@ def test_an_image_to_embed_while_streams_run_is_encoded_beside_them(vl_gguf: Pat
         release.set()  # the engine sleeps until the encode wakes it
         vector = sink.result().vectors[0]
         assert engine.embeddings is not None and engine.stats.n_media_encodes == 1
+        engine.close()  # its thread gone, the projector encodes on this one
         pieces = [
             np.asarray(tokens[: spans[0].start], dtype=np.int32),
             encode(spans[0].chunk),
             np.asarray(tokens[spans[0].end :], dtype=np.int32),
         ]
-        np.testing.assert_allclose(vector, normalized(engine.embeddings.context.embed_pieces(pieces), 2), atol=1e-6)
+        np.testing.assert_allclose(vector, normalized(_embedded_alone(vl, config, projector, pieces), 2), atol=1e-6)
     finally:
         release.set()
         engine.close()

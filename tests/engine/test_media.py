@@ -40,6 +40,25 @@ def projector(vl_model: NativeModel, mmproj_gguf: Path) -> Iterator[Projector]:
     p.close()
 
 
+#: The projectors of the module's engines, closed after them.
+_ENGINES_PROJECTORS: list[Projector] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_engines_projectors() -> Iterator[None]:
+    yield
+    while _ENGINES_PROJECTORS:
+        _ENGINES_PROJECTORS.pop().close()
+
+
+def _own(model: NativeModel, projector: Projector) -> Projector:
+    """A projector like ``projector``, for one engine: a projector's context encodes on the thread of one running
+    engine only, and these tests run several engines at once."""
+    own = Projector(projector.path, model, n_threads=projector.n_threads, side_threads=projector.side_threads)
+    _ENGINES_PROJECTORS.append(own)
+    return own
+
+
 def _engine(model: NativeModel, projector: Projector, **config: int) -> Engine:
     options = {"n_ctx": 8192, "n_slots": 4, "n_batch": 512, "n_ubatch": 512, "n_threads": 1, **config}
     return Engine(model, EngineConfig(**options), projector=projector)
@@ -47,7 +66,7 @@ def _engine(model: NativeModel, projector: Projector, **config: int) -> Engine:
 
 @pytest.fixture(scope="module")
 def engine(vl_model: NativeModel, projector: Projector) -> Iterator[Engine]:
-    e = _engine(vl_model, projector)
+    e = _engine(vl_model, _own(vl_model, projector))
     yield e
     e.close()
 
@@ -173,7 +192,8 @@ def test_other_media_give_other_tokens(engine: Engine, projector: Projector) -> 
 def test_an_image_batched_with_three_text_streams_gives_the_same_tokens(
     vl_model: NativeModel, projector: Projector
 ) -> None:
-    engine = _engine(vl_model, projector, n_ubatch=128)  # the image's rows take several steps beside the streams
+    # The image's rows take several steps beside the streams.
+    engine = _engine(vl_model, _own(vl_model, projector), n_ubatch=128)
     try:
         image = _request(projector, _chat(projector, "What is here?"), [_image(1024, 768, seed=7)])
         texts = [
@@ -252,8 +272,8 @@ def test_streams_keep_generating_while_an_image_encodes_beside_them(vl_model: Na
 def test_turn_two_reuses_the_image_and_gives_the_tokens_of_a_fresh_prefill(
     vl_model: NativeModel, projector: Projector
 ) -> None:
-    engine = _engine(vl_model, projector)
-    fresh = _engine(vl_model, projector, media_cache_bytes=0)
+    engine = _engine(vl_model, _own(vl_model, projector))
+    fresh = _engine(vl_model, _own(vl_model, projector), media_cache_bytes=0)
     try:
         image = _image(1024, 768, seed=11)
         first_text = _chat(projector, "What is in the picture?")
@@ -272,8 +292,8 @@ def test_turn_two_reuses_the_image_and_gives_the_tokens_of_a_fresh_prefill(
 
 
 def test_the_same_image_in_another_prompt_is_not_encoded_again(vl_model: NativeModel, projector: Projector) -> None:
-    engine = _engine(vl_model, projector)
-    uncached = _engine(vl_model, projector, media_cache_bytes=0)
+    engine = _engine(vl_model, _own(vl_model, projector))
+    uncached = _engine(vl_model, _own(vl_model, projector), media_cache_bytes=0)
     try:
         image = _image(640, 480, seed=13)
         run(engine, _request(projector, _chat(projector, "Describe it.", system="Be brief."), [image]))
@@ -291,7 +311,7 @@ def test_the_same_image_in_another_prompt_is_not_encoded_again(vl_model: NativeM
 
 def test_a_second_question_about_the_image_restarts_right_after_it(vl_model: NativeModel, projector: Projector) -> None:
     """A checkpoint after each media item: on a hybrid model, a new question reuses the whole image."""
-    engine = _engine(vl_model, projector, n_slots=1)
+    engine = _engine(vl_model, _own(vl_model, projector), n_slots=1)
     try:
         image = _image(640, 480, seed=17)
         run(engine, _request(projector, _chat(projector, "Describe it."), [image]))

@@ -8,6 +8,7 @@ after them are those of llama.cpp's own helper, alone, beside a stream, in piece
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -427,10 +428,19 @@ def _logprobs(outputs: list[EngineOutput]) -> list[float]:
     return [entry.logprob for out in outputs for entry in out.logprobs]
 
 
-def _gemma3_engine(gemma3: tuple[NativeModel, Projector], n_ubatch: int, **config: int) -> Engine:
+@contextlib.contextmanager
+def _gemma3_engine(gemma3: tuple[NativeModel, Projector], n_ubatch: int, **config: int) -> Iterator[Engine]:
+    """An engine over a projector of its own: the module's encodes on this thread (the harness's steps), and a
+    projector's context encodes on one thread only."""
     model, projector = gemma3
     options = {"n_ctx": 2048, "n_slots": 2, "n_batch": n_ubatch, "n_ubatch": n_ubatch, "n_threads": 1, **config}
-    return Engine(model, EngineConfig(**options), projector=projector)
+    own = Projector(projector.path, model, n_threads=projector.n_threads)
+    engine = Engine(model, EngineConfig(**options), projector=own)
+    try:
+        yield engine
+    finally:
+        engine.close()
+        own.close()
 
 
 @pytest.mark.parametrize("n_ubatch", [512, 64])  # the image in one decode; in pieces of a micro-batch, as mtmd
@@ -440,15 +450,12 @@ def test_an_image_decoded_non_causally_gives_mtmds_log_probabilities(
     model, projector = gemma3
     chunks = _image_chunks(projector)
     assert [(c.kind, c.n_tokens, c.non_causal) for c in chunks][1] == ("image", 256, True)
-    engine = _gemma3_engine(gemma3, n_ubatch)
-    try:
+    with _gemma3_engine(gemma3, n_ubatch) as engine:
         expected = _mtmd_logprobs(model, projector, chunks, n_ubatch)
         np.testing.assert_allclose(_logprobs(run(engine, _request(chunks))), expected, rtol=1e-4, atol=1e-6)
         chunks[1].non_causal = False  # what decoding them causally gave: the comparison tells them apart
         causal = _logprobs(run(engine, replace(_request(chunks), cache_prompt=False)))
         assert np.abs(np.subtract(causal, expected)).min() > 1e-2
-    finally:
-        engine.close()
 
 
 def test_an_image_beside_a_stream_waits_for_a_step_with_room_for_all_its_rows(
@@ -494,11 +501,8 @@ def test_a_checkpoint_due_inside_an_image_is_skipped(gemma3: tuple[NativeModel, 
     chunks = _image_chunks(projector, n_words_before=100)
     image = prompt_from_chunks(chunks)[1][0]
     assert image.start < 256 < image.end
-    engine = _gemma3_engine(gemma3, 512, n_slots=1)
-    try:
+    with _gemma3_engine(gemma3, 512, n_slots=1) as engine:
         out = run(engine, _request(chunks))
         np.testing.assert_allclose(_logprobs(out), _mtmd_logprobs(model, projector, chunks, 512), rtol=1e-4, atol=1e-6)
         n_prompt = len(prompt_from_chunks(chunks)[0])
         assert [c.n_tokens for c in engine.slots[0].checkpoints] == [n_prompt]
-    finally:
-        engine.close()
