@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -66,15 +67,28 @@ class Engine:
     """Continuous batching over ``n_slots`` sequences of one shared llama context."""
 
     def __init__(self, model: NativeModel, config: EngineConfig, *, projector: Projector | None = None) -> None:
+        """Make the contexts and start the engine thread; if any step fails, what the steps before it acquired
+        (contexts, the disk cache's writer, the encoder's thread) is released before the error is raised."""
         self.model = model
         self.config = config
+        with contextlib.ExitStack() as acquired:
+            self._acquire(model, config, projector, acquired)
+            self._release = acquired.pop_all()
+
+    def _acquire(
+        self, model: NativeModel, config: EngineConfig, projector: Projector | None, acquired: contextlib.ExitStack
+    ) -> None:
+        """The constructor's work; each native resource is put on ``acquired`` as soon as it exists."""
         self._ctx = _context(model, config)
+        acquired.callback(self._ctx.close)
         self.n_ctx = self._ctx.n_ctx
         #: ``--lora``: the adapters, their server-wide scales, and which generations share a decode.
         self.adapters = Adapters(model, config.lora)
         self.stats = EngineStats()
         exact = not model.info.needs_checkpoints(swa_full=config.kv.swa_full)
         disk = _disk_cache(model, self._ctx, config, self.stats)
+        if disk is not None:
+            acquired.callback(disk.close)
         self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=exact, disk=disk)
         if projector is not None and self._memory.shifts_context:
             logger.warning("--context-shift is not supported with a multimodal projector: it is off")
@@ -87,14 +101,14 @@ class Engine:
             if projector
             else None
         )
+        if self.media is not None:
+            acquired.callback(self.media.close)
         #: ``--embeddings``: inputs embedded on a second context, between generation steps.
-        self.embeddings = (
-            EmbeddingQueue(
-                _embedding_context(model, config, projector), self.media, lambda: bool(self._running), stats=self.stats
-            )
-            if config.embeddings
-            else None
-        )
+        self.embeddings = None
+        if config.embeddings:
+            context = _embedding_context(model, config, projector)
+            acquired.callback(context.close)
+            self.embeddings = EmbeddingQueue(context, self.media, lambda: bool(self._running), stats=self.stats)
         self._step = BatchStep(
             self._ctx,
             self._memory,
@@ -114,6 +128,7 @@ class Engine:
         ready: Future[None] = Future()
         self._thread = threading.Thread(target=self._run, args=(ready,), name="lfmserve-engine", daemon=True)
         self._thread.start()
+        acquired.callback(self._thread.join)  # a failed start: the thread has ended before its contexts are freed
         ready.result()  # the engine thread's first decodes (warm-up, speculation's measurements), or their error
 
     def buffers(self) -> dict[str, int]:
@@ -158,16 +173,14 @@ class Engine:
             self._inbox.post(lambda: queue.cancel(sink))
 
     def close(self) -> None:
-        """Finish the thread (requests still running or waiting get :class:`Unavailable`), then free the context."""
+        """Finish the thread (requests still running or waiting get :class:`Unavailable`), then free the contexts."""
         if not self._inbox.close(self._stop):
             return
         self._thread.join()
         self._memory.persist()
-        self._ctx.close()
         if self._step.speculator is not None:
             self._step.speculator.close()
-        if self.embeddings is not None:
-            self.embeddings.context.close()
+        self._release.close()
 
     # -- introspection (/slots, /metrics, the in-process API) ------------------------------------
     @property
@@ -355,13 +368,14 @@ def _context(model: NativeModel, config: EngineConfig) -> NativeContext:
         kv=config.kv,
         rope=config.rope,
     )
-    _place_threads(ctx, config.threads)
-    if vector is not None:
-        try:
+    try:
+        _place_threads(ctx, config.threads)
+        if vector is not None:
             apply_control_vector(ctx, vector, config.control_vector_layers)
-        except EngineError:
-            ctx.close()
-            raise
+    except BaseException:
+        ctx.close()
+        raise
+    if vector is not None:
         logger.info("control vectors: %s", ", ".join(f"{path} at {scale:g}" for path, scale in config.control_vectors))
     return ctx
 
@@ -441,7 +455,12 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
             placement=config.threads.draft,
             placement_batch=config.threads.draft_batch,
         )
-    return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
+    try:
+        return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
+    except BaseException:
+        if draft_model is not None:
+            draft_model.close()
+        raise
 
 
 def _embedding_context(model: NativeModel, config: EngineConfig, projector: Projector | None) -> EmbeddingContext:

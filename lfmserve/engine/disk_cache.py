@@ -85,7 +85,9 @@ class DiskPromptCache:
             self._changed.notify_all()
 
     def close(self) -> None:
-        """Write what is queued, then stop the writer."""
+        """Write what is queued, then stop the writer (once: a second call finds it stopped)."""
+        if not self._writer.is_alive():
+            return
         with self._changed:
             self._pending.append(None)
             self._changed.notify_all()

@@ -148,7 +148,11 @@ class NativeContext:
         self._memory = llama.llama_get_memory(self._ctx)
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)
-        self.batch = Batch(self.n_batch)
+        try:
+            self.batch = Batch(self.n_batch)
+        except BaseException:
+            self.close()  # the context made is freed when what follows fails
+            raise
         #: Media embedding rows, one micro-batch at most per decode (made on first use: a text-only server
         #: never needs its ``n_ubatch * n_embd`` floats).
         self._embd_batch: Batch | None = None

@@ -91,7 +91,11 @@ class EmbeddingContext:
         self.n_embd = llama.llama_model_n_embd_out(model.handle)
         #: The width of a pooled vector (the classifier's outputs with rank pooling).
         self.width = llama.llama_model_n_cls_out(model.handle) if self.pooling == "rank" else self.n_embd
-        self._batch = Batch(self.n_ubatch)
+        try:
+            self._batch = Batch(self.n_ubatch)
+        except BaseException:
+            self.close()  # the context made is freed when what follows fails
+            raise
         self._rows_batch: Batch | None = None  # media rows, made on first use
         self.non_causal_media = non_causal_media
         #: The thread that decodes on it (:mod:`.owner`): the engine's, between its steps.

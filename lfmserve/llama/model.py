@@ -178,9 +178,18 @@ class NativeModel:
             _say_unlocked(load_mode)
         if not self._model:
             raise EngineError(f"failed to load model from {self.path}: {failure_reason(errors)}")
+        try:
+            self._after_load(load_mode == "auto" and self.repack and not (vocab_only or no_alloc))
+        except BaseException:
+            self.close()  # a model loaded is freed if what follows fails: nothing else holds it yet
+            raise
+
+    def _after_load(self, release: bool) -> None:
+        """What the constructor reads once the model is loaded; ``release``: give back the mapped pages of the
+        weights llama.cpp copied (``-lm auto``)."""
         #: Bytes of the mapped file given back after load: lfmserve's ``auto`` holds the weights once.
         self.released_bytes = 0
-        if load_mode == "auto" and self.repack and not (vocab_only or no_alloc):
+        if release:
             self.released_bytes = release_copied_weights(self._model, self.path)
             logger.info(
                 "released %.1f MiB of mapped weights held again in repacked buffers", self.released_bytes / 2**20

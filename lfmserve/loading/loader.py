@@ -6,6 +6,7 @@ tests. The startup log names the model, its context and where each sampling defa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -253,10 +254,24 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
     files = path if isinstance(path, ModelFiles) else ModelFiles(path)
     settings = fitted_settings(settings, files)
-    model = load_model(settings, files.model)
-    template = chat_template(settings.chat, model)
-    projector = load_projector(settings, files.projector, model) if files.projector else None
-    engine = Engine(model, engine_config(settings, files.draft), projector=projector)
+    with contextlib.ExitStack() as loaded:  # what is loaded is freed again if a later step fails
+        model = load_model(settings, files.model)
+        loaded.callback(model.close)
+        template = chat_template(settings.chat, model)
+        projector = load_projector(settings, files.projector, model) if files.projector else None
+        if projector is not None:
+            loaded.callback(projector.close)
+        engine = Engine(model, engine_config(settings, files.draft), projector=projector)
+        loaded.callback(engine.close)
+        serving = _serving(settings, path, model, engine, template)
+        loaded.pop_all()
+    return serving
+
+
+def _serving(
+    settings: Settings, path: str | ModelFiles, model: NativeModel, engine: Engine, template: ChatFormatter
+) -> Serving:
+    """The loaded model's serving layer, after the start's log lines (``path``: the files as the caller named them)."""
     defaults = sampling_defaults(settings.sampling, model)
     info = model.info
     logger.info(
@@ -285,5 +300,5 @@ def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     # The grammar tokenizer (llguidance) is built by the first constrained request, not here: most servers get none,
     # and it holds 110 MB for a 262,144-token vocabulary (docs/architecture.md, "Imports and memory").
     return Serving(
-        model, engine, template, serving_options(settings, model_name(settings.source, files.model), defaults)
+        model, engine, template, serving_options(settings, model_name(settings.source, model.path), defaults)
     )

@@ -86,21 +86,29 @@ class DraftModel:
             model.close()  # handed over to this class, which will not keep it
             raise EngineError(f"draft model {model.path} cannot draft for {target.path}: {problem}")
         self.model = model
-        self._ctx = NativeContext(
-            model,
-            n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_ubatch=n_batch,
-            n_seq_max=n_slots,
-            n_threads=n_threads,
-            n_threads_batch=n_threads if n_threads_batch is None else n_threads_batch,
-            kv=kv,
-            # Its rejected guesses are rolled back through kept states (at most n_max of them; past 16 LFM2's
-            # graph overflows, and a failed rollback empties the sequence, which catches up again).
-            n_rollback=min(n_max, MAX_ROLLBACK),
-        )
+        try:
+            self._ctx = NativeContext(
+                model,
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_ubatch=n_batch,
+                n_seq_max=n_slots,
+                n_threads=n_threads,
+                n_threads_batch=n_threads if n_threads_batch is None else n_threads_batch,
+                kv=kv,
+                # Its rejected guesses are rolled back through kept states (at most n_max of them; past 16 LFM2's
+                # graph overflows, and a failed rollback empties the sequence, which catches up again).
+                n_rollback=min(n_max, MAX_ROLLBACK),
+            )
+        except BaseException:
+            model.close()
+            raise
         if placement is not None:
-            self._ctx.place_threads(placement, placement_batch or placement)
+            try:
+                self._ctx.place_threads(placement, placement_batch or placement)
+            except BaseException:
+                self.close()
+                raise
         self._n_max = n_max
         self._p_min = p_min
         #: What each sequence of the draft context holds.
