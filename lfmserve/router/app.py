@@ -148,7 +148,7 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
 
     @app.get("/running")
     async def running_models() -> dict[str, Any]:
-        return running(list(pool.registry.instances.values()))
+        return running(pool.registry.every_instance())  # a retiring model's child too, while it stops
 
     @app.api_route("/unload", methods=["GET", "POST"])
     async def unload_all() -> PlainTextResponse:

@@ -84,18 +84,21 @@ class Child:
 
     @classmethod
     async def start(cls, spawner: Spawner, name: str, settings: Settings) -> Child:
-        """Bind a loopback port, fork the child onto it, and follow its control line."""
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind((CHILD_HOST, 0))
-        port = listener.getsockname()[1]
+        """Bind a loopback port, fork the child onto it, and follow its control line. When the child cannot be
+        started, every socket made for it is closed before the error goes on."""
         ours, theirs = socket.socketpair()
-        argv = child_argv(settings, name, port)
-        api_key = secrets.token_urlsafe(24)
         try:
-            process = await asyncio.to_thread(spawner.start, ChildStart(name, tuple(argv), listener, theirs, api_key))
-        finally:
-            listener.close()  # the child holds its own copies now
-            theirs.close()
+            # Ours to close either way: a started child holds its own copies of these two.
+            with theirs, socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+                listener.bind((CHILD_HOST, 0))
+                port = listener.getsockname()[1]
+                argv = child_argv(settings, name, port)
+                api_key = secrets.token_urlsafe(24)
+                start = ChildStart(name, tuple(argv), listener, theirs, api_key)
+                process = await asyncio.to_thread(spawner.start, start)
+        except BaseException:
+            ours.close()
+            raise
         child = cls(name, process, port, argv, api_key)
         reader, child._writer = await asyncio.open_connection(sock=ours)
         asyncio.get_running_loop().add_reader(process.sentinel, child._on_exit)
@@ -111,15 +114,20 @@ class Child:
         return f"http://{CHILD_HOST}:{self.port}"
 
     async def _read_states(self, reader: asyncio.StreamReader) -> None:
-        while line := await reader.readline():
-            try:
-                state = json.loads(line)
-            except ValueError:
-                continue
-            if state.get("state") == "ready" and not self.ready.done():
-                self.ready.set_result(None)
-            elif state.get("state") == "failed":
-                self.error = str(state.get("error") or "failed")
+        """Follow the child's reports until its end of the line closes (reset, when it died with ``exit`` unread)."""
+        with contextlib.suppress(ConnectionError):
+            while line := await reader.readline():
+                self._take_state(line)
+
+    def _take_state(self, line: bytes) -> None:
+        try:
+            state = json.loads(line)
+        except ValueError:
+            return
+        if state.get("state") == "ready" and not self.ready.done():
+            self.ready.set_result(None)
+        elif state.get("state") == "failed":
+            self.error = str(state.get("error") or "failed")
 
     def _on_exit(self) -> None:
         asyncio.get_running_loop().remove_reader(self.process.sentinel)
@@ -132,7 +140,8 @@ class Child:
             self.ready.exception()  # retrieved here: nobody may be waiting
         if self._writer is not None:
             self._writer.close()
-        self.exited.set_result(code)
+        if not self.exited.cancelled():  # cancelled with the task that awaited it (the router closing)
+            self.exited.set_result(code)
 
     async def _exit_code(self) -> int:
         """The exit code the fork server reports. When the fork server itself is gone nobody can tell (multiprocessing

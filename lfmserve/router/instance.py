@@ -33,7 +33,8 @@ class Instance:
     stopping: bool = False
     #: Asked for by ``POST /models/load`` (so it stays queued with no request waiting).
     wanted: bool = False
-    #: Gone from the router's sources at a reload: found by no name, forgotten once its child has exited.
+    #: Gone from the router's sources at a reload: found by no name, listed nowhere; the registry keeps it as
+    #: retiring until its child has exited.
     removed: bool = False
     #: The child's own ``/v1/models`` entry, once it is ready.
     info: dict[str, Any] | None = None

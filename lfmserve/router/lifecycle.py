@@ -92,7 +92,7 @@ class Lifecycle:
         child = instance.child
         if child is not None:
             child.kill()
-            child.exited.add_done_callback(lambda exited: self._unloaded(instance, child, exited.result()))
+            child.exited.add_done_callback(lambda exited: self._seen_exit(instance, child, exited))
         elif instance.running:
             self.set(instance, UNLOADED, exit_code=1, stopping=False)
 
@@ -116,6 +116,12 @@ class Lifecycle:
             self._events.publish(instance.name, "status_change", {"status": LOADED, "info": info})
         self._unloaded(instance, child, await child.exited)
 
+    def _seen_exit(self, instance: Instance, child: Child, exited: asyncio.Future[int]) -> None:
+        """The exit watch of a child that was killed ended: its model is unloaded, unless the watch was cancelled
+        (the router is closing: the child is killed already and stays the model's, so nothing loses track of it)."""
+        if not exited.cancelled():
+            self._unloaded(instance, child, exited.result())
+
     def _unloaded(self, instance: Instance, child: Child, code: int) -> None:
         """The child exited with ``code``: the model is unloaded (once, by whoever sees the exit first)."""
         if instance.child is not child:
@@ -125,7 +131,6 @@ class Lifecycle:
             logger.error("model %s stopped: %s", instance.name, instance.error)
         instance.child = None
         self.set(instance, UNLOADED, exit_code=code, keep_alive_s=None, stopping=False)  # keep_alive: one load
-        self._registry.forget_if_removed(instance)
 
     def set(self, instance: Instance, status: str, *, event: str | None = "status_change", **changes: Any) -> None:
         """Change the instance, tell the event listeners (llama-server's ``model_status`` when a child is started,
@@ -133,6 +138,8 @@ class Lifecycle:
         for key, value in changes.items():
             setattr(instance, key, value)
         instance.status = status
+        if status == UNLOADED:  # however it stopped (an exit, a start that failed): a retiring model is done
+            self._registry.forget_retired(instance)
         if event is not None:
             data: dict[str, Any] = {"status": status}
             if status == UNLOADED:

@@ -20,7 +20,6 @@ whose turn fails is failed, with the reason, and the loop goes on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -82,11 +81,13 @@ class Pool:
         self._fake_timing = bool(os.environ.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
 
     async def reload(self, catalog: dict[str, ModelSpec]) -> None:
-        """``GET /models?reload=1``: the registry takes the new catalog, and the running models that vanished or
-        changed are stopped before the answer."""
-        stale = self.registry.replace(catalog)
+        """``GET /models?reload=1``: the registry takes the new catalog, the requests waiting for a model that
+        vanished are told so, and the running models that vanished or changed are stopped before the answer."""
+        replaced = self.registry.replace(catalog)
         self._events.publish("*", "models_reload")
-        await asyncio.gather(*(self._lifecycle.stop(instance) for instance in stale))
+        for instance in replaced.removed:
+            self._lifecycle.notify(instance)
+        await asyncio.gather(*(self._lifecycle.stop(instance) for instance in replaced.stale))
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -156,7 +157,7 @@ class Pool:
         problem = self._capacity.too_big(instance)
         if problem is not None:
             raise LfmError(problem)
-        instances = self.registry.instances.values()
+        instances = self.registry.every_instance()
         if self._capacity.full(instances) and self._capacity.victim(instances, self._queue) is None and not self._queue:
             raise Unavailable("model limit reached, try again later")
         instance.wanted = True
@@ -182,16 +183,18 @@ class Pool:
         self._loops = [asyncio.create_task(self._schedule()), asyncio.create_task(self._expire())]
 
     async def close(self) -> None:
-        """Stop loading more (a start under way finishes, so its child is known), then stop every child (in
-        parallel, each within its stop timeout), then whatever is left."""
+        """Stop loading more (a start under way finishes, so its child is known), then stop every child, the retiring
+        ones' too (in parallel, each within its stop timeout), then whatever is left."""
         self._closing = True
         self._queue.clear()
-        for instance in self.registry.instances.values():
+        for instance in self.registry.every_instance():
             self._lifecycle.notify(instance)  # the requests waiting for a model give up
+        self._lifecycle.changed.set()  # the scheduler sees it is closing (with no model at all, nothing else wakes it)
         self._loops[1].cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._loops)
-        await asyncio.gather(*(self._lifecycle.stop(i) for i in list(self.registry.instances.values()) if i.running))
+        # Both loops are awaited: gather without return_exceptions would end at the cancelled one, while the
+        # scheduler may still be starting a child.
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*(self._lifecycle.stop(i) for i in self.registry.every_instance() if i.running))
         await self._lifecycle.close()
 
     async def _schedule(self) -> None:
@@ -221,12 +224,14 @@ class Pool:
         elif (problem := self._capacity.too_big(head)) is not None:
             self._queue.pop(0)
             self._lifecycle.refuse(head, problem)
-        elif not self._capacity.full(self.registry.instances.values(), head):
+        elif not self._capacity.full(self.registry.every_instance(), head):
             self._queue.pop(0)
             if self._fake_timing:
                 await asyncio.sleep(_FAKE_DELAY_S)
+                if head.removed:  # a reload dropped it meanwhile: started now, its child would belong to nobody
+                    return True
             await self._lifecycle.launch(head)
-        elif (victim := self._capacity.victim(self.registry.instances.values(), self._queue)) is not None:
+        elif (victim := self._capacity.victim(self.registry.every_instance(), self._queue)) is not None:
             logger.info("unloading %s (least recently used) to load %s", victim.name, head.name)
             await self._lifecycle.stop(victim)
         else:

@@ -3,11 +3,14 @@ or an alias (a model of Ollama's store also by any name Ollama resolves to it: `
 what a reload of the catalog changes. A model that cannot be started (:attr:`~.catalog.ModelSpec.problem`) shows
 failed with the reason from the start.
 
-A model that vanishes at a reload is marked ``removed`` at once (no name finds it any more) but stays here until
-its child has exited, so that no child is ever left running untracked.
+A model that vanishes at a reload is marked ``removed`` at once (no name finds it any more, and it leaves the
+list); while its child still runs or is being started it is kept apart, ``retiring``, until that child has exited,
+so that no child is ever left running untracked. A name added back meanwhile gets a new instance of its own.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..errors import InvalidRequest
 from .catalog import ModelSpec
@@ -17,7 +20,11 @@ from .ollama_store import display_name
 
 class Registry:
     def __init__(self, catalog: dict[str, ModelSpec]) -> None:
+        #: The catalog's models, by name: what the model lists show and the names find.
         self.instances = {name: _instance(spec) for name, spec in catalog.items()}
+        #: Removed models whose child has not exited yet: they still count against the limits and are stopped at
+        #: shutdown.
+        self.retiring: list[Instance] = []
         self._names = _aliases(catalog)
         self._store_names = _store_names(catalog)
 
@@ -35,14 +42,19 @@ class Registry:
             raise InvalidRequest(f"model '{name}' not found")
         return found
 
-    def replace(self, catalog: dict[str, ModelSpec]) -> list[Instance]:
+    def every_instance(self) -> list[Instance]:
+        """The catalog's models and the retiring ones: every model that may have a child."""
+        return [*self.instances.values(), *self.retiring]
+
+    def replace(self, catalog: dict[str, ModelSpec]) -> Replaced:
         """Take a new catalog: new models are added, changed ones take their new settings, vanished ones are
-        removed. Returns the running models that vanished or changed: the caller stops them."""
+        removed (those still running retire)."""
         stale = [i for name, i in self.instances.items() if i.running and catalog.get(name) != i.spec]
-        for name, instance in list(self.instances.items()):
-            if name not in catalog:
-                instance.removed = True
-                self.forget_if_removed(instance)
+        removed = [self.instances.pop(name) for name in list(self.instances) if name not in catalog]
+        for instance in removed:
+            instance.removed = True
+            if instance.running:
+                self.retiring.append(instance)
         for name, spec in catalog.items():
             known = self.instances.get(name)
             if known is None:
@@ -53,12 +65,22 @@ class Registry:
                 known.error, known.exit_code = spec.problem, 1 if spec.problem else None
         self._names = _aliases(catalog)
         self._store_names = _store_names(catalog)
-        return stale
+        return Replaced(stale, removed)
 
-    def forget_if_removed(self, instance: Instance) -> None:
-        """Drop a removed model once it has no child."""
-        if instance.removed and instance.child is None and self.instances.get(instance.name) is instance:
-            del self.instances[instance.name]
+    def forget_retired(self, instance: Instance) -> None:
+        """A model that stopped running (its child exited, or never started) is kept no longer if it was retiring."""
+        if instance in self.retiring:
+            self.retiring.remove(instance)
+
+
+@dataclass(frozen=True, slots=True)
+class Replaced:
+    """What :meth:`Registry.replace` changed, for the caller to act on."""
+
+    #: The running models that vanished or changed: the caller stops them.
+    stale: list[Instance]
+    #: The models that vanished: the requests waiting for one of them are told it is gone.
+    removed: list[Instance]
 
 
 def _aliases(catalog: dict[str, ModelSpec]) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The pool's transitions, driven in-process over real children: a stop asked for while a child is being started,
 an idle expiry racing a request (with a clock the test moves), a listener of ``/models/sse`` that stops
-reading, and a client that leaves before its answer's first chunk."""
+reading, and a client that leaves before its answer's first chunk; over a fake child, the exit watch of a killed
+child cancelled at shutdown."""
 
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ from lfmserve.router.catalog import build_catalog
 from lfmserve.router.child import Child
 from lfmserve.router.events import Events
 from lfmserve.router.instance import LOADED, UNLOADED
+from lfmserve.router.lifecycle import Lifecycle
 from lfmserve.router.pool import Pool
 from lfmserve.router.proxy import _Relayed
+from lfmserve.router.registry import Registry
 from lfmserve.router.serve import PRELOAD
 from lfmserve.router.spawn import ChildStart, Spawner
 from lfmserve.settings import Settings
 from tests.router.conftest import CHILD_FLAGS
+from tests.router.fake_children import Clock, FakeSpawner, describe, spec, until
 
 
 class GatedSpawner(Spawner):
@@ -44,14 +48,6 @@ class GatedSpawner(Spawner):
         process = super().start(start)
         self.processes.append(process)
         return process
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def _describe(child: Child) -> dict[str, Any]:
@@ -179,3 +175,31 @@ def test_an_answer_whose_client_left_before_its_first_chunk_still_releases_its_m
 
     asyncio.run(scenario())
     assert (started, ended) == ([], [True])
+
+
+def test_a_killed_childs_exit_watch_cancelled_at_shutdown_raises_nothing_and_keeps_the_child() -> None:
+    spawner = FakeSpawner()
+    unhandled: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: unhandled.append(context))
+        registry = Registry({"text": spec("text")})
+        lifecycle = Lifecycle(registry, spawner, Events(), describe, Clock())
+        text = registry.get("text")
+        await lifecycle.launch(text)
+        process = spawner.processes[0]
+        process.tell_ready()
+        await until(lambda: text.status == LOADED and text.info is not None)
+        child = text.child
+        lifecycle.fail(text, "the router lost track of it")  # killed; its exit is watched
+        await lifecycle.close()  # the follower, waiting for the exit, is cancelled and the exit future with it
+        assert child is not None and child.exited.cancelled() and process.killed
+        assert (text.child, text.status) == (child, LOADED)  # no exit code made up: the model keeps its child
+        process.end()
+        await until(lambda: child._finishing is not None and child._finishing.done())
+        assert child._finishing is not None
+        child._finishing.result()  # the exit, seen after the cancellation, raises nothing either
+
+    asyncio.run(scenario())
+    spawner.close()
+    assert unhandled == []
