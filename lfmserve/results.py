@@ -234,9 +234,9 @@ def output_schema(wire: Mapping[str, Any]) -> dict[str, Any] | bool | None:
 
 
 def parse_content(parse_as: Any, content: str | None, finish_reason: str) -> Any:
-    """The answer as an instance of ``parse_as`` (a pydantic model class); None without a class, or when the
-    answer was cut off (``length``). An answer that does not validate raises pydantic's ``ValidationError``,
-    as the OpenAI SDK's ``parse`` does."""
-    if parse_as is None or finish_reason == "length":
+    """The answer as an instance of ``parse_as`` (a pydantic model class); None without a class, when the answer
+    was cut off (``length``), or when it called tools instead (``tool_calls``: tools beside a response format). An
+    answer that does not validate raises pydantic's ``ValidationError``, as the OpenAI SDK's ``parse`` does."""
+    if parse_as is None or finish_reason in ("length", "tool_calls"):
         return None
     return parse_as.model_validate_json(content or "")

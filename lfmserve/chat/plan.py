@@ -9,7 +9,15 @@ output. Everything invalid is a 400 here, before the engine sees the request.
 Tool choice, as llama-server: ``none`` hides the tools (nothing is parsed); ``auto`` parses calls and
 constrains each one to the declared schemas once the model opens it; ``required`` and a named
 function constrain the whole output to one call block (and, unlike llama-server, allow no free text
-before it), so the answer is always a valid call.
+before it), so the answer is always a valid call. Calls are read only in the form the template teaches: a
+template that shows the tools (LFM's) also lets a call list start the answer without its markers; under one
+that does not (plain ChatML), an ``auto`` answer is a call only where the constraint wrote it, and with no
+marker token to start the constraint at, it is content, as llama-server reads it.
+
+Tools beside a response format (or the native ``json_schema``), as OpenAI's API allows: under ``auto`` one grammar
+takes the whole output, a call block or JSON that follows the schema (llama-server's LFM2 handler, at the pin,
+forces a call and drops the schema); ``required`` and a named function still call; ``none`` answers the schema.
+A GBNF ``grammar`` beside tools (not ``none``) is refused, as llama-server refuses it.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine.constraints import Grammars, TokenMask
+from ..engine.constraints import Grammars, TokenMask, checked_schema
 from ..errors import InvalidRequest
 from .output import THINK_END, THINK_START, AssistantOutputParser
 from .request import ChatRequest, GenerationOptions, NamedTool, ToolChoice
@@ -87,55 +95,96 @@ def template_kwargs(request: ChatRequest) -> dict[str, Any]:
     return kwargs
 
 
-def plan_chat(request: ChatRequest, grammars: Grammars, *, reasoning_format: str, parse: bool = True) -> ChatPlan:
+def plan_chat(
+    request: ChatRequest,
+    grammars: Grammars,
+    *,
+    reasoning_format: str,
+    parse: bool = True,
+    template_tools: bool = True,
+) -> ChatPlan:
     """Decide the template variables, constraint and parser; every conflict or bad value is a 400 here.
     ``parse=False`` (``--skip-chat-parsing``) leaves the whole answer in the content: constraints still apply, but
-    no reasoning or tool call is taken out of it."""
+    no reasoning or tool call is taken out of it. ``template_tools``: the template shows the model its tools
+    (its caps' ``supports_tools``); see the module docstring."""
     plan = ChatPlan(template_kwargs=template_kwargs(request))
     plan.split_reasoning = (request.reasoning_format or reasoning_format) != "none"
     plan.keep_special = _known(grammars, THINK_START, THINK_END)
-    plan.constraint = native_constraint(request.generation, grammars)
-    schema = request.response_schema
+    schema, schema_field = _answer_schema(request), _schema_field(request)
     if schema is not None:
-        if plan.constraint is not None:
-            raise InvalidRequest(
-                "use either 'response_format' or 'json_schema'/'grammar', not both", param="response_format"
-            )
-        plan.constraint = grammars.json_schema(schema, param="response_format")
-    if schema is not None or request.generation.json_schema is not None:
         plan.split_reasoning = False  # the output is JSON from its first token; a "<think>" in it is text
     choice = request.tool_choice
     if request.tools and choice != "none":
-        _plan_tools(plan, request, choice, grammars)
+        answer = None if schema is None else checked_schema(schema, param=schema_field)  # checked under any choice
+        _plan_tools(
+            plan, request, choice, grammars, answer if choice == "auto" else None, template_tools=template_tools
+        )
     elif choice not in ("auto", "none"):
         raise InvalidRequest(f"tool_choice {_choice_name(choice)!r} needs 'tools'", param="tool_choice")
+    elif schema is not None:
+        plan.constraint = grammars.json_schema(schema, param=schema_field)
+    elif request.generation.grammar is not None:
+        plan.constraint = grammars.gbnf(request.generation.grammar, param="grammar")
     if not parse:
         plan.split_reasoning = plan.parse_tool_calls = False
     return plan
 
 
-def _plan_tools(plan: ChatPlan, request: ChatRequest, choice: ToolChoice, grammars: Grammars) -> None:
-    if plan.constraint is not None:
-        raise InvalidRequest("tools cannot be combined with a response format or grammar", param="tools")
+def _answer_schema(request: ChatRequest) -> dict[str, Any] | bool | None:
+    """The schema the answer must follow: ``response_format``'s, or llama-server's native ``json_schema``."""
+    generation = request.generation
+    if request.response_schema is None:
+        return generation.json_schema
+    if generation.json_schema is not None or generation.grammar is not None:
+        raise InvalidRequest(
+            "use either 'response_format' or 'json_schema'/'grammar', not both", param="response_format"
+        )
+    return request.response_schema
+
+
+def _schema_field(request: ChatRequest) -> str:
+    """The field a 400 about the answer's schema names."""
+    return "json_schema" if request.response_schema is None else "response_format"
+
+
+def _plan_tools(
+    plan: ChatPlan,
+    request: ChatRequest,
+    choice: ToolChoice,
+    grammars: Grammars,
+    answer: dict[str, Any] | None,
+    *,
+    template_tools: bool,
+) -> None:
+    """Tools the model may (``auto``) or must call; ``answer``: under ``auto``, the schema an answer that calls
+    nothing follows instead (one grammar for the whole output then, from its first token)."""
+    if request.generation.grammar is not None:  # llama-server: "Cannot use custom grammar constraints with tools."
+        raise InvalidRequest(
+            "a custom 'grammar' cannot be combined with tools unless tool_choice is 'none'", param="grammar"
+        )
     plan.tools = [dict(tool) for tool in request.tools]
     plan.parse_tool_calls = True
-    plan.tool_names = frozenset(str(tool["function"]["name"]) for tool in plan.tools)
+    if template_tools:  # the model read the tools' names in its prompt and may start by calling one
+        plan.tool_names = frozenset(str(tool["function"]["name"]) for tool in plan.tools)
     start, end = grammars.special_token(CALL_START), grammars.special_token(CALL_END)
     plan.keep_special |= _known(grammars, CALL_START, CALL_END)
     markers_are_tokens = start is not None and end is not None
     only = choice.name if isinstance(choice, NamedTool) else None
     if only is not None and only not in {tool["function"]["name"] for tool in plan.tools}:
         raise InvalidRequest(f"tool_choice names '{only}', which is not in 'tools'", param="tool_choice")
-    lazy = choice == "auto"
+    lazy = choice == "auto" and answer is None
     if not lazy:
-        plan.split_reasoning = False  # the output is one call block from its first token
+        plan.split_reasoning = False  # the output is one call block (or the JSON answer) from its first token
     elif not markers_are_tokens:
-        return  # the calls are parsed, but there is no token to start constraining at
+        # No token to start constraining at: calls are read only where the template taught their form.
+        plan.parse_tool_calls = template_tools
+        return
     grammar = tool_call_grammar(
         plan.tools,
         only=only,
         parallel=request.parallel_tool_calls and only is None,
         markers_are_tokens=markers_are_tokens,
+        answer=answer,
     )
     trigger, release = (start, end) if lazy else (None, None)
     plan.constraint = grammars.lark(grammar, param="tools", trigger=trigger, release=release)

@@ -1,10 +1,11 @@
 """A chat request as the template renders it: messages in the shape templates read, tools, template variables.
 
-Assistant tool calls in the history reach the template with their arguments as mappings; a template
-that ignores ``tool_calls`` (the LFM2 and LFM2.5-1.2B ones) gets them written into the assistant's
-content in the model's own markup, exactly as it generated them, so the prompt cache reuses the
-whole earlier turn. A past ``reasoning_content`` is also passed as ``thinking``, the name
-LFM2.5-8B-A1B's template reads.
+Assistant tool calls in the history reach the template with their arguments as mappings, as llama-server
+gives them. A template that lists the tools but ignores ``tool_calls`` (the LFM2 and LFM2.5-1.2B ones) gets
+them written into the assistant's content in the model's own markup, exactly as it generated them, so the
+prompt cache reuses the whole earlier turn; a template without tools (plain ChatML, Gemma's) drops them, as in
+llama-server, so a model never reads call markup its template does not teach it. A past ``reasoning_content``
+is also passed as ``thinking``, the name LFM2.5-8B-A1B's template reads.
 
 A final assistant message is continued, not closed (a prefill, unless ``--no-prefill-assistant``, or
 ``continue_final_message``), as llama-server's ``common_chat_templates_apply`` does: the earlier messages,
@@ -22,7 +23,7 @@ from typing import Any, Literal
 from ..errors import InvalidRequest
 from .plan import ChatPlan, template_kwargs
 from .request import ChatRequest, ContentPart, Message
-from .template import ChatFormatter, ThinkTags
+from .template import ChatFormatter, TemplateCaps, ThinkTags
 from .tool_calls import format_calls
 
 
@@ -134,9 +135,16 @@ def template_message(template: ChatFormatter, message: Message, media_marker: st
     if message.tool_calls:
         calls = [_tool_call_for_template(call) for call in message.tool_calls]
         out["tool_calls"] = calls
-        if not template.caps.supports_tool_calls:  # the template would drop them: write them as generated
+        if _writes_calls_as_text(template.caps):
             out["content"] = _with_text(out["content"], format_calls(calls))
     return out
+
+
+def _writes_calls_as_text(caps: TemplateCaps) -> bool:
+    """Whether earlier calls go into the assistant's text: only for a template that shows the model its tools
+    but drops ``tool_calls`` (LFM2's: its model was trained on the calls in the content). A template that knows
+    no tools gets them only as ``tool_calls`` and drops them, as in llama-server."""
+    return caps.supports_tools and not caps.supports_tool_calls
 
 
 def text_with_markers(parts: tuple[ContentPart, ...], media_marker: str) -> str:

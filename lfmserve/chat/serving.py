@@ -172,7 +172,11 @@ class Serving:
             raise InvalidRequest("the chat's media have not been read (Serving.read_media)", param="messages")
         request = self.options.preamble.apply(request)  # text only: the media's places are unchanged
         reasoning_format, parse = self.options.reasoning_format, not self.options.skip_chat_parsing
-        plans = [plan_chat(request, self.grammars, reasoning_format=reasoning_format, parse=parse) for _ in range(n)]
+        shown = self.template.caps.supports_tools
+        plans = [
+            plan_chat(request, self.grammars, reasoning_format=reasoning_format, parse=parse, template_tools=shown)
+            for _ in range(n)
+        ]
         prefill = self.options.prefill_assistant
         prompt = render_chat(self.template, request, plans[0], media_marker=self.media_marker, prefill=prefill)
         tokens, spans = self.tokenize_with_media(prompt, media, chat=True)

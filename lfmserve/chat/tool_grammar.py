@@ -5,7 +5,8 @@ with keyword arguments in the order the schema declares them, every required one
 optional ones optional. Values are JSON (a JSON string or number is also a Python literal) compiled by
 llguidance's ``%json`` from the property's own schema, so string lengths, patterns, enums and numeric
 ranges hold; booleans and null are written ``True``/``False``/``None`` as the models write them.
-The parser reads both spellings.
+The parser reads both spellings. With an ``answer`` schema (tools beside a response format), the output is
+either the call block or JSON that follows the schema.
 
 Example::
 
@@ -19,15 +20,21 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..engine.constraints import JSON_STYLE, bounded
+from ..engine.constraints import json_rule
 from ..errors import InvalidRequest
 from .tool_calls import CALL_END, CALL_START, python_spellable
 
 
 def tool_call_grammar(
-    tools: Sequence[Mapping[str, Any]], *, only: str | None, parallel: bool, markers_are_tokens: bool
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    only: str | None,
+    parallel: bool,
+    markers_are_tokens: bool,
+    answer: dict[str, Any] | None = None,
 ) -> str:
-    """One call block: calls to the declared tools (or only to ``only``), several if ``parallel``."""
+    """One call block: calls to the declared tools (or only to ``only``), several if ``parallel``; or, given an
+    ``answer`` schema (checked: :func:`~lfmserve.engine.constraints.checked_schema`), JSON that follows it."""
     functions = [t["function"] for t in tools if only is None or t["function"]["name"] == only]
     rules: list[str] = []
     pythonic = all(python_spellable(f["name"], _parameters(f).get("properties") or {}) for f in functions)
@@ -35,7 +42,10 @@ def tool_call_grammar(
     alternatives = [call_rule(i, f, rules) for i, f in enumerate(functions)]
     start, end = (CALL_START, CALL_END) if markers_are_tokens else (json.dumps(CALL_START), json.dumps(CALL_END))
     calls = 'call (", " call)*' if parallel else "call"
-    head = [f'start: {start} "[" {calls} "]" {end}', "call: " + " | ".join(alternatives)]
+    block = f'{start} "[" {calls} "]" {end}'
+    head = [f"start: {block}" if answer is None else f"start: ({block}) | answer", "call: " + " | ".join(alternatives)]
+    if answer is not None:
+        rules.append(f"answer: {json_rule(answer)}")
     return "\n".join(head + rules) + "\n"
 
 
@@ -93,7 +103,4 @@ def _value(schema: Any, definitions: Mapping[str, Any]) -> str:
             return '"True" | "False"'
         if schema.get("type") == "null":
             return '"None"'
-    body = bounded({**schema, **definitions}) if isinstance(schema, dict) else schema
-    if isinstance(body, dict):
-        body["x-guidance"] = JSON_STYLE
-    return "%json " + json.dumps(body)
+    return json_rule({**schema, **definitions} if isinstance(schema, dict) else schema)

@@ -85,6 +85,44 @@ def bounded(schema: Any) -> Any:
     return out
 
 
+def json_rule(schema: Any) -> str:
+    """A Lark rule body (llguidance's ``%json``) for JSON that follows ``schema``, bounded and in the models' style."""
+    body = bounded(schema)
+    if isinstance(body, dict):
+        body["x-guidance"] = JSON_STYLE
+    return "%json " + json.dumps(body)
+
+
+def checked_schema(schema: Any, *, param: str) -> dict[str, Any]:
+    """A request's JSON schema once llguidance is known to compile it (``true``, any JSON value, is ``{}``), for a
+    grammar that embeds it: a schema it cannot compile is a 400 naming ``param``, not the grammar around it."""
+    import llguidance
+
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(_schema_grammar(schema, param=param))
+    if is_error:
+        raise InvalidRequest(f"unsupported or invalid JSON schema: {messages[0]}", param=param)
+    return {} if schema is True else dict(schema)
+
+
+def _schema_grammar(schema: Any, *, param: str) -> str:
+    """llguidance's grammar for JSON that follows ``schema``; ``false``, a schema that is no object, NaN or a schema
+    llguidance cannot read is a 400 naming ``param``."""
+    if schema is True:
+        schema = {}
+    if schema is False:
+        raise InvalidRequest("the JSON schema false accepts no output", param=param)
+    if not isinstance(schema, dict):
+        raise InvalidRequest("a JSON schema must be an object", param=param)
+    import llguidance
+
+    try:
+        text = json.dumps(bounded(schema), allow_nan=False)
+        grammar: str = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=JSON_STYLE)
+    except ValueError as exc:  # NaN or infinity in the schema, or a schema llguidance cannot read
+        raise InvalidRequest(f"unsupported or invalid JSON schema: {exc}", param=param) from None
+    return grammar
+
+
 class TokenMask:
     """One request's grammar state on the engine thread, a :class:`~lfmserve.engine.records.TokenConstraint`
     (not thread-safe; used by one sampler)."""
@@ -194,20 +232,7 @@ class Grammars:
 
     def json_schema(self, schema: Any, *, param: str) -> TokenMask:
         """A mask for output that validates against ``schema``; ``true`` (any JSON value) is the schema ``{}``."""
-        if schema is True:
-            schema = {}
-        if schema is False:
-            raise InvalidRequest("the JSON schema false accepts no output", param=param)
-        if not isinstance(schema, dict):
-            raise InvalidRequest("a JSON schema must be an object", param=param)
-        import llguidance
-
-        try:
-            text = json.dumps(bounded(schema), allow_nan=False)
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=JSON_STYLE)
-        except ValueError as exc:  # NaN or infinity in the schema, or a schema llguidance cannot read
-            raise InvalidRequest(f"unsupported or invalid JSON schema: {exc}", param=param) from None
-        return self._mask(grammar, param=param, what="JSON schema")
+        return self._mask(_schema_grammar(schema, param=param), param=param, what="JSON schema")
 
     def gbnf(self, text: str, *, param: str) -> TokenMask:
         import llguidance

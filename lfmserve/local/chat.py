@@ -58,8 +58,8 @@ class Chat:
       ``none``, ``required``, or ``{"type": "function", "function": {"name": ...}}``; the last two constrain the
       answer to a call.
     - ``response_format``: OpenAI's dict, a bare JSON schema, or a pydantic model class (its instance in
-      :attr:`~lfmserve.results.ChatResult.parsed`). As on the server, it does not combine with tools: give such a
-      turn ``tool_choice="none"`` in a chat that has some.
+      :attr:`~lfmserve.results.ChatResult.parsed`). As on the server, beside tools under ``auto`` the answer is
+      either calls (``parsed`` None) or JSON that follows it; ``tool_choice="none"`` makes it the JSON.
     - ``thinking``: the template's ``enable_thinking`` (None: the template's default).
     - sampling: ``temperature=…``, ``max_tokens=…``, ``stop=…``, ``logit_bias=…`` and the other
       :class:`~lfmserve.engine.records.SamplingParams` names.

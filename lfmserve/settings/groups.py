@@ -223,7 +223,7 @@ class ChatSettings:
     reasoning_preserve: bool | None = switch(
         "--reasoning-preserve",
         help="tell the template to keep the reasoning of every past assistant turn, not only the last "
-        "(preserve_reasoning; default: on, unless --chat-template-kwargs sets it)",
+        "(preserve_reasoning; default: unset, the template's own choice, as its authors render it)",
         default=None,
     )
     skip_chat_parsing: bool = switch(
@@ -276,13 +276,13 @@ class ChatSettings:
     def template_variables(self) -> dict[str, Any]:
         """What every render gets under a request's own ``chat_template_kwargs`` (llama-server's
         ``default_template_kwargs``): ``--chat-template-kwargs``, then ``--reasoning-effort`` and
-        ``--reasoning-preserve``; ``preserve_reasoning`` is on when neither sets it, as in llama-server."""
+        ``--reasoning-preserve``. Unlike llama-server, ``preserve_reasoning`` is left unset when neither sets it:
+        LFM2.5-8B-A1B's template would keep every past turn's thinking, which its authors' render drops."""
         variables = self.template_kwargs
         if self.reasoning_effort != "default":
             variables["reasoning_effort"] = self.reasoning_effort
         if self.reasoning_preserve is not None:
             variables["preserve_reasoning"] = self.reasoning_preserve
-        variables.setdefault("preserve_reasoning", True)
         return variables
 
 

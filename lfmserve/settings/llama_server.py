@@ -250,7 +250,6 @@ OPTIONS: tuple[Option, ...] = (
         "--reasoning-effort LEVEL $LLAMA_ARG_REASONING_EFFORT",
         "--reasoning-budget N $LLAMA_ARG_THINK_BUDGET",
         "--reasoning-budget-message MESSAGE $LLAMA_ARG_THINK_BUDGET_MESSAGE",
-        "--reasoning-preserve / --no-reasoning-preserve $LLAMA_ARG_REASONING_PRESERVE",
         "--chat-template TEMPLATE $LLAMA_ARG_CHAT_TEMPLATE",
         "--chat-template-file FILE $LLAMA_ARG_CHAT_TEMPLATE_FILE",
         "--skip-chat-parsing / --no-skip-chat-parsing $LLAMA_ARG_SKIP_CHAT_PARSING",
@@ -258,6 +257,12 @@ OPTIONS: tuple[Option, ...] = (
         "-sps --slot-prompt-similarity SIMILARITY",
         "--lora-init-without-apply",
         "--sleep-idle-seconds SECONDS",
+    ),
+    *_options(
+        _D,
+        "off unless given: past reasoning stays in the prompt only where asked, as the templates' authors render it "
+        "(llama-server turns it on)",
+        "--reasoning-preserve / --no-reasoning-preserve $LLAMA_ARG_REASONING_PRESERVE",
     ),
     *_options(
         _D,

@@ -7,6 +7,8 @@ these stand-ins are built to: every layer's output projection is zero, so the re
 embedding, and the output matrix reads it. The embedding holds a constant and the token's position in a cycle
 of words; the output gives each word a bias for its group plus a bonus when the current token sits just before it
 in the cycle. Greedy decoding then walks the cycle of the group whose bias is highest, whatever the prompt.
+Tokens named ``favoured`` outrank the model's own words everywhere, so under a grammar that allows a choice the
+model takes the favoured way (``"<|tool_call_start|>"``: it calls a tool wherever it may; ``"{"``: it answers JSON).
 
 A LoRA adapter on ``output.weight`` moves the groups' biases in proportion to its scale (group ``k``'s line
 ``2 s_k x - s_k**2`` is tangent to ``x**2`` at its scale ``s_k``), so the group that speaks is the one whose scale
@@ -37,6 +39,8 @@ from .lfm2 import TinyLfm2, finish_gguf, vocabulary, write_metadata, write_token
 #: a losing group's word win, and within the winning group it picks the next word of the cycle.
 GROUP_GAIN = 100.0
 CYCLE_BONUS = 4.0
+#: A favoured token's bias: above every word of the model's own cycle (at most :data:`CYCLE_BONUS`).
+FAVOURED_BIAS = 2 * CYCLE_BONUS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +50,8 @@ class ScriptedLlama:
 
     words: tuple[str, ...]
     lora_groups: tuple[tuple[float, tuple[str, ...]], ...] = ()
+    #: Tokens, as the vocabulary spells them, that the model writes wherever it may (:data:`FAVOURED_BIAS`).
+    favoured: tuple[str, ...] = ()
     name: str = "Scripted-Llama"
     n_embd: int = 64
     n_layer: int = 2
@@ -164,7 +170,8 @@ def _token_ids(spec: ScriptedLlama) -> dict[str, int]:
 
 def _script(spec: ScriptedLlama, n_vocab: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """The embedding (a constant in dimension 0, the token's cycle position one-hot after it) and the output
-    matrix (each word's group bias on the constant, its cycle bonus on the position before it)."""
+    matrix (each word's group bias on the constant, its cycle bonus on the position before it; each favoured
+    token's bias on the constant)."""
     length = len(spec.words)
     if any(len(group) != length for _, group in spec.groups):
         raise ValueError("every cycle of a scripted model has the same length")
@@ -182,4 +189,6 @@ def _script(spec: ScriptedLlama, n_vocab: int) -> tuple[npt.NDArray[np.float32],
             embedding[token, 1 + position] = 1.0
             output[token, 0] = -GROUP_GAIN * scale**2
             output[token, 1 + (position - 1) % length] = CYCLE_BONUS
+    for piece in spec.favoured:
+        output[ids[piece], 0] = FAVOURED_BIAS
     return embedding, output

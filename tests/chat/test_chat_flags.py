@@ -75,11 +75,14 @@ PROBE = (
 )
 
 
-def _told(effort: str, preserve: bool, x: int, preserve_thinking: bool | None = None) -> str:
+def _told(effort: str, preserve: bool | None, x: int | str, preserve_thinking: bool | None = None) -> str:
+    """What :data:`PROBE` prints; ``preserve`` None: preserve_reasoning and its other names unset."""
     kept = preserve if preserve_thinking is None else preserve_thinking
+    dropped = "unset" if preserve is None else not preserve
     return (
-        f"hi: effort={effort} strength={effort} preserve={preserve} preserve_thinking={kept} clear={not preserve}"
-        f" truncate={not preserve} drop={not preserve} x={x}"
+        f"hi: effort={effort} strength={effort} preserve={'unset' if preserve is None else preserve}"
+        f" preserve_thinking={'unset' if kept is None else kept} clear={dropped} truncate={dropped} drop={dropped}"
+        f" x={x}"
     )
 
 
@@ -96,14 +99,18 @@ def probe_server(server_factory: Callable[..., ServerThread], tiny_gguf: Path, t
 @pytest.mark.parametrize(
     ("body", "told"),
     [
-        # The server's: --reasoning-effort, --chat-template-kwargs, and preserve_reasoning on (llama-server's default).
-        ({}, _told("high", True, 1)),
-        ({"reasoning_effort": "low"}, _told("low", True, 1)),
-        ({"reasoning": {"effort": "medium"}}, _told("medium", True, 1)),
-        ({"chat_template_kwargs": {"reasoning_effort": "minimal", "x": 2}}, _told("minimal", True, 2)),
+        # The server's: --reasoning-effort, --chat-template-kwargs (preserve_reasoning unset: the template's own).
+        ({}, _told("high", None, 1)),
+        ({"reasoning_effort": "low"}, _told("low", None, 1)),
+        ({"reasoning": {"effort": "medium"}}, _told("medium", None, 1)),
+        ({"chat_template_kwargs": {"reasoning_effort": "minimal", "x": 2}}, _told("minimal", None, 2)),
         ({"chat_template_kwargs": {"preserve_reasoning": False}}, _told("high", False, 1)),
+        ({"chat_template_kwargs": {"preserve_reasoning": True}}, _told("high", True, 1)),
         # A variable given by its own name wins over the one preserve_reasoning stands for.
-        ({"chat_template_kwargs": {"preserve_thinking": False}}, _told("high", True, 1, preserve_thinking=False)),
+        (
+            {"chat_template_kwargs": {"preserve_reasoning": True, "preserve_thinking": False}},
+            _told("high", True, 1, preserve_thinking=False),
+        ),
     ],
 )
 def test_the_servers_template_variables_are_under_the_requests(
@@ -112,16 +119,17 @@ def test_the_servers_template_variables_are_under_the_requests(
     assert _prompt(probe_server, messages=[{"role": "user", "content": "hi"}], **body) == told
 
 
-def test_without_the_flags_the_template_is_told_only_to_preserve_reasoning(
+def test_without_the_flags_the_template_is_told_nothing_about_reasoning_and_with_one_it_is(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path, tmp_path: Path
 ) -> None:
+    """llama-server would tell it preserve_reasoning=true; lfmserve leaves past reasoning to the template's own
+    default unless --reasoning-preserve asks (docs/usage.md, "Reasoning")."""
     probe = tmp_path / "probe.jinja"
     probe.write_text(PROBE)
     server = server_factory(_settings(tiny_gguf, chat_template_file=str(probe)))
-    assert _prompt(server, messages=[{"role": "user", "content": "hi"}]) == (
-        "hi: effort=unset strength=unset preserve=True preserve_thinking=True clear=False truncate=False drop=False"
-        " x=unset"
-    )
+    assert _prompt(server, messages=[{"role": "user", "content": "hi"}]) == _told("unset", None, "unset")
+    preserving = server_factory(_settings(tiny_gguf, chat_template_file=str(probe), reasoning_preserve=True))
+    assert _prompt(preserving, messages=[{"role": "user", "content": "hi"}]) == _told("unset", True, "unset")
 
 
 # -- --skip-chat-parsing and --prefill-assistant, against a server without them ---------------------------------

@@ -15,9 +15,10 @@ import pytest
 from lfmserve.chat.plan import ChatPlan, template_kwargs
 from lfmserve.chat.render import continuation, render_chat, template_message, text_with_markers
 from lfmserve.chat.request import ChatRequest, ContentPart, Message
-from lfmserve.chat.template import ChatTemplate, TemplateCaps
-from lfmserve.errors import InvalidRequest
-from lfmserve.settings import Settings
+from lfmserve.chat.template import CHATML_TEMPLATE, ChatTemplate, TemplateCaps
+from lfmserve.errors import InvalidRequest, TemplateError
+from lfmserve.settings import ChatSettings, Settings
+from lfmserve.testing import GEMMA3_CHAT_TEMPLATE
 from tests.conftest import ServerThread, fixture_template
 
 # -- a three-turn tool conversation, rendered by each fixture template --------------------------------
@@ -184,6 +185,99 @@ def test_template_kwargs_reasoning_effort_and_past_reasoning_reach_the_template(
     assert chat["usage"]["prompt_tokens"] == len(tokens)
 
 
+# -- each template family against llama-server's /apply-template (bench/template_parity.py) -------------------
+#: The tool declared in bench/template_parity.py's conversations.
+PARITY_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+PARIS_CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+TOOL_LOOP = (
+    Message(role="user", content="Weather in Paris?"),
+    Message(role="assistant", tool_calls=(PARIS_CALL,)),
+    Message(role="tool", content='{"temperature": 21}', tool_call_id="call_1"),
+    Message(role="assistant", content="It is 21 degrees."),
+    Message(role="user", content="Thanks!"),
+)
+THINKING = (
+    Message(role="user", content="2 + 2?"),
+    Message(role="assistant", content="4", reasoning_content="add"),
+    Message(role="user", content="And 3 + 3?"),
+)
+#: llama-server's prompts for them (BOS left out, as its /apply-template does; TODAY is the date), by template.
+_LISTED = f"List of tools: [{json.dumps(PARITY_TOOL)}]"
+_CHATML_TOOL_LOOP = (
+    "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+    '<|im_start|>tool\n{"temperature": 21}<|im_end|>\n<|im_start|>assistant\nIt is 21 degrees.<|im_end|>\n'
+    "<|im_start|>user\nThanks!<|im_end|>\n<|im_start|>assistant\n"
+)
+LLAMA_SERVER_TOOL_LOOP = {
+    "lfm2-tools.jinja": "<|im_start|>system\n"
+    + _LISTED.replace("[", "<|tool_list_start|>[", 1)
+    + "<|tool_list_end|><|im_end|>\n"
+    + _CHATML_TOOL_LOOP.replace(
+        '{"temperature": 21}', '<|tool_response_start|>{"temperature": 21}<|tool_response_end|>'
+    ),
+    "lfm2.5-instruct.jinja": f"<|im_start|>system\n{_LISTED}<|im_end|>\n" + _CHATML_TOOL_LOOP,
+    "lfm2.5-8b-a1b.jinja": f"<|im_start|>system\nToday's date: TODAY\n\n{_LISTED}<|im_end|>\n"
+    + _CHATML_TOOL_LOOP.replace(
+        "assistant\n<|im_end|>", "assistant\n<|tool_call_start|>[get_weather(city='Paris')]<|tool_call_end|><|im_end|>"
+    ),
+    "chatml": _CHATML_TOOL_LOOP,
+}
+LLAMA_SERVER_THINKING = (
+    "<|im_start|>user\n2 + 2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3 + 3?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
+
+
+def _parity_template(name: str, settings: ChatSettings | None = None) -> ChatTemplate:
+    """A fixture template (or ChatML, the one a GGUF without a template gets) as the server loads it by default."""
+    source = CHATML_TEMPLATE if name == "chatml" else fixture_template(name).read_text()
+    variables = (settings or ChatSettings()).template_variables
+    return ChatTemplate(source, bos_token="<|startoftext|>", eos_token="<|im_end|>", variables=variables)
+
+
+@pytest.mark.parametrize("name", list(LLAMA_SERVER_TOOL_LOOP))
+def test_a_tool_loop_renders_as_llama_server_but_where_the_template_lists_tools_without_rendering_calls(
+    name: str,
+) -> None:
+    """LFM2's and LFM2.5-1.2B's templates list the tools but drop ``tool_calls``: llama-server leaves the call's
+    turn empty, lfmserve writes the call there as the model generated it (docs/usage.md, "Tool calls")."""
+    template = _parity_template(name)
+    prompt = render_chat(template, ChatRequest(messages=TOOL_LOOP, tools=(PARITY_TOOL,)))
+    expected = LLAMA_SERVER_TOOL_LOOP[name].replace("TODAY", f"{datetime.now():%Y-%m-%d}")
+    if name in ("lfm2-tools.jinja", "lfm2.5-instruct.jinja"):
+        written = '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'
+        expected = expected.replace("assistant\n<|im_end|>", f"assistant\n{written}<|im_end|>")
+    assert prompt == ("" if name == "chatml" else "<|startoftext|>") + expected
+
+
+def test_gemma_3s_own_template_refuses_a_tool_result_as_llama_server_does() -> None:
+    """Its roles must alternate user/model: llama-server answers 400 with the same message (and its Jinja trace)."""
+    template = ChatTemplate(GEMMA3_CHAT_TEMPLATE, bos_token="<bos>", eos_token="<eos>")
+    with pytest.raises(TemplateError, match="^Chat template error: Conversation roles must alternate user/assistant"):
+        render_chat(template, ChatRequest(messages=TOOL_LOOP, tools=(PARITY_TOOL,)))
+    assert render_chat(template, ChatRequest(messages=THINKING)) == (
+        "<bos><start_of_turn>user\n2 + 2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n"
+        "<start_of_turn>user\nAnd 3 + 3?<end_of_turn>\n<start_of_turn>model\n"
+    )
+
+
+@pytest.mark.parametrize("name", list(LLAMA_SERVER_TOOL_LOOP))
+def test_past_thinking_is_left_out_by_default_as_llama_server_and_the_templates_authors_render(name: str) -> None:
+    bos = "" if name == "chatml" else "<|startoftext|>"
+    assert render_chat(_parity_template(name), ChatRequest(messages=THINKING)) == bos + LLAMA_SERVER_THINKING
+    # --reasoning-preserve asks LFM2.5-8B-A1B's template for it (it reads the reasoning as ``thinking``).
+    preserving = _parity_template(name, ChatSettings(reasoning_preserve=True))
+    kept = LLAMA_SERVER_THINKING.replace("\n4<", "\n<think>add</think>4<") if "8b" in name else LLAMA_SERVER_THINKING
+    assert render_chat(preserving, ChatRequest(messages=THINKING)) == bos + kept
+
+
 # -- messages as templates read them, without a model --------------------------------------------------
 class _Template:
     """A ChatFormatter stand-in that records what it is given."""
@@ -191,8 +285,8 @@ class _Template:
     source = ""
     think_tags = None
 
-    def __init__(self, *, typed: bool, tool_calls: bool) -> None:
-        self.caps = TemplateCaps(True, typed, True, True, tool_calls, tool_calls, False)
+    def __init__(self, *, typed: bool, tool_calls: bool, tools: bool = True) -> None:
+        self.caps = TemplateCaps(True, typed, True, tools, tool_calls, tool_calls, False)
         self.seen: dict[str, Any] = {}
 
     def render(self, messages: Any, *, tools: Any = None, add_generation_prompt: bool = True, extra: Any = None) -> str:
@@ -243,12 +337,19 @@ def test_history_reaches_the_template_in_its_shape() -> None:
     }
 
 
-def test_calls_a_template_ignores_are_written_into_the_content_as_generated() -> None:
+def test_calls_a_template_with_tools_ignores_are_written_into_the_content_as_generated() -> None:
     template = _Template(typed=False, tool_calls=False)
     message = Message(role="assistant", content="Checking.", tool_calls=(CALL,))
     assert template_message(template, message)["content"] == (
         'Checking.<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'
     )
+    # A template without tools gets them as llama-server gives them: as tool_calls only, which it drops.
+    plain = template_message(_Template(typed=False, tool_calls=False, tools=False), message)
+    assert plain == {
+        "role": "assistant",
+        "content": "Checking.",
+        "tool_calls": [{**CALL, "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    }
     parts = Message(role="user", content=(ContentPart("text", "a"), ContentPart("text", "b")))
     assert template_message(template, parts)["content"] == "a\nb"  # a string-content template gets the text
 

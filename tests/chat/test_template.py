@@ -105,12 +105,14 @@ def test_lfm25_8b_template_renders_date_tools_thinking_and_past_calls() -> None:
     )
 
 
-@pytest.mark.parametrize(("preserve", "first_turn"), [(None, "<think>sun</think>Sunny."), (False, "Sunny.")])
-def test_lfm25_8b_template_keeps_past_thinking_unless_told_not_to_preserve_reasoning(
+@pytest.mark.parametrize(
+    ("preserve", "first_turn"), [(None, "Sunny."), (True, "<think>sun</think>Sunny."), (False, "Sunny.")]
+)
+def test_lfm25_8b_template_keeps_past_thinking_only_when_told_to_preserve_reasoning(
     preserve: bool | None, first_turn: str
 ) -> None:
-    """llama-server tells every template preserve_reasoning (on by default), which this one reads as
-    preserve_thinking; so it also reports the template as one that preserves reasoning."""
+    """``--reasoning-preserve`` is its ``preserve_thinking``; without it, the template's own default (false), as
+    transformers and llama-server render it. The probes tell it to, so it is a template that preserves reasoning."""
     variables = ChatSettings(reasoning_preserve=preserve).template_variables
     source = fixture_template("lfm2.5-8b-a1b.jinja").read_text()
     template = ChatTemplate(source, bos_token=BOS, eos_token=EOS, variables=variables)

@@ -117,6 +117,19 @@ def test_a_pydantic_response_format_comes_back_parsed(model: lfmserve.Model, too
     assert isinstance(result.parsed, Weather) and result.parsed == Weather.model_validate_json(content)
 
 
+def test_a_call_beside_a_response_format_is_no_parsed_answer(model: lfmserve.Model, tools_server: ServerThread) -> None:
+    asked = {"tools": TOOLS, "tool_choice": NAMED, "temperature": 0, "max_tokens": 300}
+    result = model.chat().reply(ASK[0]["content"], response_format=Weather, **asked)
+    wire = {"type": "json_schema", "json_schema": {"name": "Weather", "schema": Weather.model_json_schema()}}
+    served = served_chat(tools_server, messages=ASK, response_format=wire, **asked)["choices"][0]
+    [wire_call] = served["message"]["tool_calls"]
+    assert [(call.name, call.arguments) for call in result.tool_calls] == [
+        (wire_call["function"]["name"], json.loads(wire_call["function"]["arguments"]))
+    ]
+    assert (result.parsed, result.content, result.finish_reason) == (None, "", served["finish_reason"])
+    assert result.finish_reason == "tool_calls"
+
+
 def test_a_json_schema_dict_constrains_without_parsing(model: lfmserve.Model) -> None:
     schema = Weather.model_json_schema()
     result = model.chat().reply(

@@ -32,12 +32,12 @@ def test_the_chat_flags_parse_to_their_fields_and_back() -> None:
     )
 
 
-def test_the_defaults_are_llama_servers() -> None:
+def test_the_defaults_are_llama_servers_but_past_reasoning_is_the_templates_choice() -> None:
     chat = Settings.from_argv([]).chat
     assert (chat.chat_template_kwargs, chat.reasoning_effort, chat.reasoning_preserve) == (None, "default", None)
     assert (chat.skip_chat_parsing, chat.prefill_assistant) == (False, True)
-    # llama-server sets preserve_reasoning unless a flag did.
-    assert chat.template_variables == {"preserve_reasoning": True}
+    # llama-server sets preserve_reasoning unless a flag did; lfmserve leaves it to the template's own default.
+    assert chat.template_variables == {}
 
 
 @pytest.mark.parametrize(
@@ -45,17 +45,17 @@ def test_the_defaults_are_llama_servers() -> None:
     [
         (
             {"chat_template_kwargs": '{"a": [1, "x"], "b": null}'},
-            {"a": [1, "x"], "b": None, "preserve_reasoning": True},
+            {"a": [1, "x"], "b": None},
         ),
-        ({"reasoning_effort": "xhigh"}, {"reasoning_effort": "xhigh", "preserve_reasoning": True}),
+        ({"reasoning_effort": "xhigh"}, {"reasoning_effort": "xhigh"}),
         # "default" keeps what --chat-template-kwargs says, or the template's own.
         (
             {"chat_template_kwargs": '{"reasoning_effort": "low"}', "reasoning_effort": "default"},
-            {"reasoning_effort": "low", "preserve_reasoning": True},
+            {"reasoning_effort": "low"},
         ),
         (
             {"chat_template_kwargs": '{"reasoning_effort": "low"}', "reasoning_effort": "max"},
-            {"reasoning_effort": "max", "preserve_reasoning": True},
+            {"reasoning_effort": "max"},
         ),
         ({"chat_template_kwargs": '{"preserve_reasoning": false}'}, {"preserve_reasoning": False}),
         (
@@ -63,6 +63,7 @@ def test_the_defaults_are_llama_servers() -> None:
             {"preserve_reasoning": True},
         ),
         ({"reasoning_preserve": False}, {"preserve_reasoning": False}),
+        ({"reasoning_preserve": True}, {"preserve_reasoning": True}),
     ],
 )
 def test_template_variables_are_the_kwargs_then_the_reasoning_flags(

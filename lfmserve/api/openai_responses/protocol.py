@@ -11,7 +11,9 @@ llama-server answers the Responses API by converting the body into a chat-comple
   joins it, as llama-server merges them, so a turn sent back as reasoning + message + calls is one message;
 - function tools in the Responses flat shape become chat tools (``strict`` true unless given); hosted tools
   (``web_search`` ...) have no chat equivalent and are skipped with a warning; ``max_output_tokens`` is
-  ``max_tokens`` and ``reasoning.effort`` is ``reasoning_effort``.
+  ``max_tokens`` and ``reasoning.effort`` is ``reasoning_effort``;
+- ``text.format`` is ``response_format`` (llama-server's Responses ignores it; OpenAI's constrains the answer).
+  llama-server's ``response_format`` extra, when given too, wins.
 
 Every other generation field (``temperature``, ``top_p``, llama-server's extras) reads as in chat completions.
 """
@@ -22,7 +24,7 @@ import logging
 from dataclasses import replace
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from ...chat.request import ChatRequest, ContentPart, Message, NamedTool, ReasoningEffort, ReasoningFormat, ToolChoice
 from ...errors import InvalidRequest
@@ -235,6 +237,31 @@ class ReasoningOptions(Body):
     effort: ReasoningEffort | None = None
 
 
+class TextFormat(Body):
+    """``text.format``: the Responses spelling of ``response_format``, a ``json_schema``'s schema beside ``type``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> TextFormat:
+        if self.type == "json_schema" and self.schema_ is None:
+            raise ValueError("type 'json_schema' needs a schema")
+        return self
+
+    def output_schema(self) -> dict[str, Any] | bool | None:
+        """The schema the output must follow, or None for free text (``json_object``: any object)."""
+        if self.type == "text":
+            return None
+        return self.schema_ if self.schema_ is not None else {"type": "object"}
+
+
+class TextOptions(Body):
+    format: TextFormat | None = None
+
+
 # -- the body --------------------------------------------------------------------------------------
 class ResponsesRequest(SamplingFields):
     """``POST /v1/responses``.
@@ -257,6 +284,7 @@ class ResponsesRequest(SamplingFields):
     reasoning_format: ReasoningFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     response_format: ResponseFormat | None = None
+    text: TextOptions | None = None
 
     def requested_max_tokens(self) -> int | None:
         if self.max_output_tokens is not None:
@@ -271,7 +299,7 @@ class ResponsesRequest(SamplingFields):
             tools=self._chat_tools(),
             tool_choice=self._tool_choice(),
             parallel_tool_calls=self.parallel_tool_calls,
-            response_schema=self.response_format.output_schema() if self.response_format else None,
+            response_schema=self._output_schema(),
             reasoning_format=self.reasoning_format,
             reasoning_effort=self.reasoning.effort if self.reasoning else None,
             template_kwargs=self.chat_template_kwargs or {},
@@ -298,6 +326,10 @@ class ResponsesRequest(SamplingFields):
             else:
                 logger.warning("unsupported Responses tool type '%s' skipped", tool.type)
         return tuple(tools)
+
+    def _output_schema(self) -> dict[str, Any] | bool | None:
+        chosen = self.response_format or (self.text.format if self.text else None)
+        return chosen.output_schema() if chosen else None
 
     def _tool_choice(self) -> ToolChoice:
         choice = self.tool_choice

@@ -182,6 +182,11 @@ def test_assistant_items_after_an_assistant_message_join_it() -> None:
             None,
         ),
         ({"input": "x", "max_output_tokens": "8"}, "Invalid value for 'max_output_tokens'", "max_output_tokens"),
+        (
+            {"input": "x", "text": {"format": {"type": "json_schema", "name": "s"}}},
+            "Invalid value for 'text.format': Value error, type 'json_schema' needs a schema",
+            "text.format",
+        ),
         ({"input": "x", "temperature": "hot"}, "Invalid value for 'temperature'", "temperature"),
     ],
 )
@@ -190,6 +195,16 @@ def test_malformed_bodies_are_400s_naming_the_field(body: dict[str, Any], messag
         _responses(body)
     assert caught.value.message.startswith(message)
     assert caught.value.param == (param or message.split("'")[1])
+
+
+def test_text_format_is_the_response_format_and_llama_servers_extra_wins() -> None:
+    schema, other = {"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "array"}
+    formats = [{"type": "json_schema", "name": "s", "schema": schema}, {"type": "json_object"}, {"type": "text"}]
+    read = [_responses({"input": "x", "text": {"format": f}}).response_schema for f in formats]
+    assert read == [schema, {"type": "object"}, None]
+    extra = {"type": "json_schema", "json_schema": {"schema": other}}
+    both = {"input": "x", "text": {"format": formats[0]}, "response_format": extra}
+    assert _responses(both).response_schema == other
 
 
 # -- the response and its events, on a fake engine -------------------------------------------------------
