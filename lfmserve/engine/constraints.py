@@ -60,10 +60,7 @@ def bounded(schema: Any) -> Any:
         return [bounded(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {
-        key: bounded(value) if key not in ("const", "enum", "default", "examples") else value
-        for key, value in schema.items()
-    }
+    out = {key: _bounded_value(key, value) for key, value in schema.items()}
     if "properties" in out and "additionalProperties" not in out:
         out["additionalProperties"] = False
     if isinstance(out.get("items"), list):  # a tuple, in draft 4's spelling: those items and no more
@@ -83,6 +80,21 @@ def bounded(schema: Any) -> Any:
         if "maximum" not in out and "exclusiveMaximum" not in out:
             out["maximum"] = MAX_INTEGER
     return out
+
+
+#: Keywords whose value is a map of names to schemas: the names are keys, not keywords (a property may be called
+#: ``items`` or ``properties``).
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+#: Keywords whose value is data, not a schema.
+_DATA = frozenset({"const", "enum", "default", "examples"})
+
+
+def _bounded_value(key: str, value: Any) -> Any:
+    if key in _DATA:
+        return value
+    if key in _SCHEMA_MAPS and isinstance(value, dict):
+        return {name: bounded(subschema) for name, subschema in value.items()}
+    return bounded(value)
 
 
 def json_rule(schema: Any) -> str:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import httpx
 import jsonschema
+import llguidance
 import openai
 import pytest
 from pydantic import BaseModel, Field
@@ -135,6 +136,25 @@ def test_untyped_items_and_properties_are_an_array_and_an_object_as_llama_cpp_re
         "anyOf": [{"type": "null"}],
         "items": {},
     }
+
+
+def test_properties_named_like_keywords_are_names_not_keywords() -> None:
+    """An order's ``items``, a form's ``properties``: the names of a ``properties`` map are not read as a schema
+    (that made the map an "array" and every such schema a 400)."""
+    schema = {
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {"type": "string"}}, "properties": {"type": "string"}},
+        "$defs": {"enum": {"type": "string"}},
+        "required": ["items"],
+    }
+    assert bounded(schema) == {
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {"type": "string"}}, "properties": {"type": "string"}},
+        "$defs": {"enum": {"type": "string"}},
+        "required": ["items"],
+        "additionalProperties": False,
+    }
+    assert llguidance.LLMatcher.grammar_from_json_schema(json.dumps(bounded(schema)))  # and llguidance reads it
 
 
 def test_grammars_closed_with_their_model_build_nothing_from_it(tiny_gguf: Path) -> None:
