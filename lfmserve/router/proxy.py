@@ -20,6 +20,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from starlette.responses import Response, StreamingResponse
@@ -43,6 +44,9 @@ _CREDENTIALS = frozenset({"authorization", "x-api-key", "content-length"})
 #: How long a child that refused a connection has to be seen exiting before the request is given up.
 _EXIT_NOTICE_S = 2.0
 _SHUTTING_DOWN = "the server is shutting down"
+#: What a path keeps unescaped on its way to a child, RFC 3986's path characters: the path arrives decoded, so a
+#: control character, a ``?`` or a ``#`` the client sent escaped is escaped again (``/upstream/m/%3F`` is ``/%3F``).
+_PATH_SAFE = "/:@!$&'()*+,;=~"
 
 
 class Proxy:
@@ -96,7 +100,11 @@ class Proxy:
                 try:
                     upstream = await self.client.send(
                         self.client.build_request(
-                            method, f"{child.url}{path}", params=query, headers=_for_child(headers, child), content=body
+                            method,
+                            f"{child.url}{quote(path, safe=_PATH_SAFE)}",
+                            params=query,
+                            headers=_for_child(headers, child),
+                            content=body,
                         ),
                         stream=True,
                     )

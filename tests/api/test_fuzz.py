@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -63,7 +64,23 @@ def connection(fuzz_server: ServerThread) -> Iterator[http.client.HTTPConnection
     conn.close()
 
 
-def _send(conn: http.client.HTTPConnection, case: Any) -> tuple[http.client.HTTPResponse, bytes]:
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """A request as it goes on the wire: what a fuzzer sends, and what its failure names."""
+
+    method: str
+    #: The path and the query.
+    target: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+
+    @property
+    def path(self) -> str:
+        return self.target.partition("?")[0]
+
+
+def wire_request(case: Any) -> WireRequest:
+    """A schemathesis case as bytes: its JSON written as given (NaN and infinities included), other bodies as is."""
     request = case.as_transport_kwargs(base_url="http://fuzzed")
     url = urlsplit(request["url"])
     target = url.path + ("?" + urlencode(request["params"], doseq=True) if request.get("params") else "")
@@ -73,33 +90,57 @@ def _send(conn: http.client.HTTPConnection, case: Any) -> tuple[http.client.HTTP
         body = json.dumps(request["json"], allow_nan=True).encode()
     elif request.get("data") is not None:
         body = request["data"] if isinstance(request["data"], bytes) else str(request["data"]).encode()
-    conn.request(request["method"], target, body=body, headers=headers)
+    return WireRequest(request["method"], target, headers, body)
+
+
+def send(conn: http.client.HTTPConnection, request: WireRequest) -> tuple[http.client.HTTPResponse, bytes]:
+    conn.request(request.method, request.target, body=request.body, headers=request.headers)
     response = conn.getresponse()
     return response, response.read()
 
 
-def check_case(conn: http.client.HTTPConnection, case: Any) -> None:
-    response, raw = _send(conn, case)
+def check_answer(
+    conn: http.client.HTTPConnection,
+    request: WireRequest,
+    response: http.client.HTTPResponse,
+    raw: bytes,
+    shape_path: str | None = None,
+) -> None:
+    """Below 500 (or a deliberate 501), a 4xx in the error shape of ``shape_path``'s family (the request's path
+    unless given), and the connection still serving unless the server said it would close it."""
+    shape_path = shape_path or request.path
+    failure = (request.method, request.target, (request.body or b"")[:2000], raw[:500])
     # 501 is a deliberate answer (a feature this server does not have), in the error shape like the others.
-    assert response.status < 500 or response.status == 501, (case.method, case.formatted_path, case.body, raw[:500])
-    if response.status >= 400 and case.formatted_path.startswith("/api/"):  # Ollama's shape: {"error": "message"}
+    assert response.status < 500 or response.status == 501, failure
+    if response.status >= 400 and shape_path.startswith("/api/"):  # Ollama's shape: {"error": "message"}
         error = json.loads(raw)["error"]
-        assert isinstance(error, str) and error and "Traceback" not in error
+        assert isinstance(error, str) and error and "Traceback" not in error, failure
     elif response.status == 501:
-        assert json.loads(raw)["error"]["type"] == "not_supported_error"
-    if response.status >= 400 and not case.formatted_path.startswith("/api/"):
+        assert json.loads(raw)["error"]["type"] == "not_supported_error", failure
+    if response.status >= 400 and not shape_path.startswith("/api/"):
         error = json.loads(raw)["error"]
-        assert error["code"] == response.status and isinstance(error["message"], str) and error["message"]
-        assert isinstance(error["type"], str) and "Traceback" not in error["message"]
+        assert error["code"] == response.status and isinstance(error["message"], str) and error["message"], failure
+        assert isinstance(error["type"], str) and "Traceback" not in error["message"], failure
     if not response.will_close:  # unless the server said it would close it, the connection goes on serving
         conn.request("GET", "/health")
         health = conn.getresponse()
         assert (health.status, health.read()) == (200, b'{"status":"ok"}')
 
 
-def fuzz(api_schema: Any, connection: http.client.HTTPConnection, examples: int) -> list[str]:
-    """``examples`` generated cases for every operation of the schema, valid ones and ones that break it; the
-    operations fuzzed, by label.
+def check_case(conn: http.client.HTTPConnection, case: Any) -> None:
+    request = wire_request(case)
+    check_answer(conn, request, *send(conn, request))
+
+
+def fuzz(
+    api_schema: Any,
+    examples: int,
+    check: Callable[[Any], None],
+    dress: Callable[[st.SearchStrategy[Any]], st.SearchStrategy[Any]] = lambda cases: cases,
+) -> list[str]:
+    """``check`` of ``examples`` generated cases for every operation of the schema, valid ones and ones that break
+    it (each made into what ``check`` takes by ``dress``: a router's fuzzer names a model in it); the operations
+    fuzzed, by label.
 
     Hypothesis drives schemathesis' strategies directly (not its pytest plugin, which reads pytest internals).
     """
@@ -111,10 +152,10 @@ def fuzz(api_schema: Any, connection: http.client.HTTPConnection, examples: int)
             operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE)
         )
 
-        @given(case=cases)
+        @given(case=dress(cases))
         @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def run(case: Any) -> None:
-            check_case(connection, case)
+            check(case)
 
         run()
         labels.append(operation.label)
@@ -179,11 +220,12 @@ OPERATIONS = [
 def test_every_route_answers_fuzzed_input_below_500_in_the_error_shape(
     api_schema: Any, connection: http.client.HTTPConnection
 ) -> None:
-    assert sorted(fuzz(api_schema, connection, FUZZ_EXAMPLES)) == sorted(OPERATIONS)
+    assert sorted(fuzz(api_schema, FUZZ_EXAMPLES, lambda case: check_case(connection, case))) == sorted(OPERATIONS)
 
 
 @pytest.mark.slow
 def test_every_route_answers_more_fuzzed_input_below_500(
     api_schema: Any, connection: http.client.HTTPConnection
 ) -> None:
-    assert sorted(fuzz(api_schema, connection, FUZZ_EXAMPLES_SLOW)) == sorted(OPERATIONS)
+    checked = fuzz(api_schema, FUZZ_EXAMPLES_SLOW, lambda case: check_case(connection, case))
+    assert sorted(checked) == sorted(OPERATIONS)
