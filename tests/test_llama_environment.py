@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from lfmserve.testing import free_port
+from lfmserve.testing import free_port, llama_server_weight_flags
 from tests.conftest import wait_healthy
 from tests.test_cli import LFMSERVE
 
@@ -27,7 +27,8 @@ def test_llama_servers_variables_and_device_flags_serve_as_llama_server_would(ti
         "LLAMA_ARG_HOST": "127.0.0.1",
         "LLAMA_ARG_THREADS": "1",
     }
-    device = "-sm none -mg 0 -ts 1,1 -ot exps=CPU --cpu-moe".split()
+    # Weights placed explicitly where llama.cpp has AMX, which would otherwise be a warning of its own.
+    device = "-sm none -mg 0 -ts 1,1 -ot exps=CPU --cpu-moe".split() + list(llama_server_weight_flags())
     log = tmp_path / "lfmserve.log"
     with log.open("wb") as output:
         process = subprocess.Popen(

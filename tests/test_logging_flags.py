@@ -13,7 +13,7 @@ import pytest
 
 from lfmserve.router.child import child_argv
 from lfmserve.settings import Settings
-from lfmserve.testing import free_port
+from lfmserve.testing import free_port, llama_server_weight_flags
 from tests.conftest import Running, wait_healthy
 from tests.test_cli import LFMSERVE
 
@@ -25,7 +25,10 @@ LINE = re.compile(rf"{TIME} (DEBUG|TRACE|INFO|WARNING|ERROR|CRITICAL) ([\w.]+): 
 def _serve(running: list[Running], model: Path, *flags: str) -> Running:
     """``lfmserve`` on the tiny model with ``flags``, healthy; stop it for what it printed (stdout and stderr)."""
     assert LFMSERVE is not None
-    server = Running([LFMSERVE, "-m", str(model), "-c", "512", "-np", "1", "-t", "1", *flags])
+    # Weights placed explicitly where llama.cpp has AMX: otherwise a clean start there says it does not repack.
+    server = Running(
+        [LFMSERVE, "-m", str(model), "-c", "512", "-np", "1", "-t", "1", *llama_server_weight_flags(), *flags]
+    )
     running.append(server)
     wait_healthy(server.url, server.process)
     return server
@@ -108,7 +111,8 @@ def test_log_jsonl_writes_one_object_per_line_to_stdout(tiny_gguf: Path, tmp_pat
     started_us = time.time_ns() // 1000
     with out.open("wb") as stdout, err.open("wb") as stderr:
         process = subprocess.Popen(
-            [LFMSERVE, "-m", str(tiny_gguf), "-c", "512", "-np", "1", "--log-jsonl", "--port", str(port)],
+            [LFMSERVE, "-m", str(tiny_gguf), "-c", "512", "-np", "1", "--log-jsonl", "--port", str(port)]
+            + list(llama_server_weight_flags()),
             stdout=stdout,
             stderr=stderr,
         )
