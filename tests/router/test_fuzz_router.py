@@ -62,7 +62,7 @@ class Budget:
     every_value: bool
 
 
-DEFAULT = Budget(per_operation=3, media=200, sampling=120, router=120, every_value=False)
+DEFAULT = Budget(per_operation=2, media=80, sampling=50, router=50, every_value=False)
 SLOW = Budget(per_operation=40, media=2000, sampling=1000, router=1000, every_value=True)
 #: The route families requests and answers are counted by; every path falls in one (see :func:`family`).
 FAMILIES = ("openai", "anthropic", "responses", "native", "ollama", "streams", "router", "upstream")
