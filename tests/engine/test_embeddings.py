@@ -13,6 +13,7 @@ import numpy.typing as npt
 import pytest
 
 from lfmserve.engine.core import Engine
+from lfmserve.engine.core import _embedding_context as embedding_context
 from lfmserve.engine.embeddings import (
     EmbeddingQueue,
     EmbeddingRequest,
@@ -225,14 +226,7 @@ def _embedded_alone(
 ) -> npt.NDArray[np.float32]:
     """``pieces`` embedded on a context of the test's own, made as the engine makes its embedding context (whose
     thread alone decodes on it)."""
-    context = EmbeddingContext(
-        model,
-        pooling=config.pooling,
-        n_ubatch=config.n_ubatch,
-        n_seq_max=config.embedding_sequences,
-        n_threads=config.n_threads,
-        non_causal_media=projector.non_causal_images,
-    )
+    context = embedding_context(model, config, projector)
     try:
         return context.embed_pieces(pieces)
     finally:
