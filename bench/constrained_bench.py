@@ -100,9 +100,7 @@ def main() -> int:
     print("| --- | --- | " + " | ".join("---" for _ in KINDS) + " | --- |")
     for server, by_scenario in runs.items():
         for load in ("quiet", "busy"):
-            rate = {
-                kind: statistics.median(r["decode_tok_s"] for r in by_scenario[f"{load}/{kind}"]) for kind in KINDS
-            }
+            rate = {kind: statistics.median(r["decode_tok_s"] for r in by_scenario[f"{load}/{kind}"]) for kind in KINDS}
             ratios = f"{rate['json_schema'] / rate['plain']:.2f}, {rate['tool_required'] / rate['plain']:.2f}"
             print(f"| {server} | {load} | " + " | ".join(f"{rate[k]:.1f}" for k in KINDS) + f" | {ratios} |")
     return 0
