@@ -86,9 +86,7 @@ class Engine:
         self.adapters = Adapters(model, config.lora)
         self.stats = EngineStats()
         exact = not model.info.needs_checkpoints(swa_full=config.kv.swa_full)
-        disk = _disk_cache(model, self._ctx, config, self.stats)
-        if disk is not None:
-            acquired.callback(disk.close)
+        disk = _disk_cache(model, self._ctx, config, self.stats, acquired)
         self._memory = SlotMemory(self._ctx, config, self.stats, exact_truncation=exact, disk=disk)
         if projector is not None and self._memory.shifts_context:
             logger.warning("--context-shift is not supported with a multimodal projector: it is off")
@@ -96,12 +94,11 @@ class Engine:
         self.n_ctx_slot = self._memory.n_ctx_slot
         self._inbox = Inbox()
         #: Media chunks' embeddings (None without a projector: such requests are refused).
-        self.media = (
-            MediaEncoder(projector, max_bytes=config.media_cache_bytes, stats=self.stats, wake=self._inbox.wake)
-            if projector
-            else None
-        )
-        if self.media is not None:
+        self.media = None
+        if projector is not None:
+            self.media = MediaEncoder(
+                projector, max_bytes=config.media_cache_bytes, stats=self.stats, wake=self._inbox.wake
+            )
             acquired.callback(self.media.close)
         #: ``--embeddings``: inputs embedded on a second context, between generation steps.
         self.embeddings = None
@@ -122,7 +119,7 @@ class Engine:
         ready: Future[None] = Future()
         self._thread = threading.Thread(target=self._run, args=(ready,), name="lfmserve-engine", daemon=True)
         self._thread.start()
-        acquired.callback(self._thread.join)  # a failed start: the thread has ended before its contexts are freed
+        acquired.callback(self._end_thread)  # a failed start: the thread has ended before its contexts are freed
         ready.result()  # the engine thread's first decodes (warm-up, speculation's measurements), or their error
 
     def buffers(self) -> dict[str, int]:
@@ -239,9 +236,14 @@ class Engine:
         if self.config.speculation.enabled:
             self._step.speculator = _speculator(self.model, self._ctx, self.config, self.n_ctx_slot)
 
+    def _end_thread(self) -> None:
+        """Stop the engine thread's loop (if it got that far: an interrupted start) and wait for it."""
+        self._inbox.close(self._stop)
+        self._thread.join()
+
     def _run(self, ready: Future[None]) -> None:
-        name_os_thread("lfmserve-engine")  # which OpenMP's workers inherit: its team can be told apart
         try:
+            name_os_thread("lfmserve-engine")  # which OpenMP's workers inherit: its team can be told apart
             self._prepare()
         except BaseException as exc:  # handed to the constructor, which raises it where the engine is made
             ready.set_exception(exc)
@@ -386,16 +388,19 @@ def _place_threads(ctx: NativeContext, threads: ThreadPlacement) -> None:
 
 
 def _disk_cache(
-    model: NativeModel, ctx: NativeContext, config: EngineConfig, stats: EngineStats
+    model: NativeModel, ctx: NativeContext, config: EngineConfig, stats: EngineStats, acquired: contextlib.ExitStack
 ) -> DiskPromptCache | None:
-    """``--cache-disk``, if given. Entries waiting for its writer may hold a quarter of ``--cache-ram`` more (the
-    RAM cache may have let them go), so a slow disk costs dropped files, not unbounded memory."""
+    """``--cache-disk``, if given, its writer stopped by ``acquired``. Entries waiting for its writer may hold a
+    quarter of ``--cache-ram`` more (the RAM cache may have let them go), so a slow disk costs dropped files, not
+    unbounded memory."""
     if not config.cache_disk:
         return None
     identity = _cache_identity(model, ctx, config)
-    return DiskPromptCache(
+    disk = DiskPromptCache(
         config.cache_disk, config.cache_disk_bytes, identity, max_pending_bytes=config.cache_ram_bytes // 4, stats=stats
     )
+    acquired.callback(disk.close)
+    return disk
 
 
 def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig) -> str:
