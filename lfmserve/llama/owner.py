@@ -68,8 +68,10 @@ def name_os_thread(name: str) -> None:
 def _prctl() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    function = libc.prctl
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+    except (OSError, AttributeError):  # an unusual libc: the names are only for people and tools reading them
+        return None
     function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     function.restype = ctypes.c_int
     return function
