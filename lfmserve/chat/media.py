@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import functools
 import os
 import secrets
@@ -128,10 +129,7 @@ class MediaReader:
         media: list[Media] = []
         for kind, source, param in sources:
             data = await media_bytes(source, self._policy, param=param)
-            if reads_as_video(kind, data):
-                async with self._video_decodes:
-                    media.append(await asyncio.to_thread(self.decode, kind, data, param))
-            else:
+            async with self._video_decodes if reads_as_video(kind, data) else contextlib.nullcontext():
                 media.append(await asyncio.to_thread(self.decode, kind, data, param))
             frame_bytes = sum(item.data.nbytes for item in media if item.kind == "video")
             if frame_bytes > MAX_FRAME_BYTES:  # one video is bounded by it; the request's videos together too
