@@ -5,6 +5,8 @@ text, a ``json_schema`` response format, a forced tool call (``tool_choice: requ
 Each is timed from the server's own ``timings`` (decode tok/s). Then the same runs with one busy Python loop
 beside the server on the machine's cores: the ratios constrained / plain, quiet and busy, say whether the
 constraint itself collapses under load or decoding does (issue 52 reported constrained 20x slower than plain).
+lfmserve runs twice: as it starts by default (its thread count adapts to the load) and with
+``--no-adaptive-threads`` (``-t`` threads always, as llama-server and lfmserve before it).
 
 Example::
 
@@ -78,21 +80,25 @@ def main() -> int:
     with (
         results_log(args, "constrained_bench") as log,
         Server("lfmserve", [lfmserve_command(), *shared]) as ours,
+        Server("lfmserve -t fixed", [lfmserve_command(), *shared, "--no-adaptive-threads"]) as fixed,
         Server("llama-server", [str(binary), *shared, "--jinja"]) as theirs,
     ):
-        urls = {"lfmserve": ours, "llama-server": theirs}
+        urls = {"lfmserve": ours, "lfmserve -t fixed": fixed, "llama-server": theirs}
         for load in ("quiet", "busy"):
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if load == "busy" else None
             try:
-                scenarios = [f"{load}/{kind}" for kind in KINDS]
-                run_interleaved(
-                    urls,
-                    scenarios,
-                    args.repeats,
-                    lambda url, name, _: decode_rate(url, name.split("/")[1], args.n_predict),
-                    log,
-                    runs,
-                )
+                for rep in range(args.repeats):
+                    # Each repeat walks the kinds and the servers in another order: no kind or server always
+                    # runs first after the busy loop starts.
+                    scenarios = [f"{load}/{kind}" for kind in _rotated(list(KINDS), rep)]
+                    run_interleaved(
+                        dict(_rotated(list(urls.items()), rep)),
+                        scenarios,
+                        1,
+                        lambda url, name, _: decode_rate(url, name.split("/")[1], args.n_predict),
+                        log,
+                        runs,
+                    )
             finally:
                 if busy is not None:
                     busy.kill()
@@ -104,6 +110,10 @@ def main() -> int:
             ratios = f"{rate['json_schema'] / rate['plain']:.2f}, {rate['tool_required'] / rate['plain']:.2f}"
             print(f"| {server} | {load} | " + " | ".join(f"{rate[k]:.1f}" for k in KINDS) + f" | {ratios} |")
     return 0
+
+
+def _rotated(items: list[Any], n: int) -> list[Any]:
+    return items[n % len(items) :] + items[: n % len(items)]
 
 
 if __name__ == "__main__":

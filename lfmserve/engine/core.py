@@ -106,7 +106,7 @@ class Engine:
             context = _embedding_context(model, config, projector)
             acquired.callback(context.close)
             self.embeddings = EmbeddingQueue(context, self.media, lambda: bool(self._running), stats=self.stats)
-        self._step = BatchStep(self._ctx, self._memory, self.stats, n_ubatch=config.n_ubatch, encoder=self.media)
+        self._step = BatchStep(self._ctx, self._memory, self.stats, config, encoder=self.media)
         self._admission = Admission(model, self._ctx, self._memory, self._step, self.stats, config, self.adapters)
         self._bounds = RequestBounds(
             n_ctx_slot=self.n_ctx_slot, n_vocab=model.n_vocab, n_slots=config.n_slots, media=self.media is not None

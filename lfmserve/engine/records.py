@@ -421,6 +421,8 @@ class EngineConfig:
     n_threads_batch: int | None = None
     #: ``--numa``, ``-C``, ``--prio`` and the rest: where the threads run (default: ggml's placement).
     threads: ThreadPlacement = field(default_factory=ThreadPlacement)
+    #: Decode on fewer threads while that is faster (another process busy on a core): :mod:`.threads`.
+    adaptive_threads: bool = True
     #: Idle slot chosen when its cache shares more than this fraction of the prompt (llama-server's 0.10).
     slot_similarity: float = 0.10
     #: Requests waiting for a slot beyond this answer 503.

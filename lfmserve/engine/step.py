@@ -38,8 +38,9 @@ from ..llama.mtmd import attention
 from .generation import Generation
 from .media import MediaEncoder, Rows
 from .memory import SlotMemory
-from .records import EngineStats, MediaSpan
+from .records import EngineConfig, EngineStats, MediaSpan
 from .speculation.speculator import Speculator
+from .threads import ThreadTuner
 
 logger = logging.getLogger(__name__)
 
@@ -57,15 +58,16 @@ class BatchStep:
         ctx: NativeContext,
         memory: SlotMemory,
         stats: EngineStats,
+        config: EngineConfig,
         *,
-        n_ubatch: int,
         encoder: MediaEncoder | None = None,
         speculator: Speculator | None = None,
     ) -> None:
         self._ctx = ctx
+        self._threads = ThreadTuner(ctx.n_threads, ctx.n_threads_batch, adaptive=config.adaptive_threads)
         self._memory = memory
         self._stats = stats
-        self._n_ubatch = n_ubatch
+        self._n_ubatch = config.n_ubatch
         self._encoder = encoder
         self.speculator = speculator
         self._recurrent = ctx.model.info.is_hybrid or ctx.model.info.is_recurrent
@@ -178,16 +180,19 @@ class BatchStep:
         """Decode ``batch``, which holds ``n_prompt`` prompt positions, with causal attention or (media rows that
         mtmd decodes so) without; a failure fails every running generation (False).
 
-        While an encode runs beside, its threads are lent to it; once it has finished, they are back. The
-        prompt's metrics count the positions decoded and the time of the decodes that held them; a token
-        batch counts as a decode (media rows do not, as in llama-server's ``n_decode_total``).
+        The thread tuner picks how many threads decode it (:mod:`.threads`); an encode beside borrows some. The
+        prompt's metrics count the positions decoded and the time of the decodes that held them; a token batch
+        counts as a decode (media rows do not, as in llama-server's ``n_decode_total``).
         """
-        if self._encoder is not None:
-            self._ctx.lend_threads(self._encoder.projector.side_threads if self._encoder.encoding_beside else 0)
+        lent = self._encoder.projector.side_threads if self._encoder and self._encoder.encoding_beside else 0
+        self._ctx.use_threads(count := self._threads.pick(batch.n_tokens), lent=lent)
         t0 = time.perf_counter()
         try:
             with attention(self._ctx.handle, non_causal=not causal):
                 self._ctx.decode(batch)
+            elapsed = time.perf_counter() - t0
+            if not lent:  # a decode with threads lent says nothing of the counts' speeds
+                self._threads.observe(batch.n_tokens, count, elapsed)
         except EngineError as exc:
             logger.error("%s; failing the %d requests in the batch", exc, len(running))
             for gen in running:
@@ -197,17 +202,12 @@ class BatchStep:
         stats = self._stats
         if n_prompt:
             stats.n_prompt_tokens += n_prompt
-            stats.prompt_seconds += time.perf_counter() - t0
+            stats.prompt_seconds += elapsed
         if batch is self._ctx.batch:
             stats.n_decode_calls += 1
             stats.n_busy_slots_sum += sum(1 for slot in self._memory.slots if slot.busy)
-        logger.debug(
-            "step: %d %s (%d sequences) in %.1f ms",
-            batch.n_tokens,
-            "embedding rows" if batch is not self._ctx.batch else "tokens",
-            len(running),
-            1e3 * (time.perf_counter() - t0),
-        )
+        rows = "tokens" if batch is self._ctx.batch else "embedding rows"
+        logger.debug("step: %d %s (%d sequences) in %.1f ms", batch.n_tokens, rows, len(running), 1e3 * elapsed)
         return True
 
     def _note_lengths(self, running: Sequence[Generation]) -> None:

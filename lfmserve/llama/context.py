@@ -144,7 +144,7 @@ class NativeContext:
             )
         self.model = model
         self.n_threads, self.n_threads_batch = n_threads, n_threads_batch
-        self._threads_lent = 0
+        self._threads_used = (max(n_threads, n_threads_batch), 0)
         self._memory = llama.llama_get_memory(self._ctx)
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)
@@ -178,12 +178,15 @@ class NativeContext:
         if self._threadpools is not None:
             self._threadpools.attach(self._ctx)
 
-    def lend_threads(self, n: int) -> None:
-        """Decode with ``n`` fewer threads (never more than half of either count) until lent 0 again: the cores
-        go to another encoder."""
-        if n != self._threads_lent:
-            self._threads_lent = n
-            keep = [count - min(n, count // 2) for count in (self.n_threads, self.n_threads_batch)]
+    def use_threads(self, count: int, *, lent: int = 0) -> None:
+        """Decode on at most ``count`` threads of each kind (the engine's pick for the next batch), ``lent`` fewer
+        (never more than half) while those cores go to another encoder."""
+        if (count, lent) != self._threads_used:
+            self._threads_used = (count, lent)
+            keep = [
+                min(limit, count) - min(lent, min(limit, count) // 2)
+                for limit in (self.n_threads, self.n_threads_batch)
+            ]
             llama.llama_set_n_threads(self._ctx, keep[0], keep[1])
 
     def warm_up(self) -> None:

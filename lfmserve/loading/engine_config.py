@@ -67,6 +67,7 @@ def engine_config(settings: Settings, draft_model: str | None = None) -> EngineC
         n_ubatch=engine.ubatch_size,
         n_threads=settings.threads.threads,
         n_threads_batch=settings.threads.threads_batch,
+        adaptive_threads=settings.threads.adaptive_threads,
         threads=thread_placement(settings.threads),
         media_cache_bytes=settings.media.media_cache * 2**20,
         embeddings=embedding.embeddings or embedding.reranking,

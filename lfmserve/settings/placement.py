@@ -212,6 +212,12 @@ class ThreadSettings:
         default=None,
         metadata=flag("-tb", "--threads-batch", help="threads for prompt processing (default: --threads)", type=int),
     )
+    adaptive_threads: bool = switch(
+        "--adaptive-threads",
+        help="decode on fewer threads while that is faster, as when another process keeps a core busy (lfmserve's; "
+        "llama-server always uses -t)",
+        default=True,
+    )
     numa: str | None = field(
         default=None,
         metadata=flag(

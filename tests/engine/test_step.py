@@ -95,9 +95,7 @@ class Harness:
         self.memory = SlotMemory(self.ctx, config, self.stats, exact_truncation=exact)
         self.drafts = _FixedDraft(self.memory.n_ctx_slot) if drafts else None
         encoder = MediaEncoder(projector, max_bytes=2**24, stats=self.stats) if projector else None
-        self.step = BatchStep(
-            self.ctx, self.memory, self.stats, n_ubatch=n_ubatch, encoder=encoder, speculator=self.drafts
-        )
+        self.step = BatchStep(self.ctx, self.memory, self.stats, config, encoder=encoder, speculator=self.drafts)
         self.running: list[Generation] = []
         self.outputs: dict[int, _Outputs] = {}
         self._ids = itertools.count(1)

@@ -25,6 +25,7 @@ def test_the_engine_gets_every_batching_and_cache_flag() -> None:
         ctx_checkpoints=4,
         cache_ram=16,
         cache_reuse=32,
+        adaptive_threads=False,
     )
     assert engine_config(settings) == EngineConfig(
         n_ctx=8192,
@@ -38,7 +39,9 @@ def test_the_engine_gets_every_batching_and_cache_flag() -> None:
         max_checkpoints=4,
         cache_ram_bytes=16 * 2**20,
         cache_reuse=32,
+        adaptive_threads=False,
     )
+    assert engine_config(Settings.of()).adaptive_threads  # on unless --no-adaptive-threads
 
 
 def test_spec_flags_become_the_speculation_config_and_bad_ones_are_refused() -> None:
