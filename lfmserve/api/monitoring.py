@@ -141,6 +141,9 @@ class MetricsReporter:
         self.engine = engine
         self.streams = streams
         self._window = _Window()
+        #: The memory gauges, sampled again only after the engine did something: an idle server scraped twice
+        #: answers the same (llama.cpp's sleep test compares a scrape awake with one while asleep).
+        self._memory: tuple[tuple[object, ...], list[Metric]] | None = None
 
     @property
     def t_start(self) -> int:
@@ -150,11 +153,18 @@ class MetricsReporter:
     def render(self) -> str:
         stats = self.engine.stats
         last, self._window = self._window, _Window.of(stats)
-        metrics = [*_counters(stats), *self._gauges(stats, last), *_lfmserve_metrics(self.engine)]
+        metrics = [*_counters(stats), *self._gauges(stats, last), *_lfmserve_metrics(self.engine), *self._memory_now()]
         if self.streams is not None:
             metrics += self.streams.metrics()
         histograms = [line for name, doc, h in _histograms(stats.requests) for line in _histogram_lines(name, doc, h)]
         return prometheus_text(metrics) + "".join(f"{line}\n" for line in histograms)
+
+    def _memory_now(self) -> list[Metric]:
+        stats = self.engine.stats
+        activity = (_Window.of(stats), stats.n_requests, stats.n_decode_calls, self.engine.ram_cache.n_bytes)
+        if self._memory is None or self._memory[0] != activity:
+            self._memory = activity, _memory_metrics(self.engine)
+        return self._memory[1]
 
     def _gauges(self, s: EngineStats, last: _Window) -> list[Metric]:
         def rate(n: float, seconds: float) -> float:
@@ -303,7 +313,6 @@ def _lfmserve_metrics(engine: Engine) -> list[Metric]:
         counter("shifted_tokens", "Cached tokens reused by KV shifting (--cache-reuse).", s.n_shifted_tokens),
         counter("context_shifts", "Full slots that dropped their older half (--context-shift).", s.n_context_shifts),
         Metric("lfmserve:ram_cache_bytes", "gauge", "Host RAM held by the prompt cache.", engine.ram_cache.n_bytes),
-        *_memory_metrics(engine),
     ]
 
 
