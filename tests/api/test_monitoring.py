@@ -219,15 +219,10 @@ def test_the_memory_gauges_of_an_idle_engine_stay_as_they_were_until_it_does_som
         return {n: v for n, (_, v) in _samples(reporter.render()).items() if n.startswith("lfmserve:memory_")}
 
     before = memory()
-    engine.llama_buffers["KV"] = 4_096  # stands for the process's own memory moving while nothing is served
-    held = bytearray(64 * 2**20)  # and 64 MiB more of this process resident
-    held[::4096] = b"x" * len(held[::4096])
+    engine.llama_buffers["KV"] = 4_096  # stands for the process's memory moving while nothing is served
     assert memory() == before  # llama.cpp's sleep test compares a scrape awake with one asleep
     engine.stats.n_requests += 1  # a request came: sampled again
-    after = memory()
-    assert after["lfmserve:memory_kv_cache_bytes"] == 4096.0
-    assert after["lfmserve:memory_resident_bytes"] >= before["lfmserve:memory_resident_bytes"] + 60 * 2**20
-    del held
+    assert memory()["lfmserve:memory_kv_cache_bytes"] == 4096.0
 
 
 def test_the_rates_average_over_the_time_since_the_last_scrape() -> None:
