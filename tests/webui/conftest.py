@@ -14,8 +14,10 @@ from tests.conftest import ServerThread, missing_fixture, serve
 from tests.webui.pages import PREFIX, UnderPrefix
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
+    """Chromium, for this folder's tests only: Playwright's sync API keeps an event loop running in the thread while
+    it lives, and the tests that a worker of ``pytest -n`` runs after these call ``asyncio.run``."""
     chromium = shutil.which("chromium")
     if chromium is None:
         missing_fixture("no chromium on PATH (apt-get install chromium)")
