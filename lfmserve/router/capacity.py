@@ -4,7 +4,8 @@
 Memory is counted as what each running child holds (read from ``/proc``: its anonymous memory and its model files'
 resident pages, not the libraries all children share or the repacked weights' file pages it gave back), or its
 model's files when those are larger (a child still loading has not touched them all); a model about to load counts
-as its files.
+as its files. A model's files are the ones its child loads (:attr:`~.catalog.ModelSpec.memory_files`): its draft
+model's among them.
 """
 
 from __future__ import annotations
@@ -53,14 +54,15 @@ class Capacity:
 
 
 def _held(instance: Instance) -> int:
-    memory = instance.child.memory(instance.spec.files) if instance.child else None
+    memory = instance.child.memory(instance.spec.memory_files) if instance.child else None
     return memory["held"] if memory else 0
 
 
 def files_size(spec: ModelSpec) -> int:
-    """Bytes of the model's files on disk (0 for files not there yet, such as a download to come)."""
+    """Bytes on disk of the files the model's child loads, its draft model's among them (0 for files not there yet,
+    such as a download to come)."""
     total = 0
-    for path in spec.files:
+    for path in spec.memory_files:
         with contextlib.suppress(OSError):
             total += os.path.getsize(path)
     return total

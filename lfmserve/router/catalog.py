@@ -72,6 +72,18 @@ class ModelSpec:
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
+    @property
+    def memory_files(self) -> tuple[str, ...]:
+        """The files its child loads, by which the memory budget counts it: ``files`` and, when it drafts with one
+        (``--spec-type draft-simple``; its child loads a ``-md`` file for nothing else), its draft model. The draft
+        stays out of ``files``, the model's own (its size in Ollama's lists, its card). A ``-hfd`` draft is left
+        out: only its child resolves it to a file."""
+        speculation = self.settings.speculation
+        draft = speculation.spec_draft_model
+        if draft and not speculation.spec_draft_hf and "draft-simple" in (speculation.spec_type or "").split(","):
+            return (*self.files, draft)
+        return self.files
+
 
 @dataclass(frozen=True, slots=True)
 class _Found:

@@ -49,7 +49,7 @@ class OnDisk:
 def _read_files(instance: Instance) -> OnDisk:
     """Reads the model's files and its running child's memory (blocking: call it off the event loop)."""
     spec = instance.spec
-    memory = instance.child.memory(spec.files) if instance.child and instance.running else None
+    memory = instance.child.memory(spec.memory_files) if instance.child and instance.running else None
     return OnDisk(tuple(input_modalities(spec.projector)), listed_meta(spec), memory)
 
 
