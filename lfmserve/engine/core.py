@@ -51,16 +51,20 @@ from .prompt_cache import RamPromptCache
 from .records import EngineConfig, EngineRequest, EngineStats, SlotTask, ThreadPlacement
 from .scheduler import Slot
 from .slot_control import SlotControl
+from .speculation.config import SpeculationConfig
 from .speculation.costs import measure_batch_costs
 from .speculation.draft_model import DraftModel
-from .speculation.exactness import exact_batch_size
+from .speculation.exactness import Verification, exact_batch_size
 from .speculation.speculator import Speculator
-from .speculation.worth import drafts_can_pay
+from .speculation.worth import BatchCosts, drafts_can_pay
 from .step import BatchStep
 from .stream import OutputSink
 from .validation import RequestBounds
 
 logger = logging.getLogger(__name__)
+
+#: What ``--spec-exact``'s start line says the default does instead.
+_WITHOUT_EXACT = "without --spec-exact, drafts are verified in batches of any size, as llama-server does"
 
 
 class Engine:
@@ -233,8 +237,8 @@ class Engine:
         slower on two cores."""
         if self.config.warmup:
             self._ctx.warm_up()
-        if self.config.speculation.enabled:
-            self._step.speculator = _speculator(self.model, self._ctx, self.config, self.n_ctx_slot)
+        # ``verification``: how drafts are verified, for ``/props``; the drafters, if any draft.
+        self.verification, self._step.speculator = _speculation(self.model, self._ctx, self.config, self.n_ctx_slot)
 
     def _end_thread(self) -> None:
         """Stop the engine thread's loop (if it got that far: an interrupted start) and wait for it."""
@@ -416,27 +420,33 @@ def _cache_identity(model: NativeModel, ctx: NativeContext, config: EngineConfig
     )
 
 
+def _speculation(
+    model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int
+) -> tuple[Verification, Speculator | None]:
+    """How drafts are verified, and the drafters of ``--spec-type`` (None without it: nothing is measured)."""
+    spec = config.speculation
+    if not spec.enabled:
+        return Verification(exact=spec.exact), None
+    return _speculator(model, ctx, config, n_ctx_slot)
+
+
 @keeps_thread_placement
-def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int) -> Speculator | None:
-    """The drafters of ``--spec-type``; with ``draft-simple``, the draft model's context beside ``ctx``. None when
-    ``--spec-exact`` leaves no draft that could pay (said once, as a warning): drafting would only slow decoding.
+def _speculator(
+    model: NativeModel, ctx: NativeContext, config: EngineConfig, n_ctx_slot: int
+) -> tuple[Verification, Speculator | None]:
+    """How drafts are verified here, and the drafters of ``--spec-type``; with ``draft-simple``, the draft model's
+    context beside ``ctx``. No drafters where ``--spec-exact`` leaves no draft that could pay: drafting would only
+    slow decoding.
 
     It is built on the engine thread before its first step, because it measures the batch costs and the exact batch
     size on slot 0's sequence while that is still empty.
     """
     spec = config.speculation
     costs = measure_batch_costs(ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
-    # Synthetic acceptance keeps drafts by chance: their verification's numbers do not matter.
-    exact = exact_batch_size(ctx, seq_id=0, n_max=1 + spec.max_draft) if spec.exact and not spec.synth_rates else None
-    if exact is not None and not drafts_can_pay(costs, exact):
-        logger.warning(
-            "speculative decoding is off: llama.cpp's kernels here compute a batch of more than %d tokens "
-            "differently from decoding them one at a time, and a batch that small costs more than decoding its "
-            "tokens one at a time (--no-spec-exact verifies longer drafts, as llama-server does; near ties can then "
-            "go either way)",
-            exact,
-        )
-        return None
+    verification = _verification(ctx, spec, costs)
+    if not verification.drafting:
+        return verification, None
+    exact = verification.exact_batch
     draft_model = None
     if spec.draft_model is not None and "draft-simple" in spec.types:
         logger.info("draft model %s (draft-simple, up to %d tokens a step)", spec.draft_model, spec.n_max)
@@ -455,11 +465,45 @@ def _speculator(model: NativeModel, ctx: NativeContext, config: EngineConfig, n_
             placement_batch=config.threads.draft_batch,
         )
     try:
-        return Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
+        speculator = Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
     except BaseException:
         if draft_model is not None:
             draft_model.close()
         raise
+    return verification, speculator
+
+
+def _verification(ctx: NativeContext, spec: SpeculationConfig, costs: BatchCosts) -> Verification:
+    """``--spec-exact``'s measured batch size and what it leaves of drafting, said in one line: a warning where it
+    turns drafting off, else what it allows (a line too where synthetic acceptance overrides it)."""
+    if not spec.exact:
+        return Verification(drafting=True)
+    if spec.synth_rates:  # drafts kept by chance: their verification's numbers do not matter
+        logger.info("--spec-exact does not apply to synthetic acceptance: drafts are verified whole")
+        return Verification(drafting=True)
+    exact = exact_batch_size(ctx, seq_id=0, n_max=1 + spec.max_draft)
+    if not drafts_can_pay(costs, exact):
+        why = (
+            "compute no batch of 2 tokens or more as they compute each token alone"
+            if exact == 1
+            else f"compute a batch of more than {exact} tokens differently from decoding them one at a time, and a "
+            "batch that small costs more than decoding its tokens one at a time"
+        )
+        logger.warning(
+            "speculative decoding is off: with --spec-exact, llama.cpp's kernels here %s (%s; near ties can then go "
+            "either way)",
+            why,
+            _WITHOUT_EXACT,
+        )
+        return Verification(exact=True, exact_batch=exact)
+    logger.info(
+        "speculative decoding with --spec-exact: drafts of up to %d tokens verified, as llama.cpp's kernels here "
+        "compute a batch of up to %d tokens as they compute each token alone (%s)",
+        exact - 1,
+        exact,
+        _WITHOUT_EXACT,
+    )
+    return Verification(exact=True, exact_batch=exact, drafting=True)
 
 
 def _embedding_context(model: NativeModel, config: EngineConfig, projector: Projector | None) -> EmbeddingContext:

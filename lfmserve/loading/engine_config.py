@@ -163,8 +163,11 @@ def _control_vectors(settings: Settings) -> tuple[tuple[str, float], ...]:
 
 def speculation_config(spec: SpeculationSettings, draft_model: str | None = None) -> SpeculationConfig:
     """``--spec-type`` and its sizes, checked as llama-server checks them; a type lfmserve does not draft
-    with is a startup error naming it. ``draft_model``: the draft's resolved file (default: ``-md``)."""
-    types = tuple(dict.fromkeys(t for t in (spec.spec_type or "").split(",") if t and t != "none"))
+    with is a startup error naming it. ``--spec-default`` adds ngram-mod, as llama-server's does (its sizes were set
+    where the flag stood: :class:`~..settings.fields.ShortcutAction`). ``draft_model``: the draft's resolved file
+    (default: ``-md``)."""
+    named = [t for t in (spec.spec_type or "").split(",") if t and t != "none"]
+    types = tuple(dict.fromkeys(named + (["ngram-mod"] if spec.spec_default else [])))
     unknown = [t for t in types if t not in SPEC_TYPES]
     if unknown:
         raise EngineError(f"--spec-type {unknown[0]} is not supported (supported: {', '.join(SPEC_TYPES)})")

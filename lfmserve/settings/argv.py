@@ -17,14 +17,14 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
-from .fields import OnOffAction, is_off_flag
+from .fields import OnOffAction, ShortcutAction, is_off_flag
 from .groups import GROUPS
 from .llama_server import HELP, NEGATIVE_VARIABLES, OPTIONS, Disposition, Option, option_of, taken
 from .ollama_env import apply_ollama
 
 _TRUE = ("1", "true", "yes", "on", "enabled")
 _FALSE = ("0", "false", "no", "off", "disabled", "")
-_BOOLEAN_ACTIONS = ("store_true", argparse.BooleanOptionalAction, OnOffAction)
+_BOOLEAN_ACTIONS = ("store_true", argparse.BooleanOptionalAction, OnOffAction, ShortcutAction)
 IGNORED_TITLE = "ignored on this build"
 REFUSED_TITLE = "refused flags"
 #: Where the parser collects the ignored options given, and the name of the Settings field that lists them.
@@ -200,7 +200,7 @@ def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
         if action is argparse.BooleanOptionalAction:
             off = [name.replace("--", "--no-", 1) for name in on]
         return [max(on if value else off, key=len)]
-    if action == "store_true":
+    if action in ("store_true", ShortcutAction):  # a shortcut's fields come after it, each written when set
         return [max(flags, key=len)] if value else []
     name = max(flags, key=len)
     if isinstance(f.metadata["argparse"].get("nargs"), int):  # one flag, then its values (START END)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import Any
 
@@ -116,3 +116,21 @@ class OnOffAction(argparse.Action):
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
     ) -> None:
         setattr(namespace, self.dest, not is_off_flag(option or ""))
+
+
+class ShortcutAction(argparse.Action):
+    """A switch that also sets other fields (``sets``: field name -> value) where it stands on the command line, as
+    llama-server's shortcuts do (``--spec-default``): its options apply in command-line order, so a flag for one
+    of those fields wins when given after the shortcut and is overridden when given before it. A variable sets
+    only the switch."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, sets: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+        self.sets = dict(sets)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, True)
+        for name, value in self.sets.items():
+            setattr(namespace, name, value)

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from .fields import (
     KV_CACHE_TYPES,
     OnOffAction,
+    ShortcutAction,
     flag,
     parse_count,
     parse_size,
@@ -710,10 +711,23 @@ class SpeculationSettings:
         "--spec-exact",
         "--no-spec-exact",
         help="verify drafts only in batches llama.cpp's kernels compute as they compute a token alone, so greedy "
-        "output is the same with and without drafts (measured at startup; on CPUs that repack weights, drafts of "
-        "2 tokens at most); --no-spec-exact verifies longer drafts, faster, as llama-server does",
-        default=True,
+        "output is the same with and without drafts; the size is measured at startup and said in one line (3 on "
+        "CPUs that repack weights: drafts of 2 tokens at most, and speculation is off where no batch that small "
+        "pays). Off (the default): drafts are verified in batches of any size, as llama-server verifies them: "
+        "faster, and near ties can go either way",
+        default=False,
         action=OnOffAction,
+    )
+    spec_default: bool = field(
+        default=False,
+        metadata=flag(
+            "--spec-default",
+            help="enable default speculative decoding config, as llama-server's: adds ngram-mod to --spec-type and "
+            "sets its sizes to 24 / 48 / 64 where it stands (a --spec-ngram-mod-* flag after it wins, one before "
+            "it is overridden)",
+            action=ShortcutAction,
+            sets={"spec_ngram_mod_n_match": 24, "spec_ngram_mod_n_min": 48, "spec_ngram_mod_n_max": 64},
+        ),
     )
     spec_ngram_simple_size_n: int = field(
         default=12, metadata=flag("--spec-ngram-simple-size-n", help="tokens looked up (ngram-simple)", type=int)

@@ -183,6 +183,7 @@ OPTIONS: tuple[Option, ...] = (
         "--spec-draft-p-min --draft-p-min P $LLAMA_ARG_SPEC_DRAFT_P_MIN",
         "--spec-draft-model -md --model-draft FNAME $LLAMA_ARG_SPEC_DRAFT_MODEL",
         "--spec-type TYPES $LLAMA_ARG_SPEC_TYPE",
+        "--spec-default",
         "--spec-ngram-mod-n-min N",
         "--spec-ngram-mod-n-max N",
         "--spec-ngram-mod-n-match N",
@@ -366,7 +367,6 @@ OPTIONS: tuple[Option, ...] = (
         "--path PATH $LLAMA_ARG_STATIC_PATH",
         "--log-prompts-dir PATH",
     ),
-    *_options(_L, "not implemented yet: use --spec-type ngram-mod (the same settings)", "--spec-default"),
     *_options(
         _L,
         _AGENT,

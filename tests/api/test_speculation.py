@@ -1,9 +1,11 @@
 """Speculative decoding over HTTP, reported as llama-server reports it: ``timings.draft_n`` and
 ``draft_n_accepted`` (only when something was drafted), ``/props`` ``params["speculative.types"]``,
-``/slots[].speculative``, the ``spec_decode_*`` counters of ``/metrics``; and per-request control."""
+``/slots[].speculative``, the ``spec_decode_*`` counters of ``/metrics``; lfmserve's ``/props`` fields saying how
+drafts are verified (``--spec-exact`` or, by default, as llama-server); and per-request control."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,6 @@ def speculative(server_factory: Callable[..., ServerThread], tiny_gguf: Path) ->
         threads=1,
         metrics=True,
         spec_type="ngram-simple",
-        spec_exact=False,  # the tiny model's F32 kernels verify no draft exactly (test_exactness.py)
         spec_ngram_simple_size_n=1,  # the random model gets drafts often (it rejects nearly all of them)
         spec_ngram_simple_size_m=6,
     )
@@ -58,6 +59,37 @@ def test_timings_props_slots_and_metrics_report_the_drafts(speculative: ServerTh
     assert [slot["speculative"] for slot in httpx.get(speculative.url + "/slots").json()] == [True]
 
 
+def _verification(server: ServerThread) -> tuple[Any, ...]:
+    params = httpx.get(server.url + "/props").json()["default_generation_settings"]["params"]
+    return tuple(params[f"speculative.{name}"] for name in ("types", "exact", "exact_batch", "drafting"))
+
+
+def test_by_default_drafts_are_verified_as_llama_server_verifies_them(
+    speculative: ServerThread, tiny_server: ServerThread
+) -> None:
+    assert _verification(speculative) == ("ngram-simple", False, None, True)
+    assert _verification(tiny_server) == ("none", False, None, False)
+
+
+def test_spec_exact_reports_what_it_measured_and_says_it_in_one_line(
+    server_factory: Callable[..., ServerThread], tiny_gguf: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tiny model's F32 kernels compute no batch of 2 as two single decodes: ``--spec-exact`` verifies no
+    draft, so nothing drafts, and the start line says so."""
+    settings = Settings.of(
+        model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="ngram-simple", spec_exact=True
+    )
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
+        exact = server_factory(settings)
+    assert [record.getMessage() for record in caplog.records if record.name == "lfmserve.engine.core"] == [
+        "speculative decoding is off: with --spec-exact, llama.cpp's kernels here compute no batch of 2 tokens or "
+        "more as they compute each token alone (without --spec-exact, drafts are verified in batches of any size, "
+        "as llama-server does; near ties can then go either way)"
+    ]
+    assert _verification(exact) == ("ngram-simple", True, 1, False)
+    assert "draft_n" not in post(exact, "/completion", BODY).json()["timings"]
+
+
 @pytest.mark.parametrize("control", [{"speculative": False}, {"speculative.n_max": 0}])
 def test_a_request_turns_speculation_off_and_gets_the_same_tokens(
     speculative: ServerThread, control: dict[str, Any]
@@ -85,9 +117,7 @@ def test_a_draft_model_drafts_what_the_model_samples(
     server_factory: Callable[..., ServerThread], tiny_gguf: Path
 ) -> None:
     """``--spec-type draft-simple -md FILE``: the model drafting for itself guesses the tokens it samples."""
-    settings = Settings.of(
-        model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="draft-simple", spec_exact=False
-    )
+    settings = Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, spec_type="draft-simple")
     drafting = server_factory(settings.replace(spec_draft_model=str(tiny_gguf), spec_draft_n_max=4))
     # (No repeat penalty: the draft model guesses the unpenalised greedy token; LFM's default penalises.)
     body = {**BODY, "cache_prompt": False, "repeat_penalty": 1.0}

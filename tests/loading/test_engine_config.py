@@ -90,6 +90,35 @@ def test_spec_flags_become_the_speculation_config_and_bad_ones_are_refused() -> 
         speculation_config(Settings.of(model="m.gguf", spec_draft_p_min=1.5).speculation)
 
 
+def _speculation(*argv: str, environ: dict[str, str] | None = None) -> SpeculationConfig:
+    return speculation_config(Settings.from_argv(["-m", "m.gguf", *argv], environ=environ or {}).speculation)
+
+
+def test_drafts_are_verified_as_llama_server_does_unless_spec_exact() -> None:
+    assert _speculation("--spec-type", "ngram-simple") == SpeculationConfig(types=("ngram-simple",), exact=False)
+    assert _speculation("--spec-type", "ngram-simple", "--spec-exact").exact is True
+    assert _speculation("--spec-exact", "--no-spec-exact").exact is False
+    assert _speculation(environ={"LFMSERVE_SPEC_EXACT": "1"}).exact is True
+
+
+def test_spec_default_adds_ngram_mod_with_llama_servers_sizes() -> None:
+    default_sizes = NgramModSizes(n_match=24, n_min=48, n_max=64)
+    assert _speculation("--spec-default") == SpeculationConfig(types=("ngram-mod",), ngram_mod=default_sizes)
+    assert _speculation("--spec-type", "ngram-simple", "--spec-default").types == ("ngram-simple", "ngram-mod")
+    assert _speculation("--spec-type", "ngram-mod", "--spec-default").types == ("ngram-mod",)
+    assert _speculation(environ={"LFMSERVE_SPEC_DEFAULT": "1"}).types == ("ngram-mod",)
+    # As in llama-server, options apply in command-line order: a size after --spec-default wins, one before loses.
+    early = ("--spec-ngram-mod-n-match", "8", "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "16")
+    assert _speculation(*early, "--spec-default").ngram_mod == default_sizes
+    assert _speculation("--spec-default", *early).ngram_mod == NgramModSizes(n_match=8, n_min=2, n_max=16)
+    assert _speculation("--spec-default", "--spec-ngram-mod-n-max", "32").ngram_mod == NgramModSizes(n_max=32)
+    # A variable sets only the switch: the sizes stay what the command line and the other variables say.
+    sized = {"LFMSERVE_SPEC_DEFAULT": "1", "LFMSERVE_SPEC_NGRAM_MOD_N_MAX": "32"}
+    assert _speculation(environ=sized).ngram_mod == NgramModSizes(n_max=32)
+    assert _speculation("--spec-default", environ=sized).ngram_mod == default_sizes
+    assert not _speculation().enabled
+
+
 def _sizes(*argv: str, n_ctx_train: int = 32768) -> tuple[int, int, int]:
     settings = Settings.from_argv(["-m", "m.gguf", *argv], environ={})
     sizes = engine_config(settings).context_sizes(n_ctx_train)

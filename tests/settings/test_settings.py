@@ -305,7 +305,7 @@ def test_of_and_replace_put_each_field_in_its_group() -> None:
 
 def test_field_names_are_unique_across_the_groups() -> None:
     names = [f.name for kind in GROUPS.values() for f in dataclasses.fields(kind)]
-    assert len(names) == len(set(names)) == 232
+    assert len(names) == len(set(names)) == 233
     # + the options ignored and Ollama's variables set
     assert set(GROUPS) | {"ignored", "ollama"} == {f.name for f in dataclasses.fields(Settings)}
 
@@ -322,6 +322,7 @@ def test_field_names_are_unique_across_the_groups() -> None:
         ["--repack", "--kv-unified", "--context-shift", "--swa-full", "--offline", "--metrics", "--props", "-v"],
         ["--api-key", "a,b", "--api-key", "c", "-r", "User:", "-r", "###", "--temp", "0.25", "-s", "-1"],
         ["--spec-type", "ngram-simple,draft-simple", "-md", "d.gguf", "--spec-draft-p-min", "0.5", "-to", "60"],
+        ["--spec-default", "--spec-ngram-mod-n-max", "10", "--spec-exact"],
         ["--no-media-fetch", "--media-fetch-private", "--no-media-encode-beside", "--no-mmproj-offload"],
     ],
 )

@@ -14,8 +14,9 @@ from ..monitoring import memory_json
 
 def props(serving: Serving, *, is_sleeping: bool, ui_settings: dict[str, Any]) -> dict[str, Any]:
     """``GET /props``: the generation defaults, slots, template and model, as llama-server reports them, and the
-    web UI's defaults (``--ui-config``); lfmserve adds ``memory`` (:func:`~..monitoring.memory_json`)."""
-    info = serving.model.info
+    web UI's defaults (``--ui-config``); lfmserve adds ``memory`` (:func:`~..monitoring.memory_json`) and how drafts
+    are verified (``speculative.exact``, ``speculative.exact_batch``, ``speculative.drafting``)."""
+    info, verification = serving.model.info, serving.engine.verification
     return {
         "default_generation_settings": {
             "n_ctx": serving.engine.n_ctx_slot,
@@ -29,6 +30,9 @@ def props(serving: Serving, *, is_sleeping: bool, ui_settings: dict[str, Any]) -
                 "n_probs": 0,
                 "backend_sampling": serving.options.backend_sampling,
                 "speculative.types": serving.engine.config.speculation.type_names,
+                "speculative.exact": verification.exact,
+                "speculative.exact_batch": verification.exact_batch,
+                "speculative.drafting": verification.drafting,
             },
         },
         "sampling_sources": serving.defaults.sources,

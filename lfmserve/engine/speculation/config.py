@@ -59,8 +59,8 @@ class SpeculationConfig:
     #: says (llama-server's benchmarking mode; empty: drafts are verified).
     synth_rates: tuple[float, ...] = ()
     #: ``--spec-exact``: drafts verified only in batches whose rows come out as single decodes'
-    #: (:mod:`.exactness`).
-    exact: bool = True
+    #: (:mod:`.exactness`); off, in batches of any size, as llama-server verifies them.
+    exact: bool = False
 
     def __post_init__(self) -> None:
         if "draft-simple" in self.types and not self.draft_model:

@@ -8,27 +8,40 @@ greedy run with drafts verified in such batches departs from the run without dra
 prompts on Gemma-3-270M); llama-server, whose drafts are verified the same way, departs on the same prompts
 once it drafts in free text.
 
-So the engine measures the largest batch whose rows all come out bitwise as single decodes, before it serves,
-and never verifies a draft in a larger one (:class:`~.speculator.Speculator`): with one request in flight, the
-output with drafts is the output without them. The probe decodes a fixed 16-token sequence one token at a time,
-then in chunks of 2, 3, ... tokens, every position asking for logits, and stops at the first chunk size with a
-row that differs. Sixteen rows make a difference that exists show: about a third of the rows a gemm computes
-differ.
+So with ``--spec-exact`` (off by default, as llama-server has no such mode) the engine measures the largest batch
+whose rows all come out bitwise as single decodes, before it serves, and never verifies a draft in a larger one
+(:class:`~.speculator.Speculator`): with one request in flight, the output with drafts is the output without them.
+The probe decodes a fixed 16-token sequence one token at a time, then in chunks of 2, 3, ... tokens, every position
+asking for logits, and stops at the first chunk size with a row that differs. Sixteen rows make a difference that
+exists show: about a third of the rows a gemm computes differ.
 """
 
 from __future__ import annotations
 
-import logging
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from ...llama.context import NativeContext
 
-logger = logging.getLogger(__name__)
-
 #: Tokens of the probe sequence.
 PROBE_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verification:
+    """How the server verifies drafts, decided before its first step; ``/props`` reports it beside the types, so a
+    client can tell whether drafts may move near ties and, with ``--spec-exact``, what exactness costs here."""
+
+    #: ``--spec-exact``: drafts verified only in batches of at most ``exact_batch`` tokens (not under synthetic
+    #: acceptance, whose drafts are kept by chance). False: in batches of any size, as llama-server verifies them.
+    exact: bool = False
+    #: ``--spec-exact``'s measurement (:func:`exact_batch_size`); None where nothing was measured.
+    exact_batch: int | None = None
+    #: Whether drafts are made at all: not without ``--spec-type``, nor where no batch of ``exact_batch`` tokens
+    #: or fewer decodes faster than its tokens one at a time.
+    drafting: bool = False
 
 
 def exact_batch_size(ctx: NativeContext, *, seq_id: int, n_max: int) -> int:
@@ -39,7 +52,6 @@ def exact_batch_size(ctx: NativeContext, *, seq_id: int, n_max: int) -> int:
     alone = _decode_in_chunks(ctx, seq_id, tokens, 1)
     for n in range(2, min(n_max, PROBE_TOKENS) + 1):
         if not np.array_equal(_decode_in_chunks(ctx, seq_id, tokens, n), alone):
-            logger.info("speculation: drafts verified %d tokens at a time at most (exact below %d)", n - 1, n)
             return n - 1
     return max(1, min(n_max, PROBE_TOKENS))
 

@@ -23,9 +23,9 @@ def spec_config(kind: str, *, n: int, draft_model: Path) -> SpeculationConfig:
     """``kind`` with ``n``-token lookups, so the models get drafts often. Random weights do not copy, so free
     text rejects nearly every n-gram draft (the rollback path); a grammar that repeats one phrase makes them
     keep some. The draft model is the model itself: its guesses are what greedy decoding samples. Drafts are
-    verified as llama-server verifies them, in batches of any size (``exact=False``): the tiny models' F32
-    kernels compute no batch of two or more as single decodes, so ``--spec-exact`` would verify none of their
-    drafts (test_exactness.py tests it)."""
+    verified as llama-server verifies them, in batches of any size (the default): the tiny models' F32 kernels
+    compute no batch of two or more as single decodes, so ``--spec-exact`` would verify none of their drafts
+    (test_exactness.py tests it)."""
     sizes = NgramSizes(size_n=n, size_m=6)
     return SpeculationConfig(
         types=(kind,),
@@ -35,7 +35,6 @@ def spec_config(kind: str, *, n: int, draft_model: Path) -> SpeculationConfig:
         ngram_map_k4v=sizes,
         ngram_mod=NgramModSizes(n_match=n, n_min=1, n_max=6),
         draft_model=str(draft_model),
-        exact=False,
     )
 
 

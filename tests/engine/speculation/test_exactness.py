@@ -1,7 +1,8 @@
-"""``--spec-exact``: greedy output with drafts is the output without them, on a CPU whose kernels compute a row
-of a batch differently from the same token decoded alone (Gemma-3-270M's repacked Q4_K matrices: 4-row gemm
-against the single decode's gemv). Without it, drafts verified in batches of 4 or more depart from the output
-without drafts at near ties, as llama-server's do (:mod:`lfmserve.engine.speculation.exactness`)."""
+"""``--spec-exact`` (off by default): greedy output with drafts is the output without them, on a CPU whose
+kernels compute a row of a batch differently from the same token decoded alone (Gemma-3-270M's repacked Q4_K
+matrices: 4-row gemm against the single decode's gemv), and one start line says what that allows here. Without
+it, drafts verified in batches of 4 or more depart from the output without drafts at near ties, as
+llama-server's do (:mod:`lfmserve.engine.speculation.exactness`), and nothing is measured."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def gemma(gemma_gguf: Path) -> Iterator[NativeModel]:
     model.close()
 
 
+#: ``--spec-type ngram-simple --spec-exact``.
+EXACT = SpeculationConfig(types=("ngram-simple",), exact=True)
+
+
 def _greedy(model: NativeModel, speculation: SpeculationConfig | None, text: str, n: int) -> tuple[list[int], int]:
     """``n`` greedy tokens after ``text``, and how many tokens were drafted and verified."""
     config = EngineConfig(n_ctx=8192, n_slots=1, n_batch=2048, n_ubatch=512, n_threads=1)
@@ -62,12 +67,42 @@ def test_repacked_kernels_compute_batches_of_up_to_3_as_single_decodes(gemma: Na
 
 
 def test_greedy_output_with_drafts_is_the_output_without_them(
-    gemma: NativeModel, monkeypatch: pytest.MonkeyPatch
+    gemma: NativeModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     give_batch_costs(gemma, monkeypatch)
     expected, _ = _greedy(gemma, None, CODE, 48)
-    got, drafted = _greedy(gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 48)
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
+        got, drafted = _greedy(gemma, EXACT, CODE, 48)
     assert drafted > 0 and got == expected
+    assert _engine_lines(caplog) == [
+        "speculative decoding with --spec-exact: drafts of up to 2 tokens verified, as llama.cpp's kernels here "
+        "compute a batch of up to 3 tokens as they compute each token alone (without --spec-exact, drafts are "
+        "verified in batches of any size, as llama-server does)"
+    ]
+
+
+@pytest.fixture(scope="module")
+def plain_gemma(gemma_gguf: Path) -> Iterator[NativeModel]:
+    """Gemma-3-270M with its weights as stored (not repacked), on any CPU: the kernels take 8 rows at a time."""
+    model = NativeModel(gemma_gguf, repack=False)
+    yield model
+    model.close()
+
+
+def test_the_start_line_says_how_long_a_draft_spec_exact_allows_here(
+    plain_gemma: NativeModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batches of up to 7 are exact without repacking, and with Gemma's costs those pay."""
+    give_batch_costs(plain_gemma, monkeypatch)
+    expected, _ = _greedy(plain_gemma, None, CODE, 48)
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
+        got, drafted = _greedy(plain_gemma, EXACT, CODE, 48)
+    assert drafted > 0 and got == expected
+    assert _engine_lines(caplog) == [
+        "speculative decoding with --spec-exact: drafts of up to 6 tokens verified, as llama.cpp's kernels here "
+        "compute a batch of up to 7 tokens as they compute each token alone (without --spec-exact, drafts are "
+        "verified in batches of any size, as llama-server does)"
+    ]
 
 
 def test_where_no_exact_batch_can_pay_speculation_is_off_and_says_so(
@@ -77,14 +112,35 @@ def test_where_no_exact_batch_can_pay_speculation_is_off_and_says_so(
     costs = BatchCosts({1: 11.0, 2: 24.6, 3: 33.4, 4: 38.3, 8: 42.6})
     monkeypatch.setattr(core_module, "measure_batch_costs", lambda *_, **__: costs)
     expected, _ = _greedy(gemma, None, CODE, 16)
-    with caplog.at_level(logging.WARNING, logger="lfmserve.engine.core"):
-        got, drafted = _greedy(gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 16)
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
+        got, drafted = _greedy(gemma, EXACT, CODE, 16)
     assert (got, drafted) == (expected, 0)
-    assert caplog.messages == [
-        "speculative decoding is off: llama.cpp's kernels here compute a batch of more than 3 tokens differently "
-        "from decoding them one at a time, and a batch that small costs more than decoding its tokens one at a "
-        "time (--no-spec-exact verifies longer drafts, as llama-server does; near ties can then go either way)"
+    assert _engine_lines(caplog) == [
+        "speculative decoding is off: with --spec-exact, llama.cpp's kernels here compute a batch of more than 3 "
+        "tokens differently from decoding them one at a time, and a batch that small costs more than decoding its "
+        "tokens one at a time (without --spec-exact, drafts are verified in batches of any size, as llama-server "
+        "does; near ties can then go either way)"
     ]
+
+
+def test_without_spec_exact_nothing_is_measured_or_said(
+    plain_gemma: NativeModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    give_batch_costs(plain_gemma, monkeypatch)
+    monkeypatch.setattr(core_module, "exact_batch_size", _never_called)
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
+        _, drafted = _greedy(plain_gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 48)
+    assert drafted > 0 and _engine_lines(caplog) == []
+
+
+def _never_called(*_: object, **__: object) -> int:
+    raise AssertionError("the exact batch size is measured only with --spec-exact")
+
+
+def _engine_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the engine's start and the exactness probe said (not the requests' lines, nor the thread tuner's)."""
+    names = ("lfmserve.engine.core", "lfmserve.engine.speculation.exactness")
+    return [record.getMessage() for record in caplog.records if record.name in names]
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["repacked", "not-repacked"])

@@ -75,9 +75,11 @@ class _Generation:
         self.unverified.clear()
 
 
-def _speculator(*types: str, n_ctx_slot: int = 1024, draft_model: DraftModel | None = None) -> Speculator:
+def _speculator(
+    *types: str, n_ctx_slot: int = 1024, draft_model: DraftModel | None = None, exact_batch: int | None = None
+) -> Speculator:
     config = SpeculationConfig(types=types, ngram_simple=NgramSizes(size_n=3, size_m=4), draft_model="draft.gguf")
-    return Speculator(config, n_ctx_slot=n_ctx_slot, draft_model=draft_model)
+    return Speculator(config, n_ctx_slot=n_ctx_slot, draft_model=draft_model, exact_batch=exact_batch)
 
 
 def test_a_generation_drafts_what_its_history_repeats_as_far_as_it_is_worth() -> None:
@@ -113,6 +115,23 @@ def test_a_guess_is_cut_to_what_the_request_the_batch_the_slot_and_the_grammar_a
 ) -> None:
     gen = _Generation(request=request_)
     _speculator("ngram-simple", n_ctx_slot=n_ctx_slot).plan([gen], capacity=capacity)
+    assert gen.draft == draft
+
+
+@pytest.mark.parametrize(
+    ("exact_batch", "replay", "draft"),
+    [
+        (None, (), GUESS),  # the default, as llama-server: the whole copy, 4 tokens, verified in a batch of 5
+        (3, (), (4, 5)),  # --spec-exact where batches of 3 are exact (repacked weights): 2 drafted at most
+        (3, (1,), (4,)),  # a token replayed before the pending one takes a place in that batch
+        (1, (), ()),  # no batch of 2 is exact: nothing drafted
+    ],
+)
+def test_spec_exacts_batch_caps_the_draft_and_the_default_does_not(
+    exact_batch: int | None, replay: tuple[int, ...], draft: tuple[int, ...]
+) -> None:
+    gen = _Generation(replay=replay)
+    _speculator("ngram-simple", exact_batch=exact_batch).plan([gen], capacity=64)
     assert gen.draft == draft
 
 
