@@ -1,7 +1,8 @@
 """Speculative decoding benchmark: decode speed with and without ``--spec-type``, lfmserve vs llama-server.
 
-Four servers per model, the same flags: llama-server and lfmserve, each without and with ``--spec-type
-ngram-simple``. Raw ``/completion`` prompts, 256 tokens each.
+Four servers per model, the same flags (4 slots of 3,072 tokens): llama-server and lfmserve, each without and
+with ``--spec-type ngram-simple``. Raw ``/completion`` prompts, 256 tokens each; a workload named ``... x4`` sends
+four of them at once and reports their tokens over the time until the last one ends.
 
 On Gemma-3-270M (real text: random weights cannot copy; a base model): greedy ``fix`` (a ~1,500-token
 document with typos, then the same text fixed), ``copy`` (the document, then "Copy:" and its first three
@@ -30,6 +31,8 @@ import inspect
 import json
 import statistics
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -80,15 +83,33 @@ WORKLOADS: dict[str, dict[str, Any]] = {
         "grammar": 'root ::= ("apples, " | "pears, " | "plums, ")+',
     },
 }
-#: Each model, its workloads and the flags both servers add for speculation.
+#: Each model, its workloads and the flags both servers add for speculation. A ``x4`` workload is four requests
+#: of its kind at once (each server has 4 slots): drafting must not cost the other streams.
 MODELS: dict[str, tuple[tuple[str, ...], list[str]]] = {
-    "gemma-3-270m": (("fix", "copy", "json", "free"), SPEC),
-    "lfm2-350m-shaped": (("free", "list"), [*SPEC, "--spec-ngram-simple-size-n", "2"]),
+    "gemma-3-270m": (("fix", "copy", "json", "free", "copy x4", "free x4"), SPEC),
+    "lfm2-350m-shaped": (("free", "list", "free x4"), [*SPEC, "--spec-ngram-simple-size-n", "2"]),
 }
+STREAMS = 4
 
 
 def run_one(url: str, workload: str, rep: int) -> dict[str, Any]:
+    """One workload: its decode tok/s (``x4``: the four streams' tokens over the time until the last ends, prompts
+    included, as each would see it)."""
+    kind, _, times = workload.partition(" x")
+    if not times:
+        return _completion(url, kind, rep)
+    with ThreadPoolExecutor(STREAMS) as pool:
+        t0 = time.perf_counter()
+        results = list(pool.map(lambda i: _completion(url, kind, rep, seed=i), range(STREAMS)))
+        wall = time.perf_counter() - t0
+    total = {key: sum(r[key] for r in results) for key in ("predicted_n", "draft_n", "draft_n_accepted")}
+    return {"decode_tok_s": total["predicted_n"] / wall, **total}
+
+
+def _completion(url: str, workload: str, rep: int, seed: int = 1) -> dict[str, Any]:
     body = {**WORKLOADS[workload], "n_predict": MAX_TOKENS, "ignore_eos": True}
+    if "seed" in body:
+        body["seed"] = seed  # four streams write four stories
     reply = httpx.post(url + "/completion", json=body, timeout=600).json()
     timings = reply["timings"]
     return {
@@ -100,7 +121,7 @@ def run_one(url: str, workload: str, rep: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = bench_arguments(__doc__ or "", ctx_size=8192, repeats=3)
+    parser = bench_arguments(__doc__ or "", ctx_size=4 * 3072, repeats=3)
     parser.add_argument("--only", nargs="*", choices=list(MODELS), help="run these models only")
     args = parser.parse_args()
     binary = llama_server_binary(parser, args)
@@ -110,7 +131,7 @@ def main() -> int:
         for model, (workloads, spec) in MODELS.items():
             if args.only and model not in args.only:
                 continue
-            flags = ["-m", paths[model], "-c", str(args.ctx_size), "-t", str(args.threads), "-np", "1"]
+            flags = ["-m", paths[model], "-c", str(args.ctx_size), "-t", str(args.threads), "-np", str(STREAMS)]
             servers = {"llama-server": [], "llama-server+spec": spec, "lfmserve": [], "lfmserve+spec": spec}
             with contextlib.ExitStack() as stack:
                 urls = {}

@@ -52,11 +52,11 @@ from .records import EngineConfig, EngineRequest, EngineStats, SlotTask, ThreadP
 from .scheduler import Slot
 from .slot_control import SlotControl
 from .speculation.config import SpeculationConfig
-from .speculation.costs import measure_batch_costs
+from .speculation.costs import CostMeter, measure_batch_costs
 from .speculation.draft_model import DraftModel
 from .speculation.exactness import Verification, exact_batch_size
 from .speculation.speculator import Speculator
-from .speculation.worth import BatchCosts, drafts_can_pay
+from .speculation.worth import LINEAR_COSTS, BatchCosts, drafts_can_pay
 from .step import BatchStep
 from .stream import OutputSink
 from .validation import RequestBounds
@@ -237,7 +237,6 @@ class Engine:
         slower on two cores."""
         if self.config.warmup:
             self._ctx.warm_up()
-        # ``verification``: how drafts are verified, for ``/props``; the drafters, if any draft.
         self.verification, self._step.speculator = _speculation(self.model, self._ctx, self.config, self.n_ctx_slot)
 
     def _end_thread(self) -> None:
@@ -258,7 +257,8 @@ class Engine:
         while not self._closing:
             idle = not self._waiting and not self._running
             can_embed = self.embeddings is not None and self.embeddings.pending and not embedding_waits
-            self._inbox.run(block=(stalled or idle) and not can_embed)
+            measuring = idle and self._step.measure_idle()  # speculation's costs, a decode between two looks
+            self._inbox.run(block=(stalled or idle) and not can_embed and not measuring)
             if self._closing:
                 break
             stalled = embedding_waits = False
@@ -438,11 +438,16 @@ def _speculator(
     context beside ``ctx``. No drafters where ``--spec-exact`` leaves no draft that could pay: drafting would only
     slow decoding.
 
-    It is built on the engine thread before its first step, because it measures the batch costs and the exact batch
-    size on slot 0's sequence while that is still empty.
+    It is built on the engine thread before its first step: with ``--spec-exact`` it measures the batch costs and the
+    exact batch size on slot 0's sequence while that is still empty (without, the costs are measured between
+    requests).
     """
     spec = config.speculation
-    costs = measure_batch_costs(ctx, seq_id=0, n_max=config.n_slots + spec.max_draft)
+    n_max = config.n_slots + spec.max_draft
+    # --spec-exact decides from the costs whether to draft at all: measured now; else between requests.
+    costs, meter = (
+        (measure_batch_costs(ctx, seq_id=0, n_max=n_max), None) if spec.exact else (LINEAR_COSTS, CostMeter(n_max))
+    )
     verification = _verification(ctx, spec, costs)
     if not verification.drafting:
         return verification, None
@@ -465,7 +470,9 @@ def _speculator(
             placement_batch=config.threads.draft_batch,
         )
     try:
-        speculator = Speculator(spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, exact_batch=exact)
+        speculator = Speculator(
+            spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, meter=meter, exact_batch=exact
+        )
     except BaseException:
         if draft_model is not None:
             draft_model.close()

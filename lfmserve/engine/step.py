@@ -72,6 +72,10 @@ class BatchStep:
         self.speculator = speculator
         self._recurrent = ctx.model.info.is_hybrid or ctx.model.info.is_recurrent
 
+    def measure_idle(self) -> bool:
+        """Between requests: the speculator's cost measurement goes on by one decode; whether more is due."""
+        return self.speculator is not None and self.speculator.measure_idle(self._ctx, self._memory.slots)
+
     def run(self, running: Sequence[Generation]) -> bool:
         """Decode one batch for ``running`` and move each generation on (a chunk prefilled, a token sampled).
 
@@ -226,10 +230,8 @@ class BatchStep:
 
     # -- media ------------------------------------------------------------------------------------
     def _run_media(self, running: Sequence[Generation], budget: int, *, streaming: bool, beside: bool) -> bool:
-        """Get the rows of media chunks that are due, and decode those of prompts at media positions.
-
-        False when nothing happened (every prompt at a media position waits for an encode beside).
-        """
+        """Get the rows of media chunks that are due, and decode those of prompts at media positions; False when
+        nothing happened (every prompt at a media position waits for an encode beside)."""
         assert self._encoder is not None
         batch = self._ctx.embd_batch
         batch.clear()
@@ -274,10 +276,8 @@ class BatchStep:
         return True
 
     def _take_rows(self, gen: Generation, span: MediaSpan, *, beside: bool, may_encode: bool) -> tuple[bool, bool]:
-        """Give ``gen`` the span's rows if they are at hand: (whether it has them, whether this thread encoded).
-
-        An encode that fails fails this generation only.
-        """
+        """Give ``gen`` the span's rows if they are at hand: (whether it has them, whether this thread encoded). An
+        encode that fails fails this generation only."""
         try:
             rows, encoded = self._rows(span, beside=beside, may_encode=may_encode)
         except EngineError as exc:  # this request's media, not the others'

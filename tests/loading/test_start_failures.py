@@ -80,7 +80,7 @@ STEPS: dict[str, Callable[[pytest.MonkeyPatch, NativeCounts], None]] = {
     "the media encoder": lambda m, n: m.setattr(core, "MediaEncoder", _raise),
     "the embedding context": lambda m, n: n.fail.add(("context", 2)),
     "the warm-up": lambda m, n: m.setattr(NativeContext, "warm_up", _raise),
-    "speculation's cost measurement": lambda m, n: m.setattr(core, "measure_batch_costs", _raise),
+    "speculation's cost meter": lambda m, n: m.setattr(core, "CostMeter", _raise),
     "the draft model": lambda m, n: n.fail.add(("model", 2)),
     "the draft model's context": lambda m, n: n.fail.add(("context", 3)),
     "the speculator": lambda m, n: m.setattr(core, "Speculator", _raise),

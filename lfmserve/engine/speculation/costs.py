@@ -1,8 +1,9 @@
-"""What a decode of n tokens costs on this machine, measured once when the engine starts.
+"""What a decode of n tokens costs on this machine, measured between requests (:class:`CostMeter`), or when the
+engine starts (:func:`measure_batch_costs`, for ``--spec-exact``).
 
 How long a draft is worth verifying depends on this cost (:mod:`.worth`), and no formula gets it right:
 llama.cpp's CPU matrix kernels take the batch four columns at a time, so 8 tokens can decode faster than 5,
-6 or 7. So before it serves, the engine decodes throwaway batches on an empty sequence, every position
+6 or 7. So the engine decodes throwaway batches on an empty sequence, every position
 asking for logits as a verified draft does. It times every count up to 8, then every fourth up to 24 and
 every eighth past it, within a time budget; a count between two measured ones costs what the next one up
 costs.
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 import numpy as np
 
 from ...llama.context import NativeContext
-from .worth import BatchCosts
+from .worth import BatchCosts, best_draft_length
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,12 @@ MEASURABLE_S = 0.002
 UNIT_REPEATS = 3
 #: Times each count is timed, the fastest kept.
 PASSES = 2
+
+
+#: Passes an idle-time measurement makes at most; it ends sooner once a pass changes no count's time by more
+#: than :data:`STABLE`.
+MAX_PASSES = 6
+STABLE = 0.03
 
 
 def measured_counts(n_max: int) -> list[int]:
@@ -72,6 +80,66 @@ def measure_batch_costs(ctx: NativeContext, *, seq_id: int, n_max: int, budget_s
         " ".join(f"{n}:{u:.2f}" for n, u in zip(costs.counts, costs.units, strict=True)),
     )
     return costs
+
+
+class CostMeter:
+    """The same measurement, one decode at a time, while the engine has nothing else to do: a start with
+    ``--spec-type`` then takes no longer than one without, and a request that comes waits one decode at most.
+
+    Until the first pass ends the linear model stands in. Passes go on (each count's fastest time kept, as noise
+    only ever adds) until one changes no time by more than 3%, or six are done: on a busy machine, the quiet
+    moments of several passes add up to the figures a quiet machine measures at once.
+    """
+
+    def __init__(self, n_max: int) -> None:
+        self.counts = measured_counts(max(1, n_max))
+        self._queue: deque[tuple[int, bool]] = deque([(self.counts[-1], False), (1, False)])
+        self._queue.extend([(1, True)] * UNIT_REPEATS)
+        self._queue.extend(self._pass())
+        self._best: dict[int, float] = {}
+        self._last_pass: dict[int, float] = {}
+        self._passes = 0
+        self._seconds = 0.0
+        self.done = False
+
+    def step(self, ctx: NativeContext, seq_id: int) -> BatchCosts | None:
+        """One decode on ``seq_id`` (empty, and left empty); the costs measured so far when it ended a pass."""
+        n, timed = self._queue.popleft()
+        seconds = _timed_decode(ctx, seq_id, min(n, ctx.n_batch))
+        self._seconds += seconds
+        if timed:
+            self._best[n] = min(self._best.get(n, float("inf")), seconds)
+        if self._queue:
+            return None
+        if self._best[1] < MEASURABLE_S:
+            self.done = True
+            logger.info("speculation: a decode takes %.2f ms, too little to measure: linear costs", self._best[1] * 1e3)
+            return BatchCosts()
+        self._passes += 1
+        if self._last_pass:
+            moved = max(1 - self._best[n] / self._last_pass[n] for n in self._best)
+            self.done = moved <= STABLE or self._passes >= MAX_PASSES
+        self._last_pass = dict(self._best)
+        costs = BatchCosts(self._best)
+        if self.done:
+            logger.info(
+                "speculation: decode costs of 1..%d tokens measured between requests in %d passes, %.1f s of decoding "
+                "(1 token %.1f ms; in single decodes: %s); drafts worth verifying for one stream at acceptance "
+                "0.5 / 0.8 / 0.95: %s tokens",
+                self.counts[-1],
+                self._passes,
+                self._seconds,
+                self._best[1] * 1e3,
+                " ".join(f"{n}:{u:.2f}" for n, u in zip(costs.counts, costs.units, strict=True)),
+                " / ".join(str(best_draft_length(q, self.counts[-1] - 1, costs=costs)) for q in (0.5, 0.8, 0.95)),
+            )
+        else:
+            self._queue.extend(self._pass())
+        return costs
+
+    def _pass(self) -> list[tuple[int, bool]]:
+        """Each count timed once, beside a single decode (the unit is the fastest of them all, as above)."""
+        return [item for n in self.counts[1:] for item in ((1, True), (n, True))]
 
 
 def _timed_decode(ctx: NativeContext, seq_id: int, n: int) -> float:

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ...errors import EngineError
+from ...llama.context import NativeContext
 from .config import SPEC_TYPES, SpeculationConfig
+from .costs import CostMeter
 from .draft_model import DraftModel, DraftRequest
 from .ngram import Drafter, NgramMap, NgramSimple
 from .ngram_cache import NgramCache
@@ -44,6 +46,13 @@ class _DraftedRequest(Protocol):
 class _Slot(Protocol):
     @property
     def id(self) -> int: ...
+
+
+class _IdleSlot(_Slot, Protocol):
+    busy: bool
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
 
 
 class Generation(Protocol):
@@ -80,13 +89,16 @@ class Speculator:
         n_ctx_slot: int,
         draft_model: DraftModel | None = None,
         costs: BatchCosts = LINEAR_COSTS,
+        meter: CostMeter | None = None,
         exact_batch: int | None = None,
     ) -> None:
-        """``costs``: what a decode of n tokens costs here (:func:`.costs.measure_batch_costs`). ``exact_batch``:
-        the most tokens a decode computes as single decodes (:func:`.exactness.exact_batch_size`), which a
-        generation's replayed tokens, pending token and draft then never exceed (None: no such bound)."""
+        """``costs``: what a decode of n tokens costs here (:func:`.costs.measure_batch_costs`), until ``meter``
+        has measured them between requests (:meth:`measure_idle`). ``exact_batch``: the most tokens a decode
+        computes as single decodes (:func:`.exactness.exact_batch_size`), which a generation's replayed tokens,
+        pending token and draft then never exceed (None: no such bound)."""
         self._config = config
         self._costs = costs
+        self._meter = meter
         self._exact_batch = exact_batch
         self._n_ctx_slot = n_ctx_slot
         self._mod_table = NgramModTable(config.ngram_mod) if "ngram-mod" in config.types else None
@@ -191,6 +203,19 @@ class Speculator:
         gen.draft, gen.draft_source, gen.draft_acceptance = tuple(guess[:worth]), drafter, acceptance
         plan.streams += expected_kept(q, worth)
         plan.tokens += worth
+
+    def measure_idle(self, ctx: NativeContext, slots: Sequence[_IdleSlot]) -> bool:
+        """While no request runs: one decode of the cost measurement on an empty slot's sequence (none empty: not
+        now); whether more are due."""
+        free = next((slot.id for slot in slots if not slot.busy and not slot.tokens), None)
+        if self._meter is None or free is None:
+            return False
+        costs = self._meter.step(ctx, free)
+        if costs is not None:
+            self._costs = costs
+        if self._meter.done:
+            self._meter = None
+        return self._meter is not None
 
     @staticmethod
     def verified(gen: Generation, accepted: int) -> None:

@@ -39,13 +39,27 @@ def spec_config(kind: str, *, n: int, draft_model: Path) -> SpeculationConfig:
 
 
 def give_batch_costs(model: NativeModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Speculative engines built after this take their batch costs as given rather than measuring them: timed
+    """Speculative engines built after this take their batch costs as given rather than measuring them (at start
+    with ``--spec-exact``, else between requests): timed
     while the machine is busy (on CI, in a run where the fuzz test took 10 minutes), batches can measure dear
     enough that no draft looks worth verifying, and a test that needs drafts to check them sees none.
     Gemma-3-270M gets the costs measured for it on a quiet machine (:data:`GEMMA_MS`), the tiny models the
     linear stand-in they measure as (a decode too quick to time)."""
     costs = BatchCosts(GEMMA_MS) if model.info.architecture == "gemma3" else BatchCosts()
     monkeypatch.setattr(core_module, "measure_batch_costs", lambda *_, **__: costs)
+    monkeypatch.setattr(core_module, "CostMeter", lambda n_max: GivenCosts(costs))
+
+
+class GivenCosts:
+    """A cost meter that hands over ``costs`` at the engine's first idle look, before it takes any request."""
+
+    def __init__(self, costs: BatchCosts) -> None:
+        self.costs = costs
+        self.done = False
+
+    def step(self, ctx: object, seq_id: int) -> BatchCosts:
+        self.done = True
+        return self.costs
 
 
 def spec_engine(model: NativeModel, speculation: SpeculationConfig | None) -> Engine:

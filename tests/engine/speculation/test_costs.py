@@ -3,12 +3,16 @@ empty, within the budget."""
 
 from __future__ import annotations
 
+import itertools
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from lfmserve.engine.speculation import costs as costs_module
-from lfmserve.engine.speculation.costs import measure_batch_costs, measured_counts
+from lfmserve.engine.speculation.costs import CostMeter, measure_batch_costs, measured_counts
+from lfmserve.engine.speculation.worth import BatchCosts
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 
@@ -40,3 +44,52 @@ def test_costs_are_measured_on_an_empty_sequence_and_leave_it_empty(
     finally:
         ctx.close()
         model.close()
+
+
+class _Ctx:
+    n_batch = 64
+
+
+def _meter_run(
+    monkeypatch: pytest.MonkeyPatch, n_max: int, ms: Callable[[int, int], float]
+) -> tuple[CostMeter, list[BatchCosts | None]]:
+    """A meter driven to its end; ``ms(n, decode)`` is the scripted time of the ``decode``-th decode, of ``n``."""
+    decodes = itertools.count()
+    monkeypatch.setattr(costs_module, "_timed_decode", lambda ctx, seq_id, n: ms(n, next(decodes)) / 1e3)
+    meter, results = CostMeter(n_max), []
+    while not meter.done:
+        results.append(meter.step(_Ctx(), 1))  # type: ignore[arg-type]
+    return meter, results
+
+
+def test_a_model_too_quick_to_time_gets_the_linear_costs_after_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, results = _meter_run(monkeypatch, 12, lambda n, _: 0.5 * n)
+    # 2 untimed decodes, 3 units, then 1 .. 8 and 12 each beside a unit: 2 + 3 + 2 * 8
+    assert len(results) == 21 and results[:-1] == [None] * 20
+    last = results[-1]
+    assert last is not None and last.units == ()
+
+
+def test_passes_go_on_until_one_moves_no_time_and_the_fastest_time_of_each_count_is_kept(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first pass on a busy machine (every decode twice as slow), then quiet ones: 10 ms a token, 4 at 25 ms.
+    def ms(n: int, decode: int) -> float:
+        return (2.0 if decode < 21 else 1.0) * (25.0 if n == 4 else 10.0 * n)
+
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
+        _, results = _meter_run(monkeypatch, 12, ms)
+    passes = [costs for costs in results if costs is not None]
+    assert len(results) == 21 + 16 + 16 and len(passes) == 3  # the third pass moved nothing
+    expected = pytest.approx((1.0, 2.0, 3.0, 2.5, 5.0, 6.0, 7.0, 8.0, 12.0), rel=1e-12)
+    assert passes[0].units == expected and passes[2].units == expected
+    assert caplog.messages == [
+        "speculation: decode costs of 1..12 tokens measured between requests in 3 passes, 2.5 s of decoding "
+        "(1 token 10.0 ms; in single decodes: 1:1.00 2:2.00 3:3.00 4:2.50 5:5.00 6:6.00 7:7.00 8:8.00 12:12.00); "
+        "drafts worth verifying for one stream at acceptance 0.5 / 0.8 / 0.95: 0 / 3 / 3 tokens"
+    ]
+
+
+def test_a_machine_that_never_settles_is_measured_six_passes_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, results = _meter_run(monkeypatch, 4, lambda n, decode: 10.0 * n * (1 - decode / 100))  # ever faster
+    assert len([costs for costs in results if costs is not None]) == 6

@@ -16,6 +16,7 @@ from lfmserve.engine.speculation.draft_model import DraftModel, DraftRequest
 from lfmserve.engine.speculation.ngram import Drafter, NgramSimple
 from lfmserve.engine.speculation.ngram_cache import NgramCache
 from lfmserve.engine.speculation.speculator import Speculator
+from lfmserve.engine.speculation.worth import BatchCosts
 from lfmserve.errors import EngineError
 from lfmserve.llama.model import NativeModel
 
@@ -208,3 +209,36 @@ def test_a_draft_is_cut_where_the_grammar_would_refuse_it(tiny_gguf: Path) -> No
         assert mask.allowed_prefix(good[1:]) == len(good) - 1
     finally:
         model.close()
+
+
+@dataclass
+class _IdleSlot:
+    id: int
+    busy: bool = False
+    tokens: list[int] = field(default_factory=list)
+
+
+class _Meter:
+    """Done after two decodes; records the sequences it decoded on."""
+
+    def __init__(self) -> None:
+        self.seq_ids: list[int] = []
+        self.done = False
+
+    def step(self, ctx: object, seq_id: int) -> BatchCosts | None:
+        self.seq_ids.append(seq_id)
+        self.done = len(self.seq_ids) == 2
+        return BatchCosts({1: 1.0, 2: 1.5}) if self.done else None
+
+
+def test_costs_are_measured_between_requests_on_an_empty_slot_only() -> None:
+    meter = _Meter()
+    speculator = Speculator(SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=meter)  # type: ignore[arg-type]
+    held, running = _IdleSlot(0, tokens=[1, 2]), _IdleSlot(1, busy=True)
+    assert not speculator.measure_idle(None, [held, running])  # type: ignore[arg-type]
+    assert meter.seq_ids == []  # no empty slot: not now
+    assert speculator.measure_idle(None, [held, running, _IdleSlot(2)])  # type: ignore[arg-type]
+    assert not speculator.measure_idle(None, [_IdleSlot(3)])  # type: ignore[arg-type]
+    assert meter.seq_ids == [2, 3]
+    assert not speculator.measure_idle(None, [_IdleSlot(3)])  # type: ignore[arg-type]
+    assert meter.seq_ids == [2, 3]  # measured: nothing more
