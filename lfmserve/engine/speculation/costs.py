@@ -93,7 +93,8 @@ class CostMeter:
 
     def __init__(self, n_max: int) -> None:
         self.counts = measured_counts(max(1, n_max))
-        self._queue: deque[tuple[int, bool]] = deque([(self.counts[-1], False), (1, False)])
+        # Untimed first, as below, but small: a request that comes meanwhile waits for one of these decodes.
+        self._queue: deque[tuple[int, bool]] = deque([(1, False), (min(8, self.counts[-1]), False)])
         self._queue.extend([(1, True)] * UNIT_REPEATS)
         self._queue.extend(self._pass())
         self._best: dict[int, float] = {}
