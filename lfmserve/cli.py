@@ -112,10 +112,10 @@ def serve(argv: Sequence[str]) -> int:
 def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
     """Serve one model until SIGTERM / Ctrl-C; ``child`` is the link of a router's child, which serves on the
     socket its router bound and tells it when it is ready or why it failed."""
-    from .api.app import create_app
-    from .api.server import Server, listen, url
+    from .api.server import listen, url
+    from .loading.ahead import LoadAhead
     from .loading.engine_config import engine_config
-    from .loading.loader import load_serving, resolve_model_files
+    from .loading.files import resolve_model_files
     from .loading.placement import check_placement
 
     configure_logging(settings, model=child.name if child else None)
@@ -137,15 +137,23 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         settings.server.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
         # a taken port fails before the model loads
         sockets = child.sockets if child else listen(settings.server)
+    except (LfmError, OSError, ValueError) as exc:
+        fail(str(exc))
+        return 1
+
+    # The engine's and the chat layers' imports here: on the load's thread they would wait on the app's for the GIL.
+    from .loading.loader import load_serving
+
+    load = LoadAhead(lambda: load_serving(settings, files))  # llama.cpp loads while the app is imported and built
+    try:
+        from .api.app import create_app
+        from .api.server import Server
+
         # the app reads --ui-config(-file), the server the TLS files: either failing is one line, not a traceback
-        app = create_app(
-            settings,
-            lambda: load_serving(settings, files),
-            on_load_error=stop_on_load_error,
-            on_ready=child.ready if child else None,
-        )
+        app = create_app(settings, load, on_load_error=stop_on_load_error, on_ready=child.ready if child else None)
         server = Server(app, settings.server, app.state.app_state.drain)
     except (LfmError, OSError, ValueError) as exc:
+        load.discard()
         fail(str(exc))
         return 1
     logger.info("listening on %s (model %s)", ", ".join(url(sock, settings.server) for sock in sockets), files.model)

@@ -118,7 +118,7 @@ async def _start(
     sleeper: Sleeper | None,
 ) -> None:
     """Load the model; then, with ``--sleep-idle-seconds``, watch for idle time for the server's life."""
-    t0 = time.perf_counter()
+    t0 = getattr(load, "started", time.perf_counter())  # a load begun before the app (the CLI's): from then
     try:
         state.install(await asyncio.to_thread(load))
         logger.info("model loaded in %.1f s; server is ready", time.perf_counter() - t0)

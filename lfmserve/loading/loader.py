@@ -10,7 +10,6 @@ import contextlib
 import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,71 +21,25 @@ from ..engine.core import Engine
 from ..engine.records import ResolvedDefaults
 from ..errors import LfmError
 from ..llama.backend import build_info, init_numa
-from ..llama.model import NativeModel, builtin_template_names, model_file_problem
+from ..llama.model import NativeModel, builtin_template_names
 from ..llama.mtmd import Projector
 from ..media.sources import MediaPolicy
 from ..media.video import VideoOptions
 from ..settings import (
-    DEFAULT_HF_REPO,
     ChatSettings,
     SamplingSettings,
     Settings,
     SourceSettings,
-    SpeculationSettings,
     physical_cores,
 )
 from .defaults import gguf_sampling, model_identity, resolve_defaults
 from .engine_config import engine_config
 from .escapes import process_escapes
+from .files import ModelFiles
 from .fit import measured_fit
-from .hub import resolve_hf_model
 from .placement import model_placement, projector_device
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFiles:
-    """The GGUF files a server loads: the model, and the multimodal projector if there is one."""
-
-    model: str
-    projector: str | None = None
-    #: ``draft-simple``'s model (``-md FILE``, or downloaded for ``-hfd``).
-    draft: str | None = None
-
-
-def resolve_model_files(settings: Settings) -> ModelFiles:
-    """``-m FILE`` if given (it must exist), else ``-hf`` (default: the seed's LFM2.5 instruct model), with
-    ``--mmproj FILE``, or with ``-hf`` the repo's projector unless ``--no-mmproj``."""
-    source, media_path = settings.source, settings.media.media_path
-    if source.mmproj:
-        _check_file(source.mmproj, "projector")
-    if media_path and not os.path.isdir(media_path):
-        raise LfmError(f"--media-path {media_path} is not a folder")
-    draft = resolve_draft_model(settings.speculation, offline=source.offline, token=source.hf_token)
-    if source.model:
-        _check_file(source.model, "model")
-        return ModelFiles(source.model, source.mmproj, draft)
-    auto = source.mmproj_auto and not source.mmproj
-    path, projector = resolve_hf_model(
-        source.hf_repo or DEFAULT_HF_REPO, source.hf_file, projector=auto, offline=source.offline, token=source.hf_token
-    )
-    return ModelFiles(path, source.mmproj or projector, draft)
-
-
-def resolve_draft_model(spec: SpeculationSettings, *, offline: bool, token: str | None) -> str | None:
-    """``-hfd REPO`` (with ``-md`` naming the file there, as llama-server), else ``-md FILE`` (it must exist)."""
-    if spec.spec_draft_hf:
-        return resolve_hf_model(spec.spec_draft_hf, spec.spec_draft_model, offline=offline, token=token)[0]
-    if spec.spec_draft_model:
-        _check_file(spec.spec_draft_model, "draft model")
-    return spec.spec_draft_model
-
-
-def _check_file(path: str, what: str) -> None:
-    problem = model_file_problem(path, what)
-    if problem is not None:
-        raise LfmError(problem)
 
 
 def model_name(source: SourceSettings, path: str) -> str:

@@ -20,7 +20,8 @@ from ..engine.records import Pooling, SamplingParams
 from ..engine.stream import SyncResult
 from ..errors import InvalidRequest, NotSupported
 from ..llama.model import ModelInfo
-from ..loading.loader import ModelFiles, load_serving
+from ..loading.files import ModelFiles
+from ..loading.loader import load_serving
 from ..sampler_order import canonical_sampling
 from ..settings import Settings, sampling_fields
 from .chat import Chat

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from ..api.app import create_app
 from ..api.state import AppState
 from ..errors import LfmError, Unavailable
-from ..loading.loader import load_serving, resolve_model_files
+from ..loading.files import resolve_model_files
+from ..loading.loader import load_serving
 from ..settings import Settings
 from .serve_asgi import HttpRequest, HttpResponse, InProcessApp, ResponsePart
 

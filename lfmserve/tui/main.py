@@ -125,7 +125,7 @@ _LOCAL_N_CTX = 4096
 
 
 def _local(settings: Settings, *, system: str | None, turn: TurnOptions) -> tuple[Conversation, str]:
-    from ..loading.loader import resolve_model_files
+    from ..loading.files import resolve_model_files
     from ..local import Model
     from .conversation import LocalConversation
 

@@ -9,13 +9,8 @@ import pytest
 from lfmserve.chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatTemplate
 from lfmserve.errors import LfmError
 from lfmserve.llama.model import NativeModel
-from lfmserve.loading.loader import (
-    chat_template,
-    load_serving,
-    model_name,
-    resolve_model_files,
-    sampling_defaults,
-)
+from lfmserve.loading.files import resolve_model_files
+from lfmserve.loading.loader import chat_template, load_serving, model_name, sampling_defaults
 from lfmserve.settings import Settings
 from lfmserve.testing import LFM2_CHAT_TEMPLATE, TinyLfm2, write_lfm2_gguf
 

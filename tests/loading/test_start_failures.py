@@ -19,7 +19,8 @@ from lfmserve.engine import core
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from lfmserve.loading import loader
-from lfmserve.loading.loader import ModelFiles, load_serving
+from lfmserve.loading.files import ModelFiles
+from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
 
