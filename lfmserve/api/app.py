@@ -23,17 +23,14 @@ from fastapi import FastAPI
 from ..chat.serving import Serving
 from ..settings import Settings
 from .anthropic.router import router as anthropic_router
-from .cors import Cors
+from .edge import add_edge
 from .embeddings import router as embeddings_router
-from .gate import Gate
-from .handlers import install_error_handlers
 from .lora import router as lora_router
 from .native.router import router as native_router
 from .ollama.router import router as ollama_router
 from .openai.router import router as openai_router
 from .openai_responses.router import router as responses_router
 from .openapi import install_openapi
-from .prefix import serve_under
 from .rerank import router as rerank_router
 from .resumable import ResumableStreams
 from .sleep import Sleeper
@@ -44,7 +41,6 @@ from .streams import router as streams_router
 from .trace import TraceRecorder
 from .transcriptions import router as transcriptions_router
 from .vertex import VertexRoutes, install_vertex
-from .webui import WebUI, load_assets
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +53,7 @@ def create_app(
 ) -> FastAPI:
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server), ``on_ready``
     when the model serves (a router's child tells its router)."""
-    state = AppState(settings, tuple(k.encode() for k in settings.server.api_keys), settings.server.ui_settings)
+    state = AppState(settings, settings.server.ui_settings)
     streams = state.streams
     sleeper = (
         Sleeper(state, load, settings.server.sleep_idle_seconds) if settings.server.sleep_idle_seconds > 0 else None
@@ -82,12 +78,7 @@ def create_app(
         app.add_middleware(TraceRecorder, path=settings.server.trace_requests)
     if sleeper is not None:
         app.add_middleware(sleeper.wrap)
-    app.add_middleware(Gate, state=state)
-    if settings.server.ui:
-        app.add_middleware(WebUI, assets=load_assets())
-    install_error_handlers(app)
-    serve_under(app, settings.server.api_prefix)
-    app.add_middleware(Cors, settings=settings.server)
+    add_edge(app, settings.server, unavailable=state.unavailable)
     routers = (
         native_router,
         openai_router,

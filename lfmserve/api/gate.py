@@ -1,21 +1,23 @@
 """ASGI middleware in front of every route but OPTIONS (which :mod:`~lfmserve.api.cors` answers first) and the web
 UI's files (which :mod:`~lfmserve.api.webui` answers first, public as llama-server's are): 503 while
 the model loads or the server shuts down, 401 without a valid API key, 413 for a body over ``--max-body-bytes``
-(refused from its Content-Length, or as soon as a chunked body passes the limit, so it is never read whole)."""
+(refused from its Content-Length, or as soon as a chunked body passes the limit, so it is never read whole).
+
+The router stands behind the same gate, less the 503s (its models load on demand): it checks the keys once, and
+its children accept only the router's own key.
+"""
 
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import AuthenticationFailed, LfmError, PayloadTooLarge, Unavailable
+from ..settings import ServerSettings
 from .handlers import error_response
-
-if TYPE_CHECKING:  # the router uses key_ok without loading the model code that AppState brings
-    from .state import AppState
 
 #: Routes that need no API key, read with GET or HEAD only: llama-server's public set (``/health``, ``/v1/health``,
 #: and ``/`` with the web UI's other files, which :mod:`~lfmserve.api.webui` answers before this gate), and Ollama's
@@ -24,29 +26,37 @@ PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/api/version"})
 _READING_METHODS = frozenset({"GET", "HEAD"})
 
 
+def always_available() -> None:
+    """The router's ``unavailable``: it answers while its models load, each request waiting for its own."""
+    return None
+
+
 class Gate:
-    def __init__(self, app: ASGIApp, state: AppState) -> None:
+    """The refusals before any route, in the API family's error shape: ``unavailable``'s 503 first (a model
+    server's :meth:`~lfmserve.api.state.AppState.unavailable`; the router has none), then :func:`request_refusal`'s;
+    a body let through is cut off past the limit as it arrives (:func:`bounded`).
+
+    Example::
+
+        app.add_middleware(Gate, server=settings.server, unavailable=state.unavailable)
+    """
+
+    def __init__(self, app: ASGIApp, server: ServerSettings, unavailable: Callable[[], Unavailable | None]) -> None:
         self.app = app
-        self.state = state
+        self.keys = tuple(key.encode() for key in server.api_keys)  # once: each read opens --api-key-file
+        self.max_body = server.max_body_bytes
+        self.unavailable = unavailable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            error = self._refusal(scope)
+            error: LfmError | None = self.unavailable()
+            if error is None:
+                error = request_refusal(scope, self.keys, self.max_body)
             if error is not None:
                 await error_response(error, scope["path"])(scope, receive, send)
                 return
-            receive = bounded(receive, self.state.settings.server.max_body_bytes)
+            receive = bounded(receive, self.max_body)
         await self.app(scope, receive, send)
-
-    def _refusal(self, scope: Scope) -> LfmError | None:
-        state = self.state
-        if state.draining:
-            return Unavailable("the server is shutting down")
-        if state.serving is None and not state.sleeping:  # asleep, the next middleware wakes it
-            if state.load_error is None:
-                return Unavailable("Loading model")
-            return Unavailable(f"Model failed to load: {state.load_error}")
-        return request_refusal(scope, state.api_keys, state.settings.server.max_body_bytes)
 
 
 def request_refusal(scope: Scope, keys: tuple[bytes, ...], max_body: int) -> LfmError | None:

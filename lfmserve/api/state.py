@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import Request
 
 from ..chat.serving import Serving
+from ..errors import Unavailable
 from ..settings import Settings
 from .monitoring import MetricsReporter
 from .server import settle
@@ -20,7 +21,6 @@ class AppState:
     """``serving`` is None until the model has loaded (the gate answers 503 until then), and while it sleeps."""
 
     settings: Settings
-    api_keys: tuple[bytes, ...]
     #: ``--ui-config``'s object, read once: /props sends it to the web UI as ``ui_settings``.
     ui_settings: dict[str, Any]
     serving: Serving | None = None
@@ -32,6 +32,17 @@ class AppState:
     draining: bool = False
     #: The model is unloaded for ``--sleep-idle-seconds`` (:mod:`~lfmserve.api.sleep`), or being unloaded.
     sleeping: bool = False
+
+    def unavailable(self) -> Unavailable | None:
+        """Why no request can be served now (503): shutting down, or the model still loading or failed to load.
+        None once it serves, and while it sleeps: the sleeper behind the gate wakes it."""
+        if self.draining:
+            return Unavailable("the server is shutting down")
+        if self.serving is None and not self.sleeping:
+            if self.load_error is None:
+                return Unavailable("Loading model")
+            return Unavailable(f"Model failed to load: {self.load_error}")
+        return None
 
     def install(self, serving: Serving) -> None:
         """Serve ``serving``, loaded at start or on waking up, and report its engine at /metrics."""

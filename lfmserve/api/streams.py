@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ..c_numbers import leading_int, unsigned_64
 from ..errors import InvalidRequest, NotFound
 from .body import Body
 from .openapi import request_body
@@ -29,8 +29,7 @@ from .stream_sessions import StreamSessions
 
 logger = logging.getLogger(__name__)
 router = APIRouter()
-#: What C's ``strtoull`` reads (llama-server parses ``from`` with ``std::stoull``): blanks, a sign, digits.
-_OFFSET = re.compile(r"[ \t\n\v\f\r]*([+-]?)(\d+)")
+#: ``std::stoull``'s bound: a number of this magnitude or more is out_of_range.
 _ULL = 2**64
 
 
@@ -103,8 +102,7 @@ def parse_offset(text: str) -> int:
     one wraps around to an offset past any end (so the stream waits for its end and sends nothing)."""
     if not text:
         return 0
-    match = _OFFSET.match(text)
-    if match is None or int(match[2]) >= _ULL:
+    value = leading_int(text)  # llama-server reads it with std::stoull
+    if value is None or abs(value) >= _ULL:
         raise InvalidRequest("Invalid 'from' offset")
-    value = int(match[2])
-    return (_ULL - value) % _ULL if match[1] == "-" else value
+    return unsigned_64(value)

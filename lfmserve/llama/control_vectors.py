@@ -18,7 +18,6 @@ Example::
 from __future__ import annotations
 
 import ctypes
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,11 +25,9 @@ import llama_cpp.llama_cpp as llama
 import numpy as np
 import numpy.typing as npt
 
+from ..c_numbers import leading_int
 from ..errors import EngineError
 from .context import NativeContext
-
-#: ``std::stoi`` of what follows ``direction.``: leading blanks, a sign, digits (the rest is not read).
-_LAYER = re.compile(r"\s*([+-]?\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,5 +125,4 @@ def _layer_of(name: str) -> int | None:
     prefix, dot, rest = name.partition(".")
     if not dot or prefix != "direction":
         return None
-    match = _LAYER.match(rest)
-    return int(match[1]) if match else None
+    return leading_int(rest)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import csv
 import ctypes
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp.llama_cpp as llama
 
+from ..c_numbers import atof, atoi
 from ..errors import EngineError
 
 _TAGS = {
@@ -24,8 +24,6 @@ _TAGS = {
     "str": llama.LLAMA_KV_OVERRIDE_TYPE_STR,
 }
 _MAX_BYTES = 127
-_INT_PREFIX = re.compile(r"\s*[+-]?\d+")
-_FLOAT_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def parse_override(text: str) -> tuple[str, str, int | float | bool | str]:
@@ -37,9 +35,9 @@ def parse_override(text: str) -> tuple[str, str, int | float | bool | str]:
     if not sep or kind not in _TAGS:
         raise ValueError(f"invalid type for KV override '{text}' (int, float, bool or str)")
     if kind == "int":
-        return key, kind, _leading_number(raw, int)
+        return key, kind, atoi(raw)  # llama.cpp reads it with atol
     if kind == "float":
-        return key, kind, _leading_number(raw, float)
+        return key, kind, atof(raw)
     if kind == "bool":
         if raw not in ("true", "false"):
             raise ValueError(f"invalid boolean value for KV override '{text}'")
@@ -47,12 +45,6 @@ def parse_override(text: str) -> tuple[str, str, int | float | bool | str]:
     if len(raw.encode()) > _MAX_BYTES:
         raise ValueError(f"malformed KV override '{text}', value cannot exceed {_MAX_BYTES} chars")
     return key, kind, raw
-
-
-def _leading_number(raw: str, kind: type[int] | type[float]) -> int | float:
-    """What C's ``atol`` / ``atof`` read: the leading number (after blanks), 0 when there is none."""
-    match = (_INT_PREFIX if kind is int else _FLOAT_PREFIX).match(raw)
-    return kind(match[0]) if match else kind(0)
 
 
 def override_array(arguments: Sequence[str]) -> Any:

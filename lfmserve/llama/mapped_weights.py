@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 
 import llama_cpp.llama_cpp as llama
 
+from ..gguf_split import split_part, split_paths
 from .backend import unbound_function
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ _GGML_OP_ADD = 2
 _GGML_TYPE_F32 = 0
 _MADV_DONTNEED = 4
 _PROC_MAPS = "/proc/self/maps"
-_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
 
 class _GgmlTensor(ctypes.Structure):
@@ -169,12 +168,8 @@ class _FileTensor:
 
 def _file_tensors(path: str) -> dict[str, _FileTensor]:
     """Every tensor of the model's GGUF file (and of its other splits): where its data starts in which file."""
-    split = _SPLIT.search(path)
-    files = (
-        [_SPLIT.sub(f"-{i:05d}-of-{split.group(2)}.gguf", path) for i in range(1, int(split.group(2)) + 1)]
-        if split
-        else [path]
-    )
+    part = split_part(path)
+    files = split_paths(part.prefix, part.count) if part else [path]
     tensors: dict[str, _FileTensor] = {}
     for file in files:
         gguf = _gguf_init_from_file(file.encode(), _GgufInitParams(no_alloc=True, ctx=None))

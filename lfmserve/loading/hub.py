@@ -21,11 +21,11 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from ..errors import LfmError, NotFound
+from ..gguf_split import split_part
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_QUANT = "Q4_K_M"
-_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
@@ -51,17 +51,17 @@ def pick_gguf(files: Iterable[str], quant: str) -> list[str]:
     if not matches:
         raise NotFound(f"no {quant} GGUF in the repo (found: {', '.join(ggufs) or 'no GGUF files'})")
     first = matches[0]
-    split = _SPLIT.search(first)
-    if split is None:
+    part = split_part(first)
+    if part is None:
         return [first]
-    prefix = first[: split.start()]
-    return [f for f in matches if f.startswith(prefix) and _SPLIT.search(f)]
+    return [f for f in matches if f.startswith(part.prefix) and split_part(f)]
 
 
 def quant_tag(path: str) -> str:
     """A GGUF's quantisation tag, as llama-server reads it from the name: ``LFM2-350M-q4_k_m.gguf`` -> ``Q4_K_M``
     (the first part's for a split GGUF; ``""`` for none)."""
-    stem = _SPLIT.sub("", path)
+    part = split_part(path)
+    stem = part.prefix if part else path
     stem = stem[: -len(".gguf")] if stem.lower().endswith(".gguf") else stem
     tag = _TAG.search(stem)
     return tag.group(1).upper() if tag else ""

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ..c_numbers import atof, atoi
 from ..errors import InvalidRequest
 
 #: llama-server's defaults (common.h ``video_fps``, ``video_timestamp_interval_ms``).
@@ -52,8 +53,6 @@ MAX_FRAME_BYTES = 512 * 2**20
 PROBE_TIMEOUT_S = 10.0
 DECODE_TIMEOUT_S = 60.0
 _FAILED = "Failed to load image or audio file"
-_LEADING_INT = re.compile(r"\s*([+-]?\d+)")
-_LEADING_FLOAT = re.compile(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +260,7 @@ def _probed(ffprobe: str, data: bytes, demuxer: str, source: str, param: str) ->
         key, equals, value = line.partition("=")
         if equals:
             values[key] = value
-    return _Stream(_atoi(values.get("width", "")), _atoi(values.get("height", "")), _rate(values.get("r_frame_rate")))
+    return _Stream(atoi(values.get("width", "")), atoi(values.get("height", "")), _rate(values.get("r_frame_rate")))
 
 
 def _check_size(stream: _Stream, param: str) -> None:
@@ -318,12 +317,6 @@ def _run(
         raise InvalidRequest(f"{_FAILED}: {name} cannot be run ({exc.strerror or exc})", param=param) from None
 
 
-def _atoi(text: str) -> int:
-    """C's ``atoi``: the leading integer, 0 without one."""
-    match = _LEADING_INT.match(text)
-    return int(match.group(1)) if match else 0
-
-
 def _rate(text: str | None) -> float:
     """mtmd-helper's ``parse_rational``: ``num/den`` (den > 0) as float32, else a plain number, else 0."""
     if not text:
@@ -331,5 +324,4 @@ def _rate(text: str | None) -> float:
     parts = re.match(r"\s*([+-]?\d+)/\s*([+-]?\d+)", text)
     if parts and int(parts.group(2)) > 0:
         return float(np.float32(np.float32(int(parts.group(1))) / np.float32(int(parts.group(2)))))
-    number = _LEADING_FLOAT.match(text)
-    return float(np.float32(float(number.group(1)))) if number else 0.0
+    return float(np.float32(atof(text)))

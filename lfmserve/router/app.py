@@ -20,16 +20,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..api.cors import Cors
-from ..api.gate import bounded, request_refusal
-from ..api.handlers import error_response, install_error_handlers
+from ..api.edge import add_edge
 from ..api.monitoring import CONTENT_TYPE, prometheus_text
-from ..api.prefix import serve_under
 from ..api.sse import unless, until_disconnect
 from ..api.stream_sessions import CONVERSATION_HEADER
-from ..api.webui import WebUI, load_assets
 from ..errors import InvalidRequest, NotFound, NotSupported
 from ..settings import Settings
 from .catalog import ModelSpec, build_catalog
@@ -82,12 +77,7 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     app.state.pool = pool
     app.state.events = events  # the server's drain ends the event streams, then the proxied requests
     app.state.proxy = proxy
-    app.add_middleware(RouterGate, settings=settings)
-    if settings.server.ui:
-        app.add_middleware(WebUI, assets=load_assets())
-    install_error_handlers(app)
-    serve_under(app, settings.server.api_prefix)
-    app.add_middleware(Cors, settings=settings.server)
+    add_edge(app, settings.server)
     _add_model_routes(app, settings, pool, events)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:
@@ -286,22 +276,3 @@ def _required_name(name: Any) -> str:
 
 def _body_name(body: Any) -> Any:
     return body.get("model") if isinstance(body, dict) else None
-
-
-class RouterGate:
-    """The router's key check and body limit, as a model's server makes them (children are called with the
-    router's own key)."""
-
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
-        self.app = app
-        self.keys = tuple(key.encode() for key in settings.server.api_keys)
-        self.max_body = settings.server.max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            error = request_refusal(scope, self.keys, self.max_body)
-            if error is not None:
-                await error_response(error, scope["path"])(scope, receive, send)
-                return
-            receive = bounded(receive, self.max_body)
-        await self.app(scope, receive, send)

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass
 
+from ..gguf_split import split_part, split_paths
 from ..loading.hub import pick_mmproj, quant_tag
 from ..settings import RouterSettings
 
 logger = logging.getLogger(__name__)
 #: Where LM Studio keeps its models: its folder today, then the one of its older releases.
 DEFAULT_FOLDERS = ("~/.lmstudio/models", "~/.cache/lm-studio/models")
-_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +85,8 @@ def scan_repo(path: str, name: str) -> list[RepoModel]:
     parts: dict[str, list[str]] = {}  # a model's files, by their name without the part number
     for file in ggufs:
         if file not in projectors:
-            split = _SPLIT.search(file)
-            parts.setdefault(file[: split.start()] if split else file, []).append(file)
+            part = split_part(file)
+            parts.setdefault(part.prefix if part else file, []).append(file)
     models = [files for files in parts.values() if _whole(path, files)]
     found: dict[str, RepoModel] = {}
     for files in models:
@@ -109,14 +108,11 @@ def scan_repo(path: str, name: str) -> list[RepoModel]:
 
 def _whole(path: str, files: list[str]) -> bool:
     """Whether ``files`` (sorted) are a model: one file, or each part of a split GGUF (else a warning)."""
-    split = _SPLIT.search(files[0])
-    if split is None:
-        return True
-    prefix, total = files[0][: split.start()], split[2]
-    if files == [f"{prefix}-{n:05d}-of-{total}.gguf" for n in range(1, int(total) + 1)]:
+    part = split_part(files[0])
+    if part is None or files == split_paths(part.prefix, part.count):
         return True
     first = os.path.join(path, files[0])
-    logger.warning("the split GGUF %s is left out: it does not have each of its %d parts", first, int(total))
+    logger.warning("the split GGUF %s is left out: it does not have each of its %d parts", first, part.count)
     return False
 
 

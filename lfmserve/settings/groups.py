@@ -13,10 +13,10 @@ import csv
 import dataclasses
 import json
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..c_numbers import leading_float
 from .fields import (
     KV_CACHE_TYPES,
     OnOffAction,
@@ -45,9 +45,6 @@ from .sampler_flags import (
     samplers_argv,
 )
 from .weights import WeightSettings
-
-#: What ``std::stof`` reads: the longest leading decimal number (a scale of ``0.5x`` is 0.5).
-_FLOAT_PREFIX = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1385,10 +1382,10 @@ def control_vector_files(engine: EngineSettings) -> tuple[tuple[str, float], ...
     for value in engine.control_vector_scaled:
         for item in _csv_row(value):
             parts = item.split(":")
-            number = _FLOAT_PREFIX.match(parts[-1])
-            if len(parts) != 2 or number is None:
+            scale = leading_float(parts[-1])  # std::stof: a scale of ``0.5x`` is 0.5
+            if len(parts) != 2 or scale is None:
                 raise ValueError(f"--control-vector-scaled {item!r}: expected FNAME:SCALE")
-            vectors.append((parts[0], float(number[0])))
+            vectors.append((parts[0], scale))
     return tuple(vectors)
 
 

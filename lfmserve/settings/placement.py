@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..c_numbers import leading_int, unsigned_64
 from .fields import OnOffAction, flag, parse_count, physical_cores, switch
 
 #: ``--fit-ctx`` once ``-c 0`` is given: llama.cpp's ``UINT32_MAX``, a minimum no context is above, so the full
@@ -99,11 +100,10 @@ def parse_cpu_range(text: str) -> tuple[int, ...]:
 def _cpu_index(part: str, text: str) -> int:
     """One end of a range as C's ``stoull`` reads it: blanks, a sign, decimal digits, the rest ignored (a negative
     number wraps around, far out of bounds)."""
-    match = re.match(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)", part)
-    if match is None:
+    value = leading_int(part)
+    if value is None:
         raise argparse.ArgumentTypeError(f"invalid range {text!r}: {part!r} is not a number")
-    value = int(match[2])
-    return -value % 2**64 if match[1] == "-" else value
+    return unsigned_64(value)
 
 
 def cpu_mask_argv(cpus: Iterable[int]) -> list[str]:

@@ -7,9 +7,15 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
+from fastapi import FastAPI, Request
 from starlette.datastructures import Headers
+from starlette.testclient import TestClient
 
+from lfmserve.api.edge import add_edge
 from lfmserve.api.gate import key_ok
+from lfmserve.api.state import AppState
+from lfmserve.errors import Unavailable
 from lfmserve.settings import Settings
 from tests.conftest import GREEDY, ServerThread, post
 
@@ -70,3 +76,67 @@ def test_a_body_over_the_limit_is_413_before_it_is_read(
     assert (streamed.status_code, streamed.json()) == (413, expected)
     small = post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1})
     assert small.status_code == 200
+
+
+def _edge_app(**edge: Callable[[], Unavailable | None]) -> TestClient:
+    """An app of two routes behind :func:`add_edge`: one key, a 16-byte body limit."""
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/echo")
+    @app.post("/api/echo")
+    async def echo(request: Request) -> dict[str, int]:
+        return {"n_bytes": len(await request.body())}
+
+    add_edge(app, Settings.of(api_key=("k1",), max_body_bytes=16, ui=False).server, **edge)
+    return TestClient(app)
+
+
+def test_the_routers_gate_checks_keys_and_bodies_in_each_familys_shape() -> None:
+    client = _edge_app()  # as the router adds it: no 503s of its own
+    key = {"Authorization": "Bearer k1"}
+    assert (client.post("/echo").status_code, client.post("/echo").json()) == (
+        401,
+        {"error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}},
+    )
+    assert client.post("/api/echo").json() == {"error": "Invalid API Key"}  # Ollama's shape under /api/
+    assert (client.get("/health").status_code, client.post("/echo", content=b"12", headers=key).json()) == (
+        200,
+        {"n_bytes": 2},
+    )
+    big = client.post("/echo", content=b"x" * 17, headers=key)
+    assert (big.status_code, big.json()["error"]["message"]) == (
+        413,
+        "request body larger than 16 bytes (the server's --max-body-bytes)",
+    )
+
+
+def test_a_model_servers_gate_answers_503_first_even_on_public_routes() -> None:
+    client = _edge_app(unavailable=lambda: Unavailable("Loading model"))
+    for response in (client.get("/health"), client.post("/echo", headers={"X-Api-Key": "k1"})):
+        assert (response.status_code, response.json()) == (
+            503,
+            {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}},
+        )
+
+
+@pytest.mark.parametrize(
+    ("draining", "loaded", "sleeping", "load_error", "message"),
+    [
+        (False, False, False, None, "Loading model"),
+        (False, False, False, OSError("no file"), "Model failed to load: no file"),
+        (True, True, False, None, "the server is shutting down"),
+        (False, False, True, None, None),  # asleep: the sleeper behind the gate wakes it
+        (False, True, False, None, None),
+    ],
+)
+def test_a_model_server_is_unavailable_while_loading_failed_or_draining(
+    draining: bool, loaded: bool, sleeping: bool, load_error: BaseException | None, message: str | None
+) -> None:
+    state = AppState(Settings(), {}, draining=draining, sleeping=sleeping, load_error=load_error)
+    state.serving = object() if loaded else None  # type: ignore[assignment]  # only its presence is read
+    refusal = state.unavailable()
+    assert (refusal.message if refusal else None) == message
