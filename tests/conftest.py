@@ -23,7 +23,7 @@ from lfmserve.chat.serving import Serving
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.mtmd import Projector
 from lfmserve.loading.loader import ModelFiles, load_serving
-from lfmserve.settings import Settings
+from lfmserve.settings import Settings, config_files
 from lfmserve.testing import (
     TinyLfm2,
     TinyProjector,
@@ -56,6 +56,19 @@ def missing_fixture(reason: str) -> NoReturn:
     if os.environ.get("LFMSERVE_REQUIRE_FIXTURES"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_machine_config_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """llama.cpp's config files are the machine's, so no test reads them: ``XDG_CONFIG_HOME`` is an empty folder
+    (processes started with ``os.environ`` inherit it, as ``Running``'s do) and the ``/etc`` file one that does not
+    exist. Session-wide, so that the servers module fixtures start are covered too; a test that writes a config
+    file points ``XDG_CONFIG_HOME`` (or ``SYSTEM_CONFIG``) at its own folder with ``monkeypatch``."""
+    home = tmp_path_factory.mktemp("config-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(home))
+        patch.setattr(config_files, "SYSTEM_CONFIG", str(home / "missing" / "config.ini"))
+        yield home
 
 
 @pytest.fixture(scope="session")

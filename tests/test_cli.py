@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -74,6 +75,45 @@ def test_python_dash_m_is_the_same_cli(running: list[Running], tiny_gguf: Path) 
     running.append(server)
     wait_healthy(server.url, server.process)
     assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == tiny_gguf.name
+
+
+def test_llama_cpps_config_file_ranks_under_the_environment_and_the_command_line(
+    running: list[Running], tiny_gguf: Path, tmp_path: Path
+) -> None:
+    assert LFMSERVE is not None
+    config = tmp_path / "llama.cpp" / "config.ini"
+    config.parent.mkdir()
+    config.write_text("ctx-size = 3072\nparallel = 3\nnot-an-option = 1\n")
+    server = Running(
+        [LFMSERVE, "-m", str(tiny_gguf), "-c", "2048", "-t", "1"],
+        env={"XDG_CONFIG_HOME": str(tmp_path), "LLAMA_ARG_N_PARALLEL": "2"},
+    )
+    running.append(server)
+    wait_healthy(server.url, server.process)
+    props = httpx.get(server.url + "/props").json()
+    assert (props["total_slots"], props["default_generation_settings"]["n_ctx"]) == (2, 1024)  # -c 2048 / 2 slots
+    log = server.stop()
+    assert log.startswith(
+        f"using config file: {config}\nignoring option 'not-an-option' from {config}: not supported by this program\n"
+    )
+
+
+def test_a_malformed_config_file_stops_the_start_with_llama_cpps_line(tmp_path: Path) -> None:
+    assert LFMSERVE is not None
+    config = tmp_path / "llama.cpp" / "config.ini"
+    config.parent.mkdir()
+    config.write_text("ctx-size 3072\n")
+    result = subprocess.run(
+        [LFMSERVE, "-m", "never-read.gguf"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)},
+    )
+    assert (result.returncode, result.stderr) == (
+        1,
+        f"using config file: {config}\nlfmserve: error: failed to parse server config file: {config}\n",
+    )
 
 
 @pytest.mark.parametrize(

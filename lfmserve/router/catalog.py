@@ -7,9 +7,10 @@ with its ``mmproj`` projector and the first part of a split GGUF; a sub-folder w
 publisher's repo folders, as LM Studio keeps them: :mod:`.lmstudio`), Ollama's store (:mod:`.ollama_store`) and
 LM Studio's folder (:mod:`.lmstudio`), where a name another source has keeps that source (so installing either
 never changes a router that worked), and ``--models-preset`` (a section whose name is already listed adds its
-flags to that model). A model's flags are, from weakest to strongest: the preset's ``[*]``, what its source says
-(``model``/``mmproj``, ``hf-repo``, or an Ollama model's blobs and params), its own section, and the router's
-command line (so ``lfmserve --models-dir d --temp 0`` gives every model ``--temp 0``). An Ollama model's load-time
+flags to that model). A model's flags are, from weakest to strongest: what llama.cpp's config files and Ollama's
+variables give the router, the preset's ``[*]``, what its source says (``model``/``mmproj``, ``hf-repo``, or an
+Ollama model's blobs and params), its own section, and the router's command line and other variables (so
+``lfmserve --models-dir d --temp 0`` gives every model ``--temp 0``). An Ollama model's load-time
 params (``num_ctx``, ``num_thread``, ``num_batch``) count only where none of the others sets them.
 """
 
@@ -20,7 +21,6 @@ import dataclasses
 import io
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -30,6 +30,7 @@ from huggingface_hub.errors import CacheNotFound
 
 from ..api.ollama.cards import StoreFacts
 from ..errors import LfmError
+from ..gguf_split import split_part
 from ..loading.hub import cache_dir, pick_gguf, pick_mmproj, quant_tag
 from ..settings import RouterSettings, Settings
 from ..settings.argv import preset_argv, switch_value
@@ -40,7 +41,6 @@ from .preset import PresetSection, canonical_name, read_preset
 logger = logging.getLogger(__name__)
 #: Draft models beside a model in a ``--models-dir`` folder, named as llama-server finds them.
 _DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
-_SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 _DEFAULT_STOP_TIMEOUT_S = 10.0
 #: Fields a child never takes from the router's command line: its model and names (secrets are never passed on).
 _ROUTER_ONLY = dict(model=None, hf_repo=None, hf_file=None, mmproj=None, alias=None, tags=None)
@@ -117,9 +117,10 @@ def build_catalog(settings: Settings) -> dict[str, ModelSpec]:
         extra[name] = section
     inherited = dataclasses.replace(settings, router=RouterSettings()).replace(**_ROUTER_ONLY)
     # What OLLAMA_* variables set is every model's weakest default: under presets and an Ollama model's own params,
-    # as Ollama ranks a Modelfile over its variables.
-    from_variables = {name for variable in settings.ollama for name in variable.fields}
-    variables_argv = Settings.of(**{name: inherited.value(name) for name in from_variables}).to_argv()
+    # as Ollama ranks a Modelfile over its variables. So is what llama.cpp's config files set: llama-server's
+    # children read them under the flags their presets give.
+    from_variables = {name for variable in settings.ollama for name in variable.fields} | set(settings.configured)
+    variables_argv = Settings.of(**{name: inherited.value(name) for name in from_variables}).without_secrets().to_argv()
     defaults = Settings()
     base_argv = inherited.replace(**{name: defaults.value(name) for name in from_variables}).without_secrets().to_argv()
     everyone_argv = _argv(everyone.flags, "*") if everyone else []
@@ -347,7 +348,7 @@ def _is_companion(name: str) -> bool:
 
 
 def _scan_model_folder(path: str) -> tuple[dict[str, str], str | None, tuple[str, ...]] | None:
-    model = projector = draft = None
+    model = projector = draft = first = None  # first: a split model's first part
     shards: list[str] = []
     for name in sorted(os.listdir(path)):
         if not name.endswith(".gguf"):
@@ -357,11 +358,12 @@ def _scan_model_folder(path: str) -> tuple[dict[str, str], str | None, tuple[str
             projector = full
         elif _is_draft(name):
             draft = draft or full
-        elif _SHARD.search(name):
+        elif (part := split_part(name)) is not None:
             shards.append(full)
+            if part.number == 1:
+                first = first or full
         else:
             model = full
-    first = next((s for s in shards if "-00001-of-" in s), None)
     model = first or model
     if model is None:
         return None

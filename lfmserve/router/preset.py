@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from ..errors import LfmError
 from ..loading.hub import quant_tag
 from ..settings.argv import switch_value
+from ..settings.ini import DEFAULT_SECTION, GLOBAL_SECTION, read_ini
 
 #: Keys of a section that are not flags: the router's own, the switches and the seconds.
 _SWITCH_KEYS = ("load-on-startup", "dedup-cache-models")
 _SECONDS_KEYS = ("stop-timeout", "ttl")
-GLOBAL_SECTION = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +47,13 @@ class PresetSection:
 
 def read_preset(path: str) -> tuple[PresetSection, list[PresetSection]]:
     """The ``[*]`` section (empty when absent) and the model sections of the file at ``path``."""
-    parser = configparser.ConfigParser(interpolation=None, default_section="\0", strict=True)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case (LLAMA_ARG_...)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        parser.read_string(text if text.lstrip().startswith("[") else "[default]\n" + text, source=path)
+        sections = read_ini(path)
     except (OSError, configparser.Error) as exc:
         raise LfmError(f"cannot read the models preset {path}: {exc}") from exc
     everyone = PresetSection(GLOBAL_SECTION, {}, {})
     models: list[PresetSection] = []
-    for name in parser.sections():
-        entries = {key: value.strip() for key, value in parser[name].items() if key != "version"}
+    for name, entries in sections.items():
         router = {key: value for key, value in entries.items() if key in _SWITCH_KEYS + _SECONDS_KEYS}
         for key, value in router.items():
             _check_router_key(canonical_name(name), key, value)
@@ -67,7 +62,7 @@ def read_preset(path: str) -> tuple[PresetSection, list[PresetSection]]:
         )
         if name == GLOBAL_SECTION:
             everyone = section
-        elif entries or name != "default":
+        elif entries or name != DEFAULT_SECTION:
             models.append(section)
     return everyone, models
 

@@ -7,10 +7,11 @@ prompt cache), ``threads`` and ``devices`` (:mod:`.placement`), ``speculation``,
 models), ``sampling`` (defaults) and ``logging``. Each field's flags and help live in its metadata, so the parser,
 ``--help`` (a section per group), ``docs/cli.md`` and :meth:`Settings.to_argv` are built from the classes and
 nothing is written twice. Environment variables ``LFMSERVE_<FIELD>`` (for example ``LFMSERVE_PORT=9000``, and
-llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``) give what flags do not, and Ollama's server variables
-(``OLLAMA_HOST``, ``OLLAMA_NUM_PARALLEL``..., :mod:`.ollama_env`) what neither does; :mod:`.argv` reads them and
-nothing else does. Secret fields (API keys, their files, the Hugging Face token) are left out of ``repr`` and of
-:meth:`Settings.without_secrets`.
+llama-server's ``LLAMA_API_KEY`` and ``HF_TOKEN``) give what flags do not, llama.cpp's config files
+(``/etc/llama.cpp/config.ini``, then ``~/.config/llama.cpp/config.ini``, :mod:`.config_files`) what neither does,
+and Ollama's server variables (``OLLAMA_HOST``, ``OLLAMA_NUM_PARALLEL``..., :mod:`.ollama_env`) what none of these
+does; :mod:`.argv` reads the variables and nothing else does. Secret fields (API keys, their files, the Hugging Face
+token) are left out of ``repr`` and of :meth:`Settings.without_secrets`.
 
 Example::
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .argv import all_fields, parse_groups, to_argv
+from .config_files import config_argv, config_paths
 from .fields import DEFAULT_HF_REPO, physical_cores
 from .groups import (
     GROUPS,
@@ -95,6 +97,9 @@ class Settings:
     ignored: tuple[str, ...] = ()
     #: Ollama's server variables that are set, each with what it became, for its line at start.
     ollama: tuple[OllamaVariable, ...] = ()
+    #: The fields llama.cpp's config files gave (no flag or variable did): a router passes them to its models as
+    #: their weakest defaults, under its preset's sections.
+    configured: tuple[str, ...] = ()
     logging: LoggingSettings = field(default_factory=LoggingSettings)
 
     @classmethod
@@ -118,11 +123,26 @@ class Settings:
         return dataclasses.replace(self, **changed)
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_argv(
+        cls,
+        argv: Sequence[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        config_files: Sequence[str] | None = None,
+    ) -> Settings:
         """Parse llama-server style arguments, with ``environ`` (default: the process's environment) giving what
-        they do not; an unknown or refused flag exits with status 1 (llama-server's) and one line.
-        ``environ={}``: the flags alone."""
-        return cls(**parse_groups(sys.argv[1:] if argv is None else argv, os.environ if environ is None else environ))
+        they do not, and llama.cpp's config files (:mod:`.config_files`) what neither does: ``config_files``, by
+        default those llama.cpp reads when ``environ`` is the process's and none when the caller passes its own.
+        An unknown or refused flag exits with status 1 (llama-server's) and one line. ``environ={}``: the flags
+        alone."""
+        if config_files is None:
+            config_files = config_paths(os.environ) if environ is None else ()
+        return cls(
+            **parse_groups(
+                sys.argv[1:] if argv is None else argv,
+                os.environ if environ is None else environ,
+                config_argv(config_files),
+            )
+        )
 
     def without_secrets(self) -> Settings:
         """A copy without API keys, key files or tokens: what may be listed, logged or put on a child's command

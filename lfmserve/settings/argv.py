@@ -7,7 +7,8 @@ reason. It is as strict as llama-server: an option is spelled in full (no abbrev
 value (``-sm none`` is the split mode, never ``-s m``), and every error exits 1, llama-server's code. Environment
 variables are read here and nowhere else, from the mapping the caller passes (a router's children are given
 none: their settings travel as flags): ``LFMSERVE_<FIELD>`` first, then llama-server's ``LLAMA_ARG_NO_X`` and
-``LLAMA_ARG_X``, and under them all Ollama's server variables (:mod:`.ollama_env`).
+``LLAMA_ARG_X``; under them the flags llama.cpp's config files stand for (:mod:`.config_files`), and under them all
+Ollama's server variables (:mod:`.ollama_env`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ REFUSED_TITLE = "refused flags"
 IGNORED = "ignored"
 #: The name of the Settings field that lists Ollama's variables set, each with what it became.
 OLLAMA = "ollama"
+#: The name of the Settings field that lists the fields llama.cpp's config files gave.
+CONFIGURED = "configured"
 
 
 def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
@@ -80,18 +83,25 @@ def parser() -> argparse.ArgumentParser:
     return built
 
 
-def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Each group built from ``argv`` (llama-server style) and ``environ``, under ``ignored`` the ignored
-    options given (their flags, or their variables when the flag is not given), and under ``ollama`` Ollama's
-    variables set. A variable gives a field's value only when the command line does not (for repeatable flags
-    too: ``--api-key k2`` replaces ``LFMSERVE_API_KEY=k1``), and Ollama's only when no other variable does. A bad
-    or refused flag or variable exits 1 with one line."""
+def parse_groups(argv: Sequence[str], environ: Mapping[str, str], config_argv: Sequence[str] = ()) -> dict[str, Any]:
+    """Each group built from ``argv`` (llama-server style), ``environ`` and ``config_argv`` (the flags llama.cpp's
+    config files stand for, :mod:`.config_files`), under ``ignored`` the ignored options given (their flags, or
+    their variables when the flag is not given), under ``ollama`` Ollama's variables set, and under ``configured``
+    the fields the config files gave. A variable gives a field's value only when the command line does not (for
+    repeatable flags too: ``--api-key k2`` replaces ``LFMSERVE_API_KEY=k1``), the config files only when neither
+    does (as in llama.cpp, which applies them first), and Ollama's variables only when none of these does. A bad or
+    refused flag or variable exits 1 with one line."""
     built = parser()
     values = vars(built.parse_args(_scaled_pairs(_dashed(argv))))
     ignored = values.pop(IGNORED, [])
     for name, value in _environment_values(built, environ).items():
         values.setdefault(name, value)
-    try:  # Ollama's variables last: they set what the command line and the other variables leave
+    configured = vars(built.parse_args(config_argv))
+    given = {option_of(name) for name in ignored}
+    ignored += [name for name in configured.pop(IGNORED, []) if option_of(name) not in given]
+    configured = {name: value for name, value in configured.items() if name not in values}
+    values |= configured
+    try:  # Ollama's variables last: they set what the command line, the other variables and the files leave
         ollama = apply_ollama(environ, values)
     except ValueError as exc:
         built.error(str(exc))
@@ -106,8 +116,13 @@ def parse_groups(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, A
         }
     except ValueError as exc:
         built.error(str(exc))
-    variables = _untaken_variables(built, environ, {option_of(name) for name in ignored})
-    return {**groups, IGNORED: tuple(dict.fromkeys([*ignored, *variables])), OLLAMA: ollama}
+    variables = _untaken_variables(built, environ, given)
+    return {
+        **groups,
+        IGNORED: tuple(dict.fromkeys([*ignored, *variables])),
+        OLLAMA: ollama,
+        CONFIGURED: tuple(configured),
+    }
 
 
 def to_argv(groups: Mapping[str, Any]) -> list[str]:
@@ -151,6 +166,12 @@ def preset_argv(entries: Mapping[str, str]) -> list[str]:
         else:  # the key's own flag: --sampling-seq's value is not in --samplers' form
             argv += _valued(_longest(action.option_strings, off=False), raw)
     return argv
+
+
+def unknown_preset_keys(keys: Iterable[str]) -> list[str]:
+    """Those of ``keys`` that :func:`preset_argv` does not know (no option's flag or variable), in their order."""
+    known = _preset_keys(parser())
+    return [key for key in keys if key not in known]
 
 
 def switch_value(raw: str) -> bool | None:

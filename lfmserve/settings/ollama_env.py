@@ -2,10 +2,10 @@
 them, turned into the settings fields they stand for, so that an Ollama user's environment serves as it is.
 
 They rank below every other source: :func:`apply_ollama` sets only the fields that no flag, ``LFMSERVE_*`` or
-``LLAMA_ARG_*`` variable gave. A router's children get the result as flags, never the variables (a child's settings
-are read with no environment), so ``OLLAMA_HOST`` is where the router listens, not its children. A variable counts
-as set when it is not empty once blanks and quotes around it are trimmed, as Ollama trims them; each one set gives an
-:class:`OllamaVariable`, its start-up line::
+``LLAMA_ARG_*`` variable or llama.cpp config file (:mod:`.config_files`) gave. A router's children get the result
+as flags, never the variables (a child's settings are read with no environment), so ``OLLAMA_HOST`` is where the
+router listens, not its children. A variable counts as set when it is not empty once blanks and quotes around it
+are trimmed, as Ollama trims them; each one set gives an :class:`OllamaVariable`, its start-up line::
 
     OLLAMA_NUM_PARALLEL=2: --parallel 2
     OLLAMA_CONTEXT_LENGTH=4096: --ctx-size 8192; 4096 a slot, times --parallel 2

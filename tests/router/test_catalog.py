@@ -57,6 +57,24 @@ def test_flags_come_from_the_global_section_the_models_own_then_the_routers_comm
     ]  # fmt: skip
 
 
+def test_llama_cpps_config_files_are_every_models_weakest_flags(tmp_path: Path, cache: Path) -> None:
+    _gguf(tmp_path / "models" / "m.gguf")
+    _gguf(tmp_path / "models" / "other.gguf")
+    config = tmp_path / "config.ini"
+    config.write_text("ctx-size = 3072\nthreads = 3\ntemp = 0.5\n")
+    preset = tmp_path / "preset.ini"
+    preset.write_text("[*]\ntemp = 0.7\n\n[m]\nctx-size = 4096\n")
+    argv = ["--models-dir", str(tmp_path / "models"), "--models-preset", str(preset), "-np", "1"]
+    settings = Settings.from_argv(argv, config_files=[str(config)])
+    assert settings.configured == ("ctx_size", "threads", "temperature")
+    catalog = build_catalog(settings)
+    picked = {
+        name: (spec.settings.engine.ctx_size, spec.settings.threads.threads, spec.settings.sampling.temperature)
+        for name, spec in catalog.items()
+    }
+    assert picked == {"m": (4096, 3, 0.7), "other": (3072, 3, 0.7)}  # a section, then [*], over the files
+
+
 def test_a_folder_gives_files_and_sub_folders_with_their_projector_shards_and_draft(
     tmp_path: Path, cache: Path
 ) -> None:
