@@ -112,7 +112,7 @@ def serve(argv: Sequence[str]) -> int:
 def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
     """Serve one model until SIGTERM / Ctrl-C; ``child`` is the link of a router's child, which serves on the
     socket its router bound and tells it when it is ready or why it failed."""
-    from .api.server import listen, url
+    from .api.server import listen, tls_files, url
     from .loading.ahead import LoadAhead
     from .loading.engine_config import engine_config
     from .loading.files import resolve_model_files
@@ -134,7 +134,10 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         )  # a bad engine setting fails before any download or load
         check_placement(settings)  # and so does a device or buffer type this build lacks
         files = resolve_model_files(settings)
-        settings.server.api_keys  # read --api-key-file now, so a missing file fails before serving  # noqa: B018
+        # --api-key-file, --ui-config(-file) and the TLS files read now: a bad one is one line before the model loads
+        settings.server.api_keys  # noqa: B018
+        settings.server.ui_settings  # noqa: B018
+        tls_files(settings.server)
         # a taken port fails before the model loads
         sockets = child.sockets if child else listen(settings.server)
     except (LfmError, OSError, ValueError) as exc:
@@ -149,7 +152,6 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         from .api.app import create_app
         from .api.server import Server
 
-        # the app reads --ui-config(-file), the server the TLS files: either failing is one line, not a traceback
         app = create_app(settings, load, on_load_error=stop_on_load_error, on_ready=child.ready if child else None)
         server = Server(app, settings.server, app.state.app_state.drain)
     except (LfmError, OSError, ValueError) as exc:
