@@ -1,10 +1,11 @@
-"""Start time: seconds from starting a server's process to the answer of a 1-token ``/completion``.
+"""Start time: seconds from starting a server's process to the answer of a 1-token ``/completion``; and waking.
 
 llama-server, lfmserve, and lfmserve with ``--spec-type ngram-simple`` (which measures what a batch costs before it
 serves), each started ``--repeats`` times in turn, quiet and then with ``--busy N`` CPU-bound Python processes
 beside it. The speculation run is then left running until it has measured its batch costs (between requests),
 and that line (the costs, the draft lengths they make worth verifying) is printed as the server wrote it, so a run
-shows whether a busy machine settles on the same policy.
+shows whether a busy machine settles on the same policy. Last, quiet, the wake from ``--sleep-idle-seconds 1``:
+seconds from ``/props`` saying the server sleeps to the answer of a 1-token completion, llama-server and lfmserve.
 
 Example::
 
@@ -59,6 +60,47 @@ def time_to_first_answer(argv: list[str], log: Path, *, then_wait_for: str | Non
             process.wait(timeout=30)
 
 
+def wake_times(servers: dict[str, list[str]], repeats: int) -> dict[str, list[float]]:
+    """Each server started with ``--sleep-idle-seconds 1`` and answered once; then, ``repeats`` times in turn, the
+    seconds from the moment ``/props`` says it sleeps to the answer of a 1-token completion (the wake's load)."""
+    processes, urls = {}, {}
+    for name, argv in servers.items():
+        port = free_port()
+        processes[name] = subprocess.Popen(
+            [*argv, "--sleep-idle-seconds", "1", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        urls[name] = f"http://127.0.0.1:{port}"
+    seconds: dict[str, list[float]] = {name: [] for name in servers}
+    try:
+        for url in urls.values():
+            _answer(url)
+        for rep in range(repeats):
+            for name in list(servers) if rep % 2 == 0 else list(servers)[::-1]:
+                while not httpx.get(urls[name] + "/props", timeout=30).json().get("is_sleeping"):
+                    time.sleep(0.05)
+                started = time.perf_counter()
+                _answer(urls[name])
+                seconds[name].append(time.perf_counter() - started)
+                print(f"wake {name} {seconds[name][-1]:.2f} s", flush=True)
+    finally:
+        for process in processes.values():
+            process.terminate()
+            process.wait(timeout=30)
+    return seconds
+
+
+def _answer(url: str) -> None:
+    while True:
+        try:
+            if httpx.post(url + "/completion", json={"prompt": "Hi", "n_predict": 1}, timeout=60).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.01)
+
+
 def main() -> int:
     parser = bench_arguments(__doc__ or "", ctx_size=4096, repeats=5)
     parser.add_argument("--busy", type=int, default=2, help="CPU-bound processes beside the servers in the busy runs")
@@ -95,12 +137,18 @@ def main() -> int:
             finally:
                 for process in busy:
                     process.kill()
+    woken = wake_times({name: servers[name] for name in ("llama-server", "lfmserve")}, args.repeats)
     print("\n| load | " + " | ".join(servers) + " | spec / plain lfmserve |")
     print("| --- | " + " | ".join("---:" for _ in servers) + " | ---: |")
     for load, by in seconds.items():
         medians = {name: statistics.median(values) for name, values in by.items()}
         ratio = medians["lfmserve --spec-type ngram-simple"] / medians["lfmserve"]
         print(f"| {load} | " + " | ".join(f"{medians[name]:.2f}" for name in servers) + f" | {ratio:.2f} |")
+    wake = {name: statistics.median(values) for name, values in woken.items()}
+    print(
+        f"\nwake from --sleep-idle-seconds (quiet), medians: llama-server {wake['llama-server']:.2f} s, lfmserve "
+        f"{wake['lfmserve']:.2f} s ({wake['lfmserve'] / wake['llama-server']:.2f}x)"
+    )
     return 0
 
 

@@ -87,8 +87,8 @@ class CostMeter:
     ``--spec-type`` then takes no longer than one without, and a request that comes waits one decode at most.
 
     Until the first pass ends the linear model stands in. Passes go on (each count's fastest time kept, as noise
-    only ever adds) until one changes no time by more than 3%, or six are done: on a busy machine, the quiet
-    moments of several passes add up to the figures a quiet machine measures at once.
+    only ever adds) until one changes no time by more than 3%, or six are done: on a busy machine the figures come
+    closer to a quiet machine's than one pass's would (docs/benchmarks.md, "Start and wake").
     """
 
     def __init__(self, n_max: int) -> None:
