@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,10 +94,21 @@ def wire_request(case: Any) -> WireRequest:
     return WireRequest(request["method"], target, headers, body)
 
 
+#: uvicorn closes a connection idle for 5 s (its keep-alive timeout): a case generated slowly (a busy machine) goes
+#: on a fresh connection instead of one the server may be closing. A drop right after an answer is still caught, as
+#: :func:`check_answer` asks ``/health`` on the same connection at once.
+IDLE_RECONNECT_S = 2.0
+_last_answered: dict[int, float] = {}
+
+
 def send(conn: http.client.HTTPConnection, request: WireRequest) -> tuple[http.client.HTTPResponse, bytes]:
+    if time.monotonic() - _last_answered.get(id(conn), time.monotonic()) > IDLE_RECONNECT_S:
+        conn.close()  # http.client connects again for the next request
     conn.request(request.method, request.target, body=request.body, headers=request.headers)
     response = conn.getresponse()
-    return response, response.read()
+    raw = response.read()
+    _last_answered[id(conn)] = time.monotonic()
+    return response, raw
 
 
 def check_answer(

@@ -82,6 +82,17 @@ def saved(child: pexpect.spawn, path: Path) -> list[dict[str, object]]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
+def wait_generating(server: ServerThread) -> None:
+    """Until a slot has generated a token: the chat then streams a reply, out of its prompt's raw mode."""
+    deadline = time.monotonic() + STATE_TIMEOUT_S
+    while not any(
+        slot["is_processing"] and slot["next_token"][0]["n_decoded"] > 0
+        for slot in httpx.get(server.url + "/slots").json()
+    ):
+        assert time.monotonic() < deadline, "the server never started the reply"
+        time.sleep(0.02)
+
+
 def wait_idle(server: ServerThread) -> None:
     """Until no slot is processing: the server cancels a generation when its stream closes (an endless one
     otherwise runs past any deadline)."""
@@ -150,7 +161,8 @@ def test_ctrl_c_stops_the_reply_and_the_server_cancels(
 def stop_a_reply(child: pexpect.spawn, server: ServerThread, line: str) -> None:
     """Send ``line``, Ctrl-C once its endless reply shows, and wait until the server has stopped generating it."""
     send(child, line)
-    child.expect(r"\S")  # the first piece of the reply
+    wait_generating(server)  # the chat has left its prompt (a Ctrl-C there would only clear the line)
+    child.expect(r"\S")  # a piece of the reply
     child.sendintr()
     child.expect("stopped")
     wait_for_prompt(child)
