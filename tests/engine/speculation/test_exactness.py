@@ -57,6 +57,19 @@ def _greedy(model: NativeModel, speculation: SpeculationConfig | None, text: str
         engine.close()
 
 
+def _exact_run_lines(
+    model: NativeModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> list[str]:
+    """48 greedy tokens with ``--spec-exact``, which must draft and match the output without drafts; the engine's
+    lines of that run."""
+    give_batch_costs(model, monkeypatch)
+    expected, _ = _greedy(model, None, CODE, 48)
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
+        got, drafted = _greedy(model, EXACT, CODE, 48)
+    assert drafted > 0 and got == expected
+    return _engine_lines(caplog)
+
+
 def test_repacked_kernels_compute_batches_of_up_to_3_as_single_decodes(gemma: NativeModel) -> None:
     ctx = NativeContext(gemma, n_ctx=512, n_batch=64, n_ubatch=64, n_seq_max=1, n_threads=1, n_threads_batch=1)
     try:
@@ -69,12 +82,7 @@ def test_repacked_kernels_compute_batches_of_up_to_3_as_single_decodes(gemma: Na
 def test_greedy_output_with_drafts_is_the_output_without_them(
     gemma: NativeModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    give_batch_costs(gemma, monkeypatch)
-    expected, _ = _greedy(gemma, None, CODE, 48)
-    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
-        got, drafted = _greedy(gemma, EXACT, CODE, 48)
-    assert drafted > 0 and got == expected
-    assert _engine_lines(caplog) == [
+    assert _exact_run_lines(gemma, monkeypatch, caplog) == [
         "speculative decoding with --spec-exact: drafts of up to 2 tokens verified, as llama.cpp's kernels here "
         "compute a batch of up to 3 tokens as they compute each token alone (without --spec-exact, drafts are "
         "verified in batches of any size, as llama-server does)"
@@ -93,12 +101,7 @@ def test_the_start_line_says_how_long_a_draft_spec_exact_allows_here(
     plain_gemma: NativeModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Batches of up to 7 are exact without repacking, and with Gemma's costs those pay."""
-    give_batch_costs(plain_gemma, monkeypatch)
-    expected, _ = _greedy(plain_gemma, None, CODE, 48)
-    with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
-        got, drafted = _greedy(plain_gemma, EXACT, CODE, 48)
-    assert drafted > 0 and got == expected
-    assert _engine_lines(caplog) == [
+    assert _exact_run_lines(plain_gemma, monkeypatch, caplog) == [
         "speculative decoding with --spec-exact: drafts of up to 6 tokens verified, as llama.cpp's kernels here "
         "compute a batch of up to 7 tokens as they compute each token alone (without --spec-exact, drafts are "
         "verified in batches of any size, as llama-server does)"
