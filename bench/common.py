@@ -188,6 +188,25 @@ def tree_memory(pid: int) -> dict[str, float]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system, every thread) a process has used so far, from ``/proc/PID/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pids: Iterable[int], *, timeout_s: float = 120.0) -> float:
+    """Wait until the servers ``pids`` sit idle (under 2% of a core each over half a second), and say how long it
+    took: what a server does after its first healthy answer (lfmserve's speculation measures its batch costs
+    between requests) must not run beside another server's measured requests."""
+    pids, started = list(pids), time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        before = [cpu_seconds(pid) for pid in pids]
+        time.sleep(0.5)
+        if all(cpu_seconds(pid) - b < 0.01 for pid, b in zip(pids, before, strict=True)):
+            break
+    return time.monotonic() - started
+
+
 def lfmserve_command() -> str:
     return shutil.which("lfmserve") or "lfmserve"
 

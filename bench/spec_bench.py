@@ -45,6 +45,7 @@ from common import (
     llama_server_binary,
     results_log,
     run_interleaved,
+    settle,
 )
 from serve_bench import table
 
@@ -134,10 +135,12 @@ def main() -> int:
             flags = ["-m", paths[model], "-c", str(args.ctx_size), "-t", str(args.threads), "-np", str(STREAMS)]
             servers = {"llama-server": [], "llama-server+spec": spec, "lfmserve": [], "lfmserve+spec": spec}
             with contextlib.ExitStack() as stack:
-                urls = {}
+                urls, started = {}, []
                 for name, extra in servers.items():
                     command = str(binary) if name.startswith("llama-server") else lfmserve_command()
-                    urls[f"{model}/{name}"] = stack.enter_context(Server(name, [command, *flags, *extra]))
+                    started.append(Server(name, [command, *flags, *extra]))
+                    urls[f"{model}/{name}"] = stack.enter_context(started[-1])
+                print(f"servers idle after {settle(s.process.pid for s in started):.1f} s", flush=True)
                 run_interleaved(urls, workloads, args.repeats, run_one, log, runs)
     medians = {
         server: {w: statistics.median(r["decode_tok_s"] for r in results) for w, results in by.items()}

@@ -121,7 +121,7 @@ class BatchStep:
                     else:
                         gen.sample(self._ctx)
                         gen.observe_unverified()
-            self._note_lengths(running)
+            _note_lengths(self._stats, running)
         if self._encoder is not None and budget > 0:
             beside = self._encoder.can_encode_beside and (streaming or len(running) > 1)
             decoded |= self._run_media(running, budget, streaming=streaming, beside=beside)
@@ -197,6 +197,8 @@ class BatchStep:
             elapsed = time.perf_counter() - t0
             if not lent:  # a decode with threads lent says nothing of the counts' speeds
                 self._threads.observe(batch.n_tokens, count, elapsed)
+                if self.speculator is not None and not n_prompt and batch is self._ctx.batch:
+                    self.speculator.observe(self._ctx, count, elapsed)
         except EngineError as exc:
             logger.error("%s; failing the %d requests in the batch", exc, len(running))
             for gen in running:
@@ -213,10 +215,6 @@ class BatchStep:
         rows = "tokens" if batch is self._ctx.batch else "embedding rows"
         logger.debug("step: %d %s (%d sequences) in %.1f ms", batch.n_tokens, rows, len(running), 1e3 * elapsed)
         return True
-
-    def _note_lengths(self, running: Sequence[Generation]) -> None:
-        """After a decode: the longest sequence a slot holds (``n_tokens_max``: prompt and generation)."""
-        self._stats.n_tokens_max = max(self._stats.n_tokens_max, *(len(gen.slot.tokens) for gen in running))
 
     def _add_prompt_chunk(self, gen: Generation, room: int) -> int:
         """Add up to ``room`` prompt tokens, stopping at the next checkpoint position or media chunk."""
@@ -272,7 +270,7 @@ class BatchStep:
                 gen.media_rows = None
             if gen.batch_index >= 0 and not gen.done:
                 gen.sample(self._ctx)
-        self._note_lengths(running)
+        _note_lengths(self._stats, running)
         return True
 
     def _take_rows(self, gen: Generation, span: MediaSpan, *, beside: bool, may_encode: bool) -> tuple[bool, bool]:
@@ -324,6 +322,11 @@ class BatchStep:
             logits = self._ctx.logits(gen.batch_index).tobytes() if gen.batch_index >= 0 else None
             self._memory.checkpoint(slot, boundary=False, logits=logits)
         gen.prompt_done(now)
+
+
+def _note_lengths(stats: EngineStats, running: Sequence[Generation]) -> None:
+    """After a decode: the longest sequence a slot holds (``n_tokens_max``: prompt and generation)."""
+    stats.n_tokens_max = max(stats.n_tokens_max, *(len(gen.slot.tokens) for gen in running))
 
 
 def _media_at(gen: Generation, position: int) -> MediaSpan | None:

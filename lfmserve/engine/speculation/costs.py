@@ -29,7 +29,8 @@ from .worth import BatchCosts, best_draft_length
 
 logger = logging.getLogger(__name__)
 
-#: Seconds the measurement may take at most (the first pass stops there; a second pass only in what is left).
+#: Seconds of decoding the measurement may take at most (at start: the first pass stops there, a second pass only
+#: in what is left; between requests: no pass begins after them).
 BUDGET_S = 5.0
 #: A single-token decode faster than this is timer noise and Python's own per-step time (the test models):
 #: the linear model stands in, and the same request drafts the same way on every run.
@@ -87,8 +88,9 @@ class CostMeter:
     ``--spec-type`` then takes no longer than one without, and a request that comes waits one decode at most.
 
     Until the first pass ends the linear model stands in. Passes go on (each count's fastest time kept, as noise
-    only ever adds) until one changes no time by more than 3%, or six are done: on a busy machine the figures come
-    closer to a quiet machine's than one pass's would (docs/benchmarks.md, "Start and wake").
+    only ever adds) until one changes no time by more than 3%, six are done, or their decodes have taken
+    :data:`BUDGET_S` (a pass ends first). The engine's own decodes then refine the figures
+    (:meth:`.worth.BatchCosts.refined`), so figures measured while the machine was busy do not last.
     """
 
     def __init__(self, n_max: int) -> None:
@@ -120,6 +122,8 @@ class CostMeter:
         if self._last_pass:
             moved = max(1 - self._best[n] / self._last_pass[n] for n in self._best)
             self.done = moved <= STABLE or self._passes >= MAX_PASSES
+        # Beside another busy process a pass can take ten times as long, and its decodes slow that process down.
+        self.done |= self._seconds >= BUDGET_S
         self._last_pass = dict(self._best)
         costs = BatchCosts(self._best)
         if self.done:
@@ -144,6 +148,8 @@ class CostMeter:
 
 
 def _timed_decode(ctx: NativeContext, seq_id: int, n: int) -> float:
+    """One decode of ``n`` tokens on all the threads (the engine's last decode may have tried fewer)."""
+    ctx.use_threads(max(ctx.n_threads, ctx.n_threads_batch))
     batch = ctx.batch
     batch.clear()
     batch.add(np.arange(n, dtype=np.int32) % ctx.model.n_vocab, 0, seq_id, want_last_logits=True)

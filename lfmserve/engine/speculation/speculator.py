@@ -217,6 +217,19 @@ class Speculator:
             self._meter = None
         return self._meter is not None
 
+    def observe(self, ctx: NativeContext, threads: int, seconds: float) -> None:
+        """The generations' decode in ``ctx.batch`` took ``seconds`` on ``threads``. When every position asked for
+        logits, as a verified draft's do, and it ran on all the threads, its time refines the measured costs
+        (:meth:`.worth.BatchCosts.refined`): figures measured between requests while the machine was busy
+        elsewhere come back to what it does when free. Not while the measurement runs: its figures stand."""
+        batch = ctx.batch
+        n = batch.n_tokens
+        if self._meter is not None or threads < (ctx.n_threads if n == 1 else ctx.n_threads_batch):
+            return
+        if batch.logits[:n].all() and (refined := self._costs.refined(n, seconds)) is not None:
+            logger.debug("speculation: a decode of %d tokens took %.1f ms, the fastest yet", n, seconds * 1e3)
+            self._costs = refined
+
     @staticmethod
     def verified(gen: Generation, accepted: int) -> None:
         """``accepted`` of the generation's draft were kept: its drafter learns from that."""

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 #: The linear stand-in, in steps of one token: the second token adds 0.8 of a step, each further one 0.4.
 SECOND_TOKEN_COST = 0.8
 NEXT_TOKEN_COST = 0.4
+#: A decode time replaces a measured one when it is faster by more than this fraction (smaller: timer noise).
+REFINES = 0.03
 #: The columns of a batch llama.cpp's CPU matrix kernels take at a time.
 KERNEL_COLUMNS = 4
 #: How fast old drafts stop counting: each new one weighs as much as the last ten or so together.
@@ -38,11 +40,14 @@ class BatchCosts:
     may cost more than a larger one: 7 tokens cost more than 8.
     """
 
-    def __init__(self, measured: Mapping[int, float] | None = None) -> None:
-        """``measured[n]``: the seconds of a decode of ``n`` tokens (1 among them); none: the linear model."""
+    def __init__(self, measured: Mapping[int, float] | None = None, *, observed: frozenset[int] = frozenset()) -> None:
+        """``measured[n]``: the seconds of a decode of ``n`` tokens (1 among them); none: the linear model.
+        ``observed``: the counts whose time is the engine's own decodes' (:meth:`refined`)."""
         measured = measured or {}
+        self._observed = observed
         #: The counts measured, ascending, and their costs in single decodes (both empty: the linear model).
         self.counts = tuple(sorted(measured))
+        self._seconds = {n: float(measured[n]) for n in self.counts}
         units = [float(measured[n]) / float(measured[1]) for n in self.counts]
         fours = [i for i, n in enumerate(self.counts) if n % KERNEL_COLUMNS == 0]
         for smaller, larger in reversed(list(zip(fours, fours[1:], strict=False))):
@@ -52,6 +57,26 @@ class BatchCosts:
         if len(self.counts) >= 2:
             rise = self.units[-1] - self.units[-2]
             self._slope = max(rise / (self.counts[-1] - self.counts[-2]), 0.0)
+
+    def refined(self, n_tokens: int, seconds: float) -> BatchCosts | None:
+        """These costs with a decode of ``n_tokens`` the engine ran for its generations counted (None: unchanged,
+        and for the linear model).
+
+        The measurement between requests may have run while the machine was busy elsewhere (another server
+        decoding beside). So the engine's own decodes are the figures that count: the first of a count replaces
+        the measured time, a later one replaces it when faster by more than :data:`REFINES` (noise only ever
+        adds). A measured count no decode has timed yet keeps its measured ratio to the single decode.
+        """
+        if not self._seconds:
+            return None
+        if n_tokens in self._observed and seconds >= self._seconds[n_tokens] * (1 - REFINES):
+            return None
+        measured = dict(self._seconds)
+        if n_tokens == 1:
+            scale = seconds / measured[1]
+            measured = {n: t if n in self._observed else t * scale for n, t in measured.items()}
+        measured[n_tokens] = seconds
+        return BatchCosts(measured, observed=self._observed | {n_tokens})
 
     def __call__(self, n_tokens: int) -> float:
         if not self.units:

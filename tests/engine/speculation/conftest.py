@@ -44,10 +44,18 @@ def give_batch_costs(model: NativeModel, monkeypatch: pytest.MonkeyPatch) -> Non
     while the machine is busy (on CI, in a run where the fuzz test took 10 minutes), batches can measure dear
     enough that no draft looks worth verifying, and a test that needs drafts to check them sees none.
     Gemma-3-270M gets the costs measured for it on a quiet machine (:data:`GEMMA_MS`), the tiny models the
-    linear stand-in they measure as (a decode too quick to time)."""
-    costs = BatchCosts(GEMMA_MS) if model.info.architecture == "gemma3" else BatchCosts()
+    linear stand-in they measure as (a decode too quick to time); neither is refined by the engine's own
+    decodes, as measured costs are."""
+    costs = FixedCosts(GEMMA_MS) if model.info.architecture == "gemma3" else FixedCosts()
     monkeypatch.setattr(core_module, "measure_batch_costs", lambda *_, **__: costs)
     monkeypatch.setattr(core_module, "CostMeter", lambda n_max: GivenCosts(costs))
+
+
+class FixedCosts(BatchCosts):
+    """Costs the engine's own decodes do not refine: what the test gave is what the engine goes by."""
+
+    def refined(self, n_tokens: int, seconds: float) -> BatchCosts | None:
+        return None
 
 
 class GivenCosts:

@@ -93,3 +93,9 @@ def test_passes_go_on_until_one_moves_no_time_and_the_fastest_time_of_each_count
 def test_a_machine_that_never_settles_is_measured_six_passes_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
     _, results = _meter_run(monkeypatch, 4, lambda n, decode: 10.0 * n * (1 - decode / 100))  # ever faster
     assert len([costs for costs in results if costs is not None]) == 6
+
+
+def test_no_pass_begins_after_five_seconds_of_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beside a busy process: 21 decodes of the first pass at 300 ms each, 6.3 s.
+    meter, results = _meter_run(monkeypatch, 12, lambda n, decode: 300.0 * (1 - decode / 100))
+    assert meter.done and len(results) == 21 and results[-1] is not None

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from lfmserve.engine.constraints import Grammars
@@ -242,3 +244,28 @@ def test_costs_are_measured_between_requests_on_an_empty_slot_only() -> None:
     assert meter.seq_ids == [2, 3]
     assert not speculator.measure_idle(None, [_IdleSlot(3)])  # type: ignore[arg-type]
     assert meter.seq_ids == [2, 3]  # measured: nothing more
+
+
+def _decoded(n_tokens: int, *, logits: int) -> SimpleNamespace:
+    """A context after a decode of ``n_tokens``, ``logits`` of them asking for logits, on 2 threads of each kind."""
+    batch = SimpleNamespace(n_tokens=n_tokens, logits=np.array([1] * logits + [0] * (8 - logits), dtype=np.int8))
+    return SimpleNamespace(batch=batch, n_threads=2, n_threads_batch=2)
+
+
+def test_the_engines_own_decodes_correct_costs_measured_in_a_busy_moment() -> None:
+    # Measured while another process ran: the single decode at 30 ms (it takes 10), a batch of 4 at 1.33 single
+    # decodes (it takes 4): q = 0.9 verifies 3 of the guess (1 + 2.44 kept in 1.33 decodes).
+    config = SpeculationConfig(types=("ngram-simple",), ngram_simple=NgramSizes(size_n=3, size_m=4))
+    costs = BatchCosts({1: 30.0, 2: 33.0, 3: 36.0, 4: 40.0, 5: 70.0})
+    speculator, gen = Speculator(config, n_ctx_slot=1024, costs=costs), _Generation()
+    speculator.plan([gen], capacity=64)
+    assert gen.draft == (4, 5, 6)
+    speculator.observe(_decoded(4, logits=4), 1, 40.0)  # type: ignore[arg-type]  # one of the 2 threads: a try
+    speculator.observe(_decoded(4, logits=3), 2, 40.0)  # type: ignore[arg-type]  # a replayed token: no logits
+    speculator.observe(_decoded(1, logits=1), 2, 10.0)  # type: ignore[arg-type]  # the others keep their ratio
+    speculator.plan([gen], capacity=64)
+    assert gen.draft == (4, 5, 6)
+    speculator.observe(_decoded(4, logits=4), 2, 40.0)  # type: ignore[arg-type]
+    speculator.plan([gen], capacity=64)
+    # A batch of 4 now costs 4 decodes: 3 drafted would yield 0.86 tokens a decode, 2 (a batch of 3 in 1.2) 2.26.
+    assert gen.draft == (4, 5)

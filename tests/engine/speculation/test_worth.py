@@ -72,3 +72,20 @@ def test_drafts_can_pay_only_where_a_batch_within_the_bound_beats_its_single_dec
     assert drafts_can_pay(BatchCosts({1: 10.0, 2: 19.0, 3: 23.0}), 3)  # 3 tokens in 2.3 decodes, under 2.4
     # The linear stand-in: 2 tokens cost 1.8 decodes, not under 0.8 of 2; 3 cost 2.2, under 2.4.
     assert [drafts_can_pay(BatchCosts(), n) for n in (2, 3)] == [False, True]
+
+
+def test_the_engines_decodes_replace_the_measured_costs_then_only_a_faster_one_does() -> None:
+    # Measured while another process ran: the single decode at 20 ms (it takes 10), 3 and 6 tokens dearer too.
+    costs = BatchCosts({1: 20.0, 3: 40.0, 6: 60.0})
+    assert BatchCosts().refined(1, 1.0) is None  # the linear model has no times to refine
+    unit = costs.refined(1, 10.0)
+    # 3 and 6 keep their measured ratio to the single decode until a decode of theirs is timed.
+    assert unit is not None and unit.units == (1.0, 2.0, 3.0)
+    assert unit.refined(1, 9.8) is None and unit.refined(1, 12.0) is None  # within 3%, slower
+    three = unit.refined(3, 35.0)  # the first decode of 3 tokens: its time, dearer than the ratio said
+    assert three is not None and three.units == (1.0, 3.5, 3.0)
+    assert three.refined(3, 36.0) is None and three.refined(1, 10.5) is None
+    faster = three.refined(1, 5.0)  # a faster single decode: 6 (never timed) keeps its ratio, 3 its time
+    assert faster is not None and faster.units == (1.0, 7.0, 3.0)
+    added = faster.refined(5, 20.0)  # a count not measured: its own time from now on
+    assert added is not None and added.counts == (1, 3, 5, 6) and added(4) == 4.0
