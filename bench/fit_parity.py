@@ -23,7 +23,7 @@ from common import Server, bench_arguments, lfmserve_command, llama_server_binar
 
 from lfmserve.loading.engine_config import engine_config
 from lfmserve.loading.fit import host_memory, used_bytes
-from lfmserve.loading.loader import load_model
+from lfmserve.loading.model_load import load_model
 from lfmserve.settings import Settings
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
 

@@ -113,7 +113,7 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
     """Serve one model until SIGTERM / Ctrl-C; ``child`` is the link of a router's child, which serves on the
     socket its router bound and tells it when it is ready or why it failed."""
     from .api.server import listen, tls_files, url
-    from .loading.ahead import LoadAhead
+    from .loading.ahead import LoadAhead, first_load
     from .loading.engine_config import engine_config
     from .loading.files import resolve_model_files
     from .loading.placement import check_placement
@@ -144,10 +144,7 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         fail(str(exc))
         return 1
 
-    # The engine's and the chat layers' imports here: on the load's thread they would wait on the app's for the GIL.
-    from .loading.loader import load_serving
-
-    load = LoadAhead(lambda: load_serving(settings, files))  # llama.cpp loads while the app is imported and built
+    load = LoadAhead(lambda: first_load(settings, files))  # llama.cpp loads while the app is imported and built
     try:
         from .api.app import create_app
         from .api.server import Server

@@ -8,7 +8,7 @@ then builds the app; the app's first load takes the result.
 
 Example::
 
-    load = LoadAhead(lambda: load_serving(settings, files))  # loading from now on
+    load = LoadAhead(lambda: first_load(settings, files))  # loading from now on
     app = create_app(settings, load)  # the first load() waits for it; a wake from sleep loads again
 """
 
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..chat.serving import Serving
+    from ..settings import Settings
+    from .files import ModelFiles
 
 
 class LoadAhead:
@@ -58,3 +60,16 @@ class LoadAhead:
             self._thread.join()
             if first.exception() is None:
                 first.result().close()
+
+
+def first_load(settings: Settings, files: ModelFiles) -> Serving:
+    """A start's load, on its own thread: the weights first, with only their own imports; the chat and engine
+    layers' imports after them (the app's import on the main thread has made most of them by then; made before,
+    the two threads would take turns with the GIL before llama.cpp even opens the file). What
+    :func:`.loader.load_serving` does, in two steps."""
+    from .model_load import load_weights
+
+    fitted, model = load_weights(settings, files)
+    from .loader import serving_of
+
+    return serving_of(fitted, model, files)

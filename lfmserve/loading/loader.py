@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,7 +19,7 @@ from ..chat.template import CHATML_TEMPLATE, BuiltinTemplate, ChatFormatter, Cha
 from ..engine.core import Engine
 from ..engine.records import ResolvedDefaults
 from ..errors import LfmError
-from ..llama.backend import build_info, init_numa
+from ..llama.backend import build_info
 from ..llama.model import NativeModel, builtin_template_names
 from ..llama.mtmd import Projector
 from ..media.sources import MediaPolicy
@@ -36,8 +35,8 @@ from .defaults import gguf_sampling, model_identity, resolve_defaults
 from .engine_config import engine_config
 from .escapes import process_escapes
 from .files import ModelFiles
-from .fit import measured_fit
-from .placement import model_placement, projector_device
+from .model_load import load_weights
+from .placement import projector_device
 
 logger = logging.getLogger(__name__)
 
@@ -164,51 +163,17 @@ def load_projector(settings: Settings, path: str, model: NativeModel) -> Project
     return projector
 
 
-def load_model(settings: Settings, path: str, *, no_alloc: bool = False) -> NativeModel:
-    """The model's weights, placed and checked as the settings say; ``no_alloc``: only planned, to measure.
-    ``--numa`` is set up first, as llama-server does, so that llama.cpp maps the weights for it."""
-    if settings.threads.numa is not None:
-        init_numa(settings.threads.numa)
-    weights = settings.weights
-    return NativeModel(
-        path,
-        placement=model_placement(settings.devices),
-        repack=weights.repack,
-        load_mode=weights.model_load_mode,
-        lazy_mode=weights.lazy_mode,
-        kv_overrides=weights.override_kv,
-        check_tensors=weights.check_tensors,
-        no_alloc=no_alloc,
-    )
-
-
-def fitted_settings(settings: Settings, files: ModelFiles) -> Settings:
-    """The settings with ``--fit``'s context (:mod:`.fit`) when ``-c`` is left to the model: unchanged when the
-    model's context fits in memory, or with ``--fit off`` or ``-c N``."""
-    devices = settings.devices
-    config = engine_config(settings, files.draft)
-    if not devices.fit or config.n_ctx:
-        return settings
-    probe = load_model(settings, files.model, no_alloc=True)
-    try:
-        margin = devices.fit_target[0] * 2**20 + (os.path.getsize(files.projector) if files.projector else 0)
-        fit = measured_fit(probe, config, n_ctx_min_per_slot=devices.fit_ctx, margin=margin)
-        full = config.context_sizes(probe.info.n_ctx_train).n_ctx
-    finally:
-        probe.close()
-    if fit.fits:
-        logger.info("--fit: context %d tokens: %s", fit.n_ctx, fit.reason)
-    else:
-        logger.warning("--fit: could not fit the model in host memory: %s; context %d tokens", fit.reason, fit.n_ctx)
-    return settings if fit.n_ctx == full else settings.replace(ctx_size=fit.n_ctx)
-
-
 def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
     files = path if isinstance(path, ModelFiles) else ModelFiles(path)
-    settings = fitted_settings(settings, files)
+    return serving_of(*load_weights(settings, files), path)
+
+
+def serving_of(settings: Settings, model: NativeModel, path: str | ModelFiles) -> Serving:
+    """The serving layer of a loaded ``model`` (:func:`.model_load.load_weights`): template, projector, engine. The
+    model is closed again if a step fails."""
+    files = path if isinstance(path, ModelFiles) else ModelFiles(path)
     with contextlib.ExitStack() as loaded:  # what is loaded is freed again if a later step fails
-        model = load_model(settings, files.model)
         loaded.callback(model.close)
         template = chat_template(settings.chat, model)
         projector = load_projector(settings, files.projector, model) if files.projector else None

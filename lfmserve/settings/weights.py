@@ -1,7 +1,7 @@
 """The weights: how llama.cpp reads, lays out, checks and first runs them (llama-server's loading flags).
 
 A group of :class:`~lfmserve.settings.Settings` like those of :mod:`.groups`: the loader reads it to load the model
-(:func:`~lfmserve.loading.loader.load_model`), and the engine's ``--warmup`` run follows it.
+(:func:`~lfmserve.loading.model_load.load_model`), and the engine's ``--warmup`` run follows it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from lfmserve.llama.model import NativeModel
 from lfmserve.loading.engine_config import engine_config
 from lfmserve.loading.files import ModelFiles
 from lfmserve.loading.fit import Fit, fit_context, host_memory, measured_fit, used_bytes
-from lfmserve.loading.loader import fitted_settings
+from lfmserve.loading.model_load import fitted_settings
 from lfmserve.settings import Settings
 from lfmserve.settings.placement import FULL_CONTEXT
 from lfmserve.testing import TinyLfm2, write_lfm2_gguf
