@@ -112,7 +112,7 @@ def serve(argv: Sequence[str]) -> int:
 def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
     """Serve one model until SIGTERM / Ctrl-C; ``child`` is the link of a router's child, which serves on the
     socket its router bound and tells it when it is ready or why it failed."""
-    from .api.server import listen, tls_files, url
+    from .api.sockets import listen, tls_files, url
     from .loading.ahead import LoadAhead, first_load
     from .loading.engine_config import engine_config
     from .loading.files import resolve_model_files
@@ -167,7 +167,7 @@ def _print_error(message: str) -> None:
 def serve_router(settings: Settings) -> int:
     """Router mode: the models of ``--models-dir``, ``--models-preset`` and the Hugging Face cache behind one URL,
     each served by a child process (:mod:`lfmserve.router`)."""
-    from .api.server import listen
+    from .api.sockets import listen
     from .router.serve import serve_router as run_router
 
     configure_logging(settings)

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from lfmserve.api.server import listen
+from lfmserve.api.sockets import listen
 from lfmserve.api.sse import sse
 from lfmserve.settings import ServerSettings, Settings
 from tests.conftest import Running, ServerThread, serve, wait_healthy
