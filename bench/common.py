@@ -43,6 +43,16 @@ def bench_model(*, vision_tokens: bool = False) -> Path:
     return _cached_q4_k_m(name, replace(lfm2_350m_shape(seed=0), vision_tokens=vision_tokens))
 
 
+def tiny_model() -> Path:
+    """The tests' tiny random LFM2 (F16, a few MB), made once and cached: a decode takes well under a millisecond,
+    so what a server adds to each token shows."""
+    target = CACHE / "lfm2-tiny-random-F16.gguf"
+    if not target.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        write_lfm2_gguf(target, TinyLfm2())
+    return target
+
+
 def bench_model_1_2b() -> Path:
     """The LFM2-1.2B-shaped Q4_K_M model, made once and cached (about 700 MB; writing it takes minutes)."""
     return _cached_q4_k_m("lfm2-1.2b-random", lfm2_1_2b_shape(seed=0))

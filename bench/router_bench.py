@@ -1,7 +1,8 @@
 """Router benchmark: lfmserve's router against llama-server's, on the same preset of three models.
 
-Both routers read one preset: three sections (``a``, ``b``, ``c``) of the LFM2-350M-shaped Q4_K_M model, one slot
-each. Measured, each median of ``--repeats`` runs alternating which server goes first:
+Both routers read one preset: three sections (``a``, ``b``, ``c``) of the LFM2-350M-shaped Q4_K_M model (``--model
+tiny``: the tests' tiny random LFM2, whose decode is so quick that the relay's own cost shows), one slot each.
+Measured, each median of ``--repeats`` runs alternating which server goes first:
 
 - **cold start**: a model is unloaded (``POST /models/unload``, then polled until ``unloaded``), then the time from
   sending a streamed chat for it to its first content token, the load included (after one unmeasured cold start
@@ -37,6 +38,7 @@ from common import (
     lfmserve_command,
     llama_server_binary,
     results_log,
+    tiny_model,
     tree_memory,
 )
 
@@ -99,9 +101,12 @@ def decode(url: str, model: str | None) -> float:
 
 def main() -> int:
     parser = bench_arguments(__doc__ or "", ctx_size=4096, repeats=5)
+    parser.add_argument(
+        "--model", choices=("lfm2-350m-shaped", "tiny"), default="lfm2-350m-shaped", help="the preset's model"
+    )
     args = parser.parse_args()
     binary = llama_server_binary(parser, args)
-    model = bench_model()
+    model = tiny_model() if args.model == "tiny" else bench_model()
     folder = Path(tempfile.mkdtemp(prefix="router-bench-"))
     preset = write_preset(folder, model, args.ctx_size, args.threads)
     direct = ["-m", str(model), "-c", str(args.ctx_size), "-t", str(args.threads), "-np", "1"]
