@@ -134,10 +134,7 @@ def serve_model(settings: Settings, child: ChildLink | None = None) -> int:
         )  # a bad engine setting fails before any download or load
         check_placement(settings)  # and so does a device or buffer type this build lacks
         files = resolve_model_files(settings)
-        # --api-key-file, --ui-config(-file) and the TLS files read now: a bad one is one line before the model loads
-        settings.server.api_keys  # noqa: B018
-        settings.server.ui_settings  # noqa: B018
-        tls_files(settings.server)
+        tls_files(settings.server)  # checked now: a bad one is one line before the model loads (as the key file)
         # a taken port fails before the model loads
         sockets = child.sockets if child else listen(settings.server)
     except (LfmError, OSError, ValueError) as exc:
@@ -173,7 +170,7 @@ def serve_router(settings: Settings) -> int:
     configure_logging(settings)
     try:
         return run_router(settings, serve_child, listen(settings.server))
-    except (LfmError, OSError, ValueError) as exc:  # ValueError: a --ui-config that is not a JSON object
+    except (LfmError, OSError, ValueError) as exc:
         _print_error(str(exc))
         return 1
 

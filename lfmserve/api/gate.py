@@ -43,7 +43,7 @@ class Gate:
 
     def __init__(self, app: ASGIApp, server: ServerSettings, unavailable: Callable[[], Unavailable | None]) -> None:
         self.app = app
-        self.keys = tuple(key.encode() for key in server.api_keys)  # once: each read opens --api-key-file
+        self.keys = tuple(key.encode() for key in server.api_keys)
         self.max_body = server.max_body_bytes
         self.unavailable = unavailable
 

@@ -149,7 +149,7 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
 def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Proxy, owners: ConversationOwners) -> None:
     """The routes answered by a model's child: ``/props?model=``, llama-swap's ``/upstream/{model}/...``, and
     the model routes the router does not answer itself (``_MODEL_ROUTES``)."""
-    ui_settings = settings.server.ui_settings  # read once, at start: a bad --ui-config fails there
+    ui_settings = settings.server.ui_settings
 
     @app.get("/props")
     async def props(request: Request) -> Response:

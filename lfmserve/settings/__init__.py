@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 #: Each field's name -> the group that holds it (names are unique across the groups).
-_GROUP_OF = {f.name: group for group, kind in GROUPS.items() for f in dataclasses.fields(kind)}
+_GROUP_OF = {f.name: group for group, kind in GROUPS.items() for f in dataclasses.fields(kind) if f.init}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,7 +40,8 @@ def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
     """Every settings field with the name of its group, in ``--help`` order."""
     for group, kind in GROUPS.items():
         for f in dataclasses.fields(kind):
-            yield group, f
+            if f.init:  # not what a group reads from its fields when made (ServerSettings' key file)
+                yield group, f
 
 
 def parser() -> argparse.ArgumentParser:

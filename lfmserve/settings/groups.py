@@ -959,33 +959,33 @@ class ServerSettings:
         action="store_true",
     )
 
+    #: What --api-key-file and --ui-config(-file) hold, read once, when the settings are made
+    #: (:meth:`__post_init__`).
+    _file_keys: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _ui_settings: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Read the key file and the web UI's defaults now: a missing file or one that is not a JSON object is the
+        parse's one error line (ValueError naming the flag), before anything loads, and each is read once."""
+        if self.api_key_file:
+            keys = _read_text(f"--api-key-file {self.api_key_file}", self.api_key_file).splitlines()
+            object.__setattr__(self, "_file_keys", tuple(keys))
+        if self.ui_config is not None:
+            object.__setattr__(self, "_ui_settings", _json_object("--ui-config", self.ui_config))
+        elif self.ui_config_file is not None:
+            name = f"--ui-config-file {self.ui_config_file}"
+            object.__setattr__(self, "_ui_settings", _json_object(name, _read_text(name, self.ui_config_file)))
+
     @property
     def api_keys(self) -> tuple[str, ...]:
         """Keys from --api-key (comma-separated allowed) and --api-key-file, blank lines dropped."""
-        keys = [k.strip() for value in self.api_key for k in value.split(",")]
-        if self.api_key_file:
-            with open(self.api_key_file, encoding="utf-8") as handle:
-                keys += [line.strip() for line in handle]
+        keys = [k.strip() for value in self.api_key for k in value.split(",")] + [k.strip() for k in self._file_keys]
         return tuple(k for k in keys if k)
 
     @property
     def ui_settings(self) -> dict[str, Any]:
-        """The web UI's defaults from --ui-config, else --ui-config-file (read on each call: the app reads it
-        once); ValueError naming the flag when it is not a JSON object, OSError when the file cannot be read."""
-        if self.ui_config is not None:
-            name, text = "--ui-config", self.ui_config
-        elif self.ui_config_file is not None:
-            with open(self.ui_config_file, encoding="utf-8") as handle:
-                name, text = f"--ui-config-file {self.ui_config_file}", handle.read()
-        else:
-            return {}
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"{name}: not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise ValueError(f"{name}: not a JSON object")
-        return value
+        """The web UI's defaults from --ui-config, else --ui-config-file (a copy: the caller may change it)."""
+        return dict(self._ui_settings)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1393,6 +1393,28 @@ def _csv_row(value: str) -> list[str]:
     """llama.cpp's ``parse_csv_row``: comma-separated, double quotes around a field that has commas, empty fields
     kept."""
     return next(csv.reader([value]), [""])
+
+
+def _read_text(name: str, path: str) -> str:
+    """The file at ``path``, whole; ValueError starting with ``name`` (its flag and path) when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ValueError(f"{name}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{name}: not UTF-8 text") from None
+
+
+def _json_object(name: str, text: str) -> dict[str, Any]:
+    """``text`` as a JSON object; ValueError naming where it came from otherwise."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}: not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}: not a JSON object")
+    return value
 
 
 def _comma_list(value: str) -> list[str]:

@@ -53,7 +53,7 @@ def cli_markdown() -> str:
     for kind in GROUPS.values():
         parts.append(f"\n## {kind.TITLE}\n\n{(kind.__doc__ or '').strip()}\n")
         parts.append("\n| flags | default | what it sets | environment |\n|---|---|---|---|\n")
-        parts.extend(_row(f) for f in dataclasses.fields(kind))
+        parts.extend(_row(f) for f in dataclasses.fields(kind) if f.init)
     parts.append(_llama_server_options())
     return "".join(parts)
 

@@ -133,10 +133,11 @@ def test_https_with_the_certificate_and_key_files(running: list[Running], tiny_g
         (["--ssl-cert-file", "CERT", "--ssl-key-file", "MISSING"], "--ssl-cert-file CERT / --ssl-key-file MISSING: "),
         (["--ui-config", "[1]"], "--ui-config: not a JSON object"),
         (["--ui-config", "{"], "--ui-config: not valid JSON: "),
-        (["--ui-config-file", "MISSING"], "No such file or directory: 'MISSING'"),
+        (["--ui-config-file", "MISSING"], "--ui-config-file MISSING: No such file or directory"),
+        (["--api-key-file", "MISSING"], "--api-key-file MISSING: No such file or directory"),
     ],
 )
-def test_a_bad_tls_or_ui_config_flag_fails_at_start_with_one_line(
+def test_a_bad_tls_key_or_ui_config_flag_fails_at_start_with_one_line(
     flags: list[str], message: str, tiny_gguf: Path, tmp_path: Path
 ) -> None:
     cert, _ = _certificate(tmp_path)

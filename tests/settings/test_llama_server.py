@@ -51,8 +51,14 @@ def _help_options() -> list[HelpOption]:
     return found
 
 
+#: Values read when the settings are made: a file that exists (any text is keys), a JSON object.
+_READ_AT_PARSE = {"api_key_file": str(SCHEMA), "ui_config_file": str(SCHEMA), "ui_config": "{}"}
+
+
 def _sample(action: argparse.Action) -> str:
     """A value the flag takes: its last choice, else the first of a few that its type converts."""
+    if action.dest in _READ_AT_PARSE:
+        return _READ_AT_PARSE[action.dest]
     if action.choices:
         return str(list(action.choices)[-1])
     for text in ("7", "0.5", "on", "0-1", "{}", "a.gguf:0.5", "kt", "top_k;temp", "15043+1", str(SCHEMA)):
