@@ -32,7 +32,7 @@ from typing import Any
 
 from .argv import all_fields, parse_groups, to_argv
 from .config_files import config_argv, config_paths
-from .fields import DEFAULT_HF_REPO, physical_cores
+from .fields import DEFAULT_HF_REPO, flag_spec, physical_cores
 from .groups import (
     GROUPS,
     ChatSettings,
@@ -147,7 +147,7 @@ class Settings:
     def without_secrets(self) -> Settings:
         """A copy without API keys, key files or tokens: what may be listed, logged or put on a child's command
         line."""
-        return self.replace(**{f.name: f.default for _, f in all_fields() if f.metadata["secret"]})
+        return self.replace(**{f.name: f.default for _, f in all_fields() if flag_spec(f).secret})
 
     def to_argv(self) -> list[str]:
         """The flags that reproduce these settings: ``Settings.from_argv(s.to_argv()) == s`` (with no

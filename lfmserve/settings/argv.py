@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
-from .fields import OnOffAction, ShortcutAction, is_off_flag
+from .fields import OnOffAction, ShortcutAction, flag_spec, is_off_flag
 from .groups import GROUPS
 from .llama_server import HELP, NEGATIVE_VARIABLES, OPTIONS, Disposition, Option, option_of, taken
 from .ollama_env import apply_ollama
@@ -57,9 +57,9 @@ def parser() -> argparse.ArgumentParser:
     built.add_argument(*HELP.spellings, action="help", help="show this help and exit")
     sections = {group: built.add_argument_group(kind.TITLE) for group, kind in GROUPS.items()}
     for group, f in all_fields():
-        for meta in (f.metadata, *f.metadata["also"]):  # the field's flags, then its other spellings
-            kwargs = {"default": argparse.SUPPRESS, **meta["argparse"]}
-            sections[group].add_argument(*meta["flags"], dest=f.name, help=meta["help"], **kwargs)
+        for spec in (flag_spec(f), *flag_spec(f).also):  # the field's flags, then its other spellings
+            kwargs = {"default": argparse.SUPPRESS, **spec.argparse}
+            sections[group].add_argument(*spec.flags, dest=f.name, help=spec.help, **kwargs)
     ignored = built.add_argument_group(IGNORED_TITLE)
     refused = built.add_argument_group(REFUSED_TITLE)
     for option in OPTIONS:
@@ -107,7 +107,7 @@ def parse_groups(argv: Sequence[str], environ: Mapping[str, str], config_argv: S
     except ValueError as exc:
         built.error(str(exc))
     for _, f in all_fields():
-        options = f.metadata["argparse"]
+        options = flag_spec(f).argparse
         if (options.get("action") == "append" or isinstance(options.get("nargs"), int)) and f.name in values:
             values[f.name] = tuple(values[f.name])  # argparse collects a list; the settings keep a tuple
     try:  # a group that checks its fields together (one grammar) raises ValueError
@@ -194,7 +194,7 @@ def _preset_keys(built: argparse.ArgumentParser) -> dict[str, tuple[str, bool]]:
             continue
         keys.update({spelling.lstrip("-"): (spelling, False) for spelling in action.option_strings})
         f = fields.get(action.dest)
-        if f is not None and action.option_strings[0] not in f.metadata["flags"]:
+        if f is not None and action.option_strings[0] not in flag_spec(f).flags:
             f = None  # one of the field's other spellings: its variables go with the field's own flags
         option = option_of(action.option_strings[0])
         variables = environment_names(f) if f else option.variables if option else ()
@@ -214,8 +214,8 @@ def _switch_flags(spellings: Sequence[str], on: bool) -> list[str]:
 
 
 def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
-    flags: tuple[str, ...] = f.metadata["flags"]
-    action = f.metadata["argparse"].get("action")
+    flags: tuple[str, ...] = flag_spec(f).flags
+    action = flag_spec(f).argparse.get("action")
     if action in (argparse.BooleanOptionalAction, OnOffAction):
         on = [name for name in flags if not is_off_flag(name)]
         off = [name for name in flags if is_off_flag(name)]
@@ -225,9 +225,9 @@ def _flags_of(f: dataclasses.Field[Any], value: Any) -> list[str]:
     if action in ("store_true", ShortcutAction):  # a shortcut's fields come after it, each written when set
         return [max(flags, key=len)] if value else []
     name = max(flags, key=len)
-    if isinstance(f.metadata["argparse"].get("nargs"), int):  # one flag, then its values (START END)
+    if isinstance(flag_spec(f).argparse.get("nargs"), int):  # one flag, then its values (START END)
         return [name, *map(str, value)]
-    write = f.metadata["write"]
+    write = flag_spec(f).write
     values = write(value) if write else value if action == "append" else (value,)
     return [token for one in values for token in _valued(name, str(one))]
 
@@ -302,14 +302,14 @@ def environment_names(f: dataclasses.Field[Any]) -> tuple[str, ...]:
     """The variables that set a field, the first set winning: ``LFMSERVE_<FIELD>``, then llama-server's for the
     option whose spellings the field takes (``LLAMA_ARG_NO_X`` before ``LLAMA_ARG_X``), then any others the field
     names (``HUGGING_FACE_HUB_TOKEN``)."""
-    options = [option for name in f.metadata["flags"] if (option := option_of(name)) is not None]
+    options = [option for name in flag_spec(f).flags if (option := option_of(name)) is not None]
     names = [f"LFMSERVE_{f.name.upper()}", *(v for option in options for v in option.variables)]
-    return tuple(dict.fromkeys([*names, *f.metadata["environment"]]))
+    return tuple(dict.fromkeys([*names, *flag_spec(f).environment]))
 
 
 def secret_variables() -> tuple[str, ...]:
     """Every variable that carries a secret (API keys, their files, the Hugging Face token)."""
-    return tuple(name for _, f in all_fields() if f.metadata["secret"] for name in environment_names(f))
+    return tuple(name for _, f in all_fields() if flag_spec(f).secret for name in environment_names(f))
 
 
 def _environment_values(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> dict[str, Any]:
@@ -325,9 +325,9 @@ def _environment_values(parser: argparse.ArgumentParser, environ: Mapping[str, s
 
 
 def _environment_value(parser: argparse.ArgumentParser, f: dataclasses.Field[Any], variable: str, raw: str) -> Any:
-    kind = f.metadata["argparse"].get("type")
-    action = f.metadata["argparse"].get("action")
-    choices = f.metadata["argparse"].get("choices")
+    kind: Any = flag_spec(f).argparse.get("type")
+    action = flag_spec(f).argparse.get("action")
+    choices = flag_spec(f).argparse.get("choices")
     if variable in NEGATIVE_VARIABLES:  # llama.cpp: set at all, whatever its value, it turns the switch off
         return False
     if action in _BOOLEAN_ACTIONS:
@@ -335,7 +335,7 @@ def _environment_value(parser: argparse.ArgumentParser, f: dataclasses.Field[Any
         if on is None:
             parser.error(f"environment variable {variable} has value {raw!r}: not a valid bool")
         return on
-    count = f.metadata["argparse"].get("nargs")
+    count = flag_spec(f).argparse.get("nargs")
     if isinstance(count, int):  # several values (START END): blank-separated
         parts = raw.split()
         if len(parts) != count:

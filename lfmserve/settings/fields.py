@@ -8,10 +8,11 @@ default and help are written once, next to the field, and the parser, ``--help``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .llama_server import option_of
@@ -28,33 +29,61 @@ _SIZE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)(?:E[+-]?\d+)?)([KMGT]?)(?:I?B)?")
 _SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+#: The argparse options a field's flags may take (``clears`` and ``sets``: lfmserve's own actions').
+ARGPARSE_OPTIONS = frozenset({"type", "action", "metavar", "choices", "nargs", "clears", "sets"})
+
+
+@dataclass(frozen=True, slots=True)
+class FlagSpec:
+    """A field's command line, as :func:`flag` writes it into the field's metadata (read with :func:`flag_spec`)."""
+
+    flags: tuple[str, ...]
+    help: str
+    sampling: bool = False
+    environment: tuple[str, ...] = ()
+    secret: bool = False
+    also: tuple[FlagSpec, ...] = ()
+    write: Callable[[Any], Sequence[str]] | None = None
+    argparse: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.argparse) - ARGPARSE_OPTIONS
+        if unknown:  # a misspelled option fails when the settings are imported, not at the first parse
+            raise TypeError(f"{self.flags[0]}: unknown flag options {sorted(unknown)}")
+
+
 def flag(
     *names: str,
     help: str,
     sampling: bool = False,
     environment: tuple[str, ...] = (),
     secret: bool = False,
-    also: tuple[dict[str, Any], ...] = (),
+    also: tuple[Mapping[str, FlagSpec], ...] = (),
     write: Callable[[Any], Sequence[str]] | None = None,
     **argparse_kwargs: Any,
-) -> dict[str, Any]:
+) -> dict[str, FlagSpec]:
     """Field metadata: its flags and help; ``sampling`` marks a default for the request field of the same name;
     ``environment`` names variables read after ``LFMSERVE_<FIELD>`` (llama-server's, such as ``LLAMA_API_KEY``);
-    ``secret`` marks a value that no listing, log line or child's command line may show. ``also`` holds other
-    spellings that set the field from another form of value, each a ``flag(...)`` with its own argparse options
-    (``--sampling-seq kt`` beside ``--samplers top_k;temp``): the later given wins, and the variables, presets'
-    field keys and :meth:`~lfmserve.settings.Settings.to_argv` use the field's own flags. ``write`` gives the values
-    to_argv writes after the longest of them (default: the value, or each item of a repeatable flag's)."""
-    return {
-        "flags": names,
-        "help": help,
-        "sampling": sampling,
-        "environment": environment,
-        "secret": secret,
-        "also": also,
-        "write": write,
-        "argparse": argparse_kwargs,
-    }
+    ``secret`` marks a value that no listing, log line or child's command line may show (such a field is also
+    declared ``repr=False``: a test checks every one). ``also`` holds other spellings that set the field from
+    another form of value, each a ``flag(...)`` with its own argparse options (``--sampling-seq kt`` beside
+    ``--samplers top_k;temp``): the later given wins, and the variables, presets' field keys and
+    :meth:`~lfmserve.settings.Settings.to_argv` use the field's own flags. ``write`` gives the values to_argv writes
+    after the longest of them (default: the value, or each item of a repeatable flag's)."""
+    spec = FlagSpec(
+        names, help, sampling, environment, secret, tuple(other[_KEY] for other in also), write, argparse_kwargs
+    )
+    return {_KEY: spec}
+
+
+def flag_spec(f: dataclasses.Field[Any]) -> FlagSpec:
+    """The command line of a settings field (:func:`flag`)."""
+    spec = f.metadata[_KEY]
+    assert isinstance(spec, FlagSpec), f.name
+    return spec
+
+
+_KEY = "lfmserve.flag"
 
 
 def switch(*names: str, help: str, default: bool | None, action: Any = argparse.BooleanOptionalAction) -> Any:

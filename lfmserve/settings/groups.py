@@ -22,6 +22,7 @@ from .fields import (
     OnOffAction,
     ShortcutAction,
     flag,
+    flag_spec,
     parse_count,
     parse_size,
     switch,
@@ -1371,7 +1372,7 @@ GROUPS: dict[str, type[Any]] = {
 
 def sampling_fields() -> tuple[str, ...]:
     """The fields that are sampling defaults (named as the request fields they default)."""
-    return tuple(f.name for f in dataclasses.fields(SamplingSettings) if f.metadata["sampling"])
+    return tuple(f.name for f in dataclasses.fields(SamplingSettings) if flag_spec(f).sampling)
 
 
 def control_vector_files(engine: EngineSettings) -> tuple[tuple[str, float], ...]:

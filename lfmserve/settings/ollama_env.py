@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fields import KV_CACHE_TYPES, is_off_flag
+from .fields import KV_CACHE_TYPES, flag_spec, is_off_flag
 from .groups import GROUPS
 
 #: Ollama's port, where ``OLLAMA_HOST`` names none (and no ``http://`` or ``https://``).
@@ -138,7 +138,7 @@ def _flags(fields: Mapping[str, Any]) -> str:
     """Fields as their longest flags write them (``--parallel 2``, ``--log-verbose``, ``--no-models-ollama``)."""
     out = []
     for name, value in fields.items():
-        flags = _FIELDS[name].metadata["flags"]
+        flags = flag_spec(_FIELDS[name]).flags
         if isinstance(value, bool):  # the switch's spelling for it, else its flag's --x=false
             spellings = [flag for flag in flags if is_off_flag(flag) != value]
             out.append(max(spellings, key=len) if spellings else f"{max(flags, key=len)}={str(value).lower()}")

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from .argv import all_fields, environment_names
+from .fields import flag_spec
 from .groups import GROUPS
 from .llama_server import OPTIONS, Disposition, Option
 
@@ -81,11 +82,11 @@ def _option_row(option: Option) -> str:
 
 
 def _row(f: dataclasses.Field[Any]) -> str:
-    flags = list(f.metadata["flags"])
-    if f.metadata["argparse"].get("action") is argparse.BooleanOptionalAction:  # argparse adds the --no- spelling
+    flags = list(flag_spec(f).flags)
+    if flag_spec(f).argparse.get("action") is argparse.BooleanOptionalAction:  # argparse adds the --no- spelling
         flags += [name.replace("--", "--no-", 1) for name in flags if name.startswith("--")]
-    flags += [name for also in f.metadata["also"] for name in also["flags"]]
-    return f"| {_code(flags)} | {_default(f)} | {_cell(f.metadata['help'])} | {_code(environment_names(f))} |\n"
+    flags += [name for also in flag_spec(f).also for name in also.flags]
+    return f"| {_code(flags)} | {_default(f)} | {_cell(flag_spec(f).help)} | {_code(environment_names(f))} |\n"
 
 
 def _default(f: dataclasses.Field[Any]) -> str:
