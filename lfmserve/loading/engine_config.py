@@ -23,7 +23,7 @@ from ..engine.records import (
 from ..engine.speculation import SPEC_TYPES, NgramModSizes, NgramSizes, SpeculationConfig, resolve_synth_rates
 from ..errors import EngineError
 from ..settings import Settings, SpeculationSettings, ThreadSettings
-from ..settings.groups import control_vector_files
+from ..settings.engine import control_vector_files
 from ..settings.placement import FULL_CONTEXT
 from .placement import draft_placement
 

@@ -31,24 +31,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .argv import all_fields, parse_groups, to_argv
+from .chat import ChatSettings
 from .config_files import config_argv, config_paths
+from .engine import EngineSettings
 from .fields import DEFAULT_HF_REPO, flag_spec, physical_cores
-from .groups import (
-    GROUPS,
-    ChatSettings,
-    EmbeddingSettings,
-    EngineSettings,
-    LoggingSettings,
-    MediaSettings,
-    RouterSettings,
-    SamplingSettings,
-    ServerSettings,
-    SourceSettings,
-    SpeculationSettings,
-    sampling_fields,
-)
+from .groups import GROUPS
+from .log_output import LoggingSettings
+from .media import EmbeddingSettings, MediaSettings
 from .ollama_env import OllamaVariable
 from .placement import DeviceSettings, ThreadSettings
+from .router import RouterSettings
+from .sampling import SamplingSettings, sampling_fields
+from .server import ServerSettings
+from .source import SourceSettings
+from .speculation import SpeculationSettings
 from .weights import WeightSettings
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The values of llama-server's sampler flags, read as its ``common/arg.cpp`` reads them and written back.
 
-Each reader is an argparse ``type``: it returns what :class:`~lfmserve.settings.groups.SamplingSettings` keeps
+Each reader is an argparse ``type``: it returns what :class:`~lfmserve.settings.sampling.SamplingSettings` keeps
 (canonical sampler names, ``(token, bias)`` pairs, a checked JSON schema's text) or raises
 ``argparse.ArgumentTypeError`` with a message that names the value, which argparse prefixes with the flag
 (``argument -l/--logit-bias: invalid input format: '15043'``) and :mod:`.argv` with the variable. Each writer
