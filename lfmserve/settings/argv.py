@@ -44,42 +44,46 @@ def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
                 yield group, f
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> StrictParser:
     """lfmserve's argument parser: one section per group, then llama-server's options ignored on this build, then
     those refused. A flag not given is left out of the parsed values (the environment fills it in
     :func:`parse_groups`)."""
-    built = _StrictParser(
+    built = StrictParser(
         prog="lfmserve",
         usage="lfmserve [options]",
         add_help=False,
         description="Serve LFM (and other GGUF) models with llama-server's HTTP API.",
     )
-    built.add_argument(*HELP.spellings, action="help", help="show this help and exit")
+    built.keep(built.add_argument(*HELP.spellings, action="help", help="show this help and exit"))
     sections = {group: built.add_argument_group(kind.TITLE) for group, kind in GROUPS.items()}
     for group, f in all_fields():
         for spec in (flag_spec(f), *flag_spec(f).also):  # the field's flags, then its other spellings
             kwargs = {"default": argparse.SUPPRESS, **spec.argparse}
-            sections[group].add_argument(*spec.flags, dest=f.name, help=spec.help, **kwargs)
+            built.keep(sections[group].add_argument(*spec.flags, dest=f.name, help=spec.help, **kwargs))
     ignored = built.add_argument_group(IGNORED_TITLE)
     refused = built.add_argument_group(REFUSED_TITLE)
     for option in OPTIONS:
         if option.disposition is Disposition.IGNORED:
-            ignored.add_argument(
-                *option.spellings,
-                action=_IgnoredFlag,
-                dest=IGNORED,
-                default=argparse.SUPPRESS,
-                metavar="VALUE",
-                help=option.why,
-                nargs=None if option.values == 1 else option.values,  # None: one value, as llama-server's takes
+            built.keep(
+                ignored.add_argument(
+                    *option.spellings,
+                    action=_IgnoredFlag,
+                    dest=IGNORED,
+                    default=argparse.SUPPRESS,
+                    metavar="VALUE",
+                    help=option.why,
+                    nargs=None if option.values == 1 else option.values,  # None: one value, as llama-server's takes
+                )
             )
         elif not taken(option):
-            refused.add_argument(
-                *option.spellings,
-                action=_RefusedFlag,
-                nargs=0 if option.values == 0 else "?",  # a value or none: the refusal names the option either way
-                default=argparse.SUPPRESS,
-                help=option.why,
+            built.keep(
+                refused.add_argument(
+                    *option.spellings,
+                    action=_RefusedFlag,
+                    nargs=0 if option.values == 0 else "?",  # a value or none: the refusal names the option anyway
+                    default=argparse.SUPPRESS,
+                    help=option.why,
+                )
             )
     return built
 
@@ -154,7 +158,7 @@ def preset_argv(entries: Mapping[str, str]) -> list[str]:
         if key not in keys:
             raise KeyError(key)
         spelling, flip = keys[key]
-        action = built._option_string_actions[spelling]
+        action = built.options[spelling]
         f = fields.get(action.dest)
         if action.nargs == 0:
             value = switch_value(raw)
@@ -184,12 +188,12 @@ def switch_value(raw: str) -> bool | None:
     return False if value in _FALSE else None
 
 
-def _preset_keys(built: argparse.ArgumentParser) -> dict[str, tuple[str, bool]]:
+def _preset_keys(built: StrictParser) -> dict[str, tuple[str, bool]]:
     """Each preset key -> the spelling it stands for, and whether it turns a switch's value around (the
     ``LLAMA_ARG_NO_*`` variables)."""
     fields = {f.name: f for _, f in all_fields()}
     keys: dict[str, tuple[str, bool]] = {}
-    for action in built._actions:
+    for action in dict.fromkeys(built.options.values()):
         if action.dest == "help":
             continue
         keys.update({spelling.lstrip("-"): (spelling, False) for spelling in action.option_strings})
@@ -252,10 +256,24 @@ class _IgnoredFlag(argparse.Action):
         setattr(namespace, self.dest, [*getattr(namespace, self.dest, []), option])
 
 
-class _StrictParser(argparse.ArgumentParser):
+class StrictParser(argparse.ArgumentParser):
     """argparse as strict as llama-server, which matches each argument whole: no abbreviations (``--ctx`` is not
     ``--ctx-size``) and no value joined to a short option (``-sm`` is not ``-s m``, ``-c4096`` is unknown); any
-    error is one line and exit code 1."""
+    error is one line and exit code 1.
+
+    The one place that touches argparse's private names: ``_get_option_tuples``, the matcher of partial and joined
+    spellings, answers nothing (``test_nothing_is_misread`` in tests/settings/test_llama_server.py pins what it
+    does). The options added are kept here, by spelling (:attr:`options`), as argparse keeps them only privately.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: Every option's action by each of its spellings (:meth:`keep`).
+        self.options: dict[str, argparse.Action] = {}
+
+    def keep(self, action: argparse.Action) -> None:
+        """Keep an added option's action under its spellings."""
+        self.options.update(dict.fromkeys(action.option_strings, action))
 
     def _get_option_tuples(self, option_string: str) -> list[Any]:
         return []

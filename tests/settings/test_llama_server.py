@@ -25,7 +25,7 @@ from lfmserve.settings.llama_server import OPTIONS, Disposition, Option, ignored
 HELP = Path(__file__).with_name("llama_server_help.txt")
 #: A JSON schema file, for the flags that read one (``-jf``) or any text (``--grammar-file``).
 SCHEMA = Path(__file__).with_name("schema.json")
-ACTIONS = parser()._option_string_actions
+ACTIONS = parser().options
 TAKEN = [option for option in OPTIONS if taken(option) and option.spellings[0] != "-h"]
 
 
