@@ -11,6 +11,7 @@ connections, gives the running requests ``--shutdown-timeout`` seconds to finish
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -38,6 +39,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["serve-ray"]:
         return serve_ray(args[1:])
     return serve(args)
+
+
+def command() -> int:
+    """The ``lfmserve`` command (and ``python -m lfmserve``): :func:`main`, then every object the process made moved
+    out of the cyclic collector's reach, so that the interpreter's exit does not walk the whole heap of the app and
+    its imports once more (0.15 s of each stop, measured). The exit handlers still run (logs flushed, helper
+    processes told). Not in :func:`main`, which tests also call in their own process."""
+    code = main()
+    gc.freeze()
+    return code
 
 
 def serve_ray(argv: Sequence[str]) -> int:
