@@ -82,6 +82,29 @@ def router(running: list[Running], router_models: Path) -> Iterator[Running]:
     yield start_router(running, router_models)
 
 
+@pytest.fixture(scope="module")
+def module_router(router_models: Path) -> Iterator[Running]:
+    """One router for a module's tests (a router's start and stop are a second and a half of the suite's time
+    each); :func:`idle_router` hands it over with no model loaded."""
+    started: list[Running] = []
+    yield start_router(started, router_models)
+    for process in started:
+        process.stop()
+
+
+@pytest.fixture
+def idle_router(module_router: Running) -> Running:
+    """The module's router with every model unloaded first: a test finds it as a fresh router but for what a router
+    counts (its metrics, its event stream's past). A module whose tests need no more uses it as its ``router``."""
+    running = [name for name, entry in entries(module_router).items() if entry["status"]["value"] != "unloaded"]
+    for name in running:  # an alias's entry shows its model's status: unloading the model unloads both
+        response = httpx.post(module_router.url + "/models/unload", json={"model": name}, timeout=30)
+        assert response.status_code == 200 or "not running" in response.text, response.text
+    for name in running:
+        wait_status(module_router, name, "unloaded")
+    return module_router
+
+
 def entries(router: Running, **headers: str) -> dict[str, dict[str, Any]]:
     response = httpx.get(router.url + "/v1/models", headers=headers, timeout=10)
     assert response.status_code == 200, response.text

@@ -26,6 +26,12 @@ from tests.conftest import Running, ServerThread
 from tests.router.conftest import entries, start_router
 
 
+@pytest.fixture
+def router(idle_router: Running) -> Running:
+    """The module's shared router, no model loaded (tests/router/conftest.py): these tests change nothing else."""
+    return idle_router
+
+
 class FrigateModelInfo:
     """The reads of Frigate's llama.cpp provider before it uses a model (``_get_model_info``,
     ``list_model_capabilities``, ``estimate_image_tokens``), as it makes them."""

@@ -22,6 +22,13 @@ from tests.conftest import Running
 from tests.router.conftest import entries
 from tests.router.test_catalog import _cache_model
 
+
+@pytest.fixture
+def router(idle_router: Running) -> Running:
+    """The module's shared router, no model loaded (tests/router/conftest.py): these tests change nothing else."""
+    return idle_router
+
+
 OLLAMA_PATHS = ("/api/chat", "/api/generate", "/api/embed", "/api/embeddings")
 
 

@@ -10,9 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import Running
 from tests.router.conftest import chat, entries, start_router, wait_status
+
+
+@pytest.fixture
+def router(idle_router: Running) -> Running:
+    """The module's shared router, no model loaded (tests/router/conftest.py): these tests change nothing else."""
+    return idle_router
 
 
 def test_lists_every_model_with_its_settings_before_any_loads(router: Running, router_models: Path) -> None:
