@@ -26,6 +26,13 @@ GREEDY = {"temperature": 0, "num_predict": 4}
 
 
 @pytest.fixture
+def router(idle_router: Running) -> Running:
+    """The module's shared router, no model loaded (tests/router/conftest.py): these tests load, unload and kill
+    children, and change nothing else."""
+    return idle_router
+
+
+@pytest.fixture
 def client(router: Running) -> Iterator[ollama.Client]:
     with ollama.Client(host=router.url) as client:
         yield client
