@@ -166,13 +166,12 @@ def load_projector(settings: Settings, path: str, model: NativeModel) -> Project
 def load_serving(settings: Settings, path: str | ModelFiles) -> Serving:
     """Load the model (and projector) and start its engine (seconds to minutes for a large model)."""
     files = path if isinstance(path, ModelFiles) else ModelFiles(path)
-    return serving_of(*load_weights(settings, files), path)
+    return serving_of(*load_weights(settings, files), files)
 
 
-def serving_of(settings: Settings, model: NativeModel, path: str | ModelFiles) -> Serving:
+def serving_of(settings: Settings, model: NativeModel, files: ModelFiles) -> Serving:
     """The serving layer of a loaded ``model`` (:func:`.model_load.load_weights`): template, projector, engine. The
     model is closed again if a step fails."""
-    files = path if isinstance(path, ModelFiles) else ModelFiles(path)
     with contextlib.ExitStack() as loaded:  # what is loaded is freed again if a later step fails
         loaded.callback(model.close)
         template = chat_template(settings.chat, model)
@@ -181,20 +180,18 @@ def serving_of(settings: Settings, model: NativeModel, path: str | ModelFiles) -
             loaded.callback(projector.close)
         engine = Engine(model, engine_config(settings, files.draft), projector=projector)
         loaded.callback(engine.close)
-        serving = _serving(settings, path, model, engine, template)
+        serving = _serving(settings, model, engine, template)
         loaded.pop_all()
     return serving
 
 
-def _serving(
-    settings: Settings, path: str | ModelFiles, model: NativeModel, engine: Engine, template: ChatFormatter
-) -> Serving:
-    """The loaded model's serving layer, after the start's log lines (``path``: the files as the caller named them)."""
+def _serving(settings: Settings, model: NativeModel, engine: Engine, template: ChatFormatter) -> Serving:
+    """The loaded model's serving layer, after the start's log lines."""
     defaults = sampling_defaults(settings.sampling, model)
     info = model.info
     logger.info(
         "loaded %s: %s, %s params, %.1f MiB, n_ctx_train %d; context %d over %d slots (%d per slot), %d threads",
-        path,
+        model.path,
         info.architecture,
         f"{info.n_params:,}",
         info.size_bytes / 2**20,
