@@ -7,6 +7,7 @@ import base64
 import collections
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -100,9 +101,19 @@ def _new_teams(before: dict[int, str]) -> dict[str, int]:
     return dict(collections.Counter(name for name in started.values() if name != "libuv-worker"))
 
 
+def _settled_teams(before: dict[int, str], expected: dict[str, int]) -> dict[str, int]:
+    """:func:`_new_teams` once it is ``expected``, or what it is after 30 s. A thread named ``python`` was
+    counted in two full runs of the suite (not alone, nor in the next runs): a Python thread that is ending leaves
+    :func:`threading.enumerate` before its task leaves ``/proc``. A second OpenMP team stays, and still fails."""
+    deadline = time.monotonic() + 30
+    while (teams := _new_teams(before)) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return teams
+
+
 def test_after_loading_the_only_team_is_the_engine_thread_s(vl_server: ServerThread, before: dict[int, str]) -> None:
     # Two threads: the engine's thread and one OpenMP worker it started, named after it; none of the loader's.
-    assert _new_teams(before) == {"lfmserve-engine": 1}
+    assert _settled_teams(before, {"lfmserve-engine": 1}) == {"lfmserve-engine": 1}
 
 
 def test_after_text_and_an_image_it_is_still_the_only_one(vl_server: ServerThread, before: dict[int, str]) -> None:
@@ -114,4 +125,4 @@ def test_after_text_and_an_image_it_is_still_the_only_one(vl_server: ServerThrea
     for content in ("hello", parts):
         body = {"messages": [{"role": "user", "content": content}], "max_tokens": 3}
         assert httpx.post(vl_server.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
-    assert _new_teams(before) == {"lfmserve-engine": 1}
+    assert _settled_teams(before, {"lfmserve-engine": 1}) == {"lfmserve-engine": 1}
