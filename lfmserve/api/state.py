@@ -11,6 +11,7 @@ from fastapi import Request
 from ..chat.serving import Serving
 from ..errors import Unavailable
 from ..settings import Settings
+from .completion_control import LiveCompletions
 from .monitoring import MetricsReporter
 from .server import settle
 from .stream_sessions import StreamSessions
@@ -28,6 +29,8 @@ class AppState:
     metrics: MetricsReporter | None = None
     #: The resumable streams' sessions, whose bounds /metrics reports with the engine's counters.
     streams: StreamSessions = field(default_factory=StreamSessions)
+    #: The chat completions being answered, for ``POST /v1/chat/completions/control``.
+    completions: LiveCompletions = field(default_factory=LiveCompletions)
     #: Shutting down: new requests are refused while the running ones finish.
     draining: bool = False
     #: The model is unloaded for ``--sleep-idle-seconds`` (:mod:`~lfmserve.api.sleep`), or being unloaded.

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..engine.records import ReasoningControl
+
 Role = Literal["system", "user", "assistant", "tool"]
 #: Where ``<think>`` text goes: ``none`` leaves it in the content (llama-server's names).
 ReasoningFormat = Literal["auto", "deepseek", "deepseek-legacy", "none"]
@@ -144,6 +146,8 @@ class ChatRequest:
     #: ``--reasoning-budget``), and the message written before it (None: ``--reasoning-budget-message``).
     reasoning_budget: int | None = None
     reasoning_budget_message: str | None = None
+    #: Ends the thinking when asked (``reasoning_control``), budget or not; None: only a budget ends it.
+    reasoning_control: ReasoningControl | None = None
     #: Extra template variables (``chat_template_kwargs``).
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     add_generation_prompt: bool = True

@@ -381,9 +381,10 @@ def thinking_budget(
     model: NativeModel, request: ChatRequest, options: ServingOptions, *, inside: bool
 ) -> ThinkingBudget | None:
     """The request's reasoning budget (its own, else ``--reasoning-budget``) in the model's tokens; None without a
-    limit, or for a model whose vocabulary cannot write ``<think>`` and ``</think>``."""
+    limit or a control, or for a model whose vocabulary cannot write ``<think>`` and ``</think>``. A control without
+    a limit has a budget no thinking spends, as llama-server's has (``INT_MAX``)."""
     budget = options.reasoning_budget if request.reasoning_budget is None else request.reasoning_budget
-    if budget < 0:
+    if budget < 0 and request.reasoning_control is None:
         return None
     start, end = (tuple(model.tokenize(tag, add_special=False, parse_special=True)) for tag in (THINK_START, THINK_END))
     if not start or not end:
@@ -391,7 +392,12 @@ def thinking_budget(
     message = request.reasoning_budget_message
     message = options.reasoning_budget_message if message is None else message
     written = tuple(model.tokenize(message, add_special=False, parse_special=True)) if message else ()
-    return ThinkingBudget(budget, start, end, written, starts_inside=inside)
+    limit = budget if budget >= 0 else _UNSPENT
+    return ThinkingBudget(limit, start, end, written, starts_inside=inside, control=request.reasoning_control)
+
+
+#: The budget of a request that only has a control: more tokens than any context holds.
+_UNSPENT = 2**31 - 1
 
 
 def _bias_value(bias: Any) -> float:

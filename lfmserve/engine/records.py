@@ -198,6 +198,27 @@ class EngineRequest:
     n_discard: int = 0
 
 
+class ReasoningControl:
+    """The switch of a running generation's thinking (llama-server's ``reasoning_control``): another thread asks
+    for its end (``POST /v1/chat/completions/control``), and the engine thread, at the generation's next step,
+    writes the end of the thinking as a spent budget does. A request asked while the model is not thinking is
+    dropped, not kept for later, as llama-server's is. One flag, set by one thread and taken by the other."""
+
+    __slots__ = ("_asked",)
+
+    def __init__(self) -> None:
+        self._asked = False
+
+    def end(self) -> None:
+        """Ask for the end of the thinking (any thread)."""
+        self._asked = True
+
+    def take(self) -> bool:
+        """Whether an end was asked for since the last call (the engine thread, once a step)."""
+        asked, self._asked = self._asked, False
+        return asked
+
+
 @dataclass(frozen=True, slots=True)
 class ThinkingBudget:
     """A reasoning budget: once ``budget`` tokens of thinking are spent, ``forced`` (a message, then the tokens that
@@ -211,6 +232,8 @@ class ThinkingBudget:
     message: tuple[int, ...] = ()
     #: The prompt itself opened the thinking (its template writes ``<think>`` for the model).
     starts_inside: bool = False
+    #: Ends the thinking when asked, whatever is left of the budget (``reasoning_control``).
+    control: ReasoningControl | None = None
 
     @property
     def forced(self) -> tuple[int, ...]:

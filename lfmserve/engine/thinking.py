@@ -3,7 +3,7 @@
 The engine thread tells the tracker each token the request generated; once the budget's count of thinking tokens
 is spent, the tracker names the tokens to write instead of sampling (a message, then the end of the thinking),
 one per step, and the model answers from there. A budget of 0 ends thinking as soon as it opens, also in models
-that always think and whose templates have no switch.
+that always think and whose templates have no switch. A budget's control ends it the same way when asked.
 """
 
 from __future__ import annotations
@@ -25,9 +25,13 @@ class ThinkingTracker:
         self._recent: list[int] = []
 
     def forced_token(self) -> int | None:
-        """The token to write instead of sampling now, or None."""
-        if self._thinking and self._spent >= self._budget.budget:
-            return self._budget.forced[self._forcing]
+        """The token to write instead of sampling now, or None. An end asked of the budget's control while the
+        model thinks spends the budget now: the forced tokens start at this step."""
+        budget = self._budget
+        if budget.control is not None and budget.control.take() and self._thinking and self._spent < budget.budget:
+            self._spent = budget.budget
+        if self._thinking and self._spent >= budget.budget:
+            return budget.forced[self._forcing]
         return None
 
     def accept(self, token: int) -> None:

@@ -47,7 +47,7 @@ _ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
 _MODEL_ROUTES = {
     "POST": (
         "/completion", "/completions", "/v1/completions", "/infill", "/tokenize", "/detokenize", "/apply-template",
-        "/chat/completions", "/v1/chat/completions", "/chat/completions/input_tokens",
+        "/chat/completions", "/v1/chat/completions", "/v1/chat/completions/control", "/chat/completions/input_tokens",
         "/v1/chat/completions/input_tokens", "/responses", "/v1/responses", "/responses/input_tokens",
         "/v1/responses/input_tokens", "/v1/messages", "/v1/messages/count_tokens", "/embedding", "/embeddings",
         "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank", "/v1/reranking", "/audio/transcriptions",

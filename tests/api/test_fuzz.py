@@ -189,6 +189,7 @@ OPERATIONS = [
     "GET /models",
     "POST /v1/chat/completions",
     "POST /chat/completions",
+    "POST /v1/chat/completions/control",
     "POST /v1/chat/completions/input_tokens",
     "POST /chat/completions/input_tokens",
     "POST /props",

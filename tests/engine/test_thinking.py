@@ -3,7 +3,7 @@ budget is spent (the message, then the end of the thinking), token by token."""
 
 from __future__ import annotations
 
-from lfmserve.engine.records import ThinkingBudget
+from lfmserve.engine.records import ReasoningControl, ThinkingBudget
 from lfmserve.engine.thinking import ThinkingTracker
 
 START, END, MESSAGE = (5,), (6,), (7, 8)
@@ -53,3 +53,28 @@ def test_tags_of_several_tokens_are_matched_whole() -> None:
         (5, False), (1, False), (5, False), (9, False), (10, False), (6, True), (9, True), (11, False),
     ]  # fmt: skip
     assert ThinkingTracker.of(None) is None
+
+
+def _step(tracker: ThinkingTracker, sampled: int) -> tuple[int, bool]:
+    forced = tracker.forced_token()
+    token = forced if forced is not None else sampled
+    tracker.accept(token)
+    return token, forced is not None
+
+
+def test_an_end_asked_while_thinking_forces_the_end_at_the_next_step_and_the_answer_follows() -> None:
+    control = ReasoningControl()
+    tracker = ThinkingTracker(ThinkingBudget(2**31 - 1, START, END, MESSAGE, starts_inside=True, control=control))
+    assert [_step(tracker, token) for token in (10, 11)] == [(10, False), (11, False)]
+    control.end()
+    assert [_step(tracker, token) for token in (12, 13, 14, 15)] == [(7, True), (8, True), (6, True), (15, False)]
+    control.end()  # not thinking now: dropped, not kept for the next block
+    assert [_step(tracker, token) for token in (16, 5, 17, 18)] == [(16, False), (5, False), (17, False), (18, False)]
+    assert not control.take()
+
+
+def test_an_end_asked_before_the_thinking_opens_is_dropped() -> None:
+    control = ReasoningControl()
+    tracker = ThinkingTracker(ThinkingBudget(2**31 - 1, START, END, control=control))
+    control.end()
+    assert [_step(tracker, token) for token in (1, 5, 10, 11)] == [(1, False), (5, False), (10, False), (11, False)]

@@ -226,6 +226,9 @@ def test_every_api_family_reaches_its_model_through_the_router(
         reply = httpx.post(router.url + path, json=body, timeout=60)
         assert reply.status_code == 200, (path, reply.text)
     assert httpx.post(router.url + "/v1/responses", json=posts["/v1/responses"], timeout=60).json()["model"] == "text"
+    control = {"model": "chat", "id": "chatcmpl-done", "action": "reasoning_end"}  # the child's answer, passed on
+    ended = httpx.post(router.url + "/v1/chat/completions/control", json=control, timeout=60).json()
+    assert ended == {"success": False, "message": "no active completion for this id"}
     ranked = httpx.post(router.url + "/rerank", json=posts["/rerank"], timeout=60).json()["results"]
     assert sorted(r["index"] for r in ranked) == [0, 1]
     slots = httpx.get(router.url + "/slots", params={"model": "chat"}, timeout=10)

@@ -20,6 +20,7 @@ from ...chat.request import (
     ReasoningFormat,
     ToolChoice,
 )
+from ...engine.records import ReasoningControl
 from ..body import Body, SamplingFields, TokenCount
 
 
@@ -240,6 +241,8 @@ class ChatCompletionRequest(ChatPrompt, SamplingFields):
     reasoning_budget_tokens: int | None = Field(default=None, ge=-1)
     thinking_budget_tokens: int | None = Field(default=None, ge=-1)
     reasoning_budget_message: str | None = None
+    #: Arm the completion for ``POST /v1/chat/completions/control`` (llama-server's field).
+    reasoning_control: bool = False
 
     def requested_max_tokens(self) -> int | None:
         if self.max_completion_tokens is not None:
@@ -258,6 +261,7 @@ class ChatCompletionRequest(ChatPrompt, SamplingFields):
             reasoning_format=self.reasoning_format,
             reasoning_budget=self._budget(),
             reasoning_budget_message=self.reasoning_budget_message,
+            reasoning_control=ReasoningControl() if self.reasoning_control else None,
             generation=self.generation_options(),
         )
 
@@ -273,6 +277,15 @@ class ChatCompletionRequest(ChatPrompt, SamplingFields):
         if isinstance(choice, NamedToolChoice):
             return NamedTool(choice.function.name)
         return choice or "auto"
+
+
+class ControlRequest(Body):
+    """llama-server's ``POST /v1/chat/completions/control``: an action on the running completion ``id`` (``model``
+    is the router's, to find the model's server)."""
+
+    id: str = ""
+    action: str = ""
+    model: str | None = None
 
 
 class ApplyTemplateRequest(ChatPrompt):

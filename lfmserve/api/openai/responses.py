@@ -77,10 +77,15 @@ Prepared = tuple[EngineRequest, AssistantOutputParser]
 
 
 def chat_completion(
-    serving: Serving, body: ChatCompletionRequest, prepared: Sequence[Prepared], results: Sequence[Collected]
+    serving: Serving,
+    body: ChatCompletionRequest,
+    prepared: Sequence[Prepared],
+    results: Sequence[Collected],
+    cid: str | None = None,
 ) -> dict[str, Any]:
-    """The whole answer, a choice per generation (``n``), each message split into content, reasoning and tool
-    calls; usage counts every choice's tokens; timings and ``__verbose`` are the first generation's."""
+    """The whole answer (``cid``: its id, else a new one), a choice per generation (``n``), each message split into
+    content, reasoning and tool calls; usage counts every choice's tokens; timings and ``__verbose`` are the first
+    generation's."""
     choices = [
         _choice(serving, body, parser, done, index)
         for index, ((_, parser), done) in enumerate(zip(prepared, results, strict=True))
@@ -88,7 +93,7 @@ def chat_completion(
     first = results[0]
     out: dict[str, Any] = {
         "choices": choices,
-        **_envelope(serving, completion_id("chatcmpl-"), "chat.completion", int(time.time())),
+        **_envelope(serving, cid or completion_id("chatcmpl-"), "chat.completion", int(time.time())),
         "usage": usage(*(done.last for done in results)),
         "timings": first.last.timings.to_json(),
     }
@@ -128,12 +133,14 @@ async def chat_chunks(
     parser: AssistantOutputParser,
     outputs: AsyncIterator[EngineOutput],
     ids: StreamIds | None = None,
+    *,
+    one_of_several: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """llama-server's chunk sequence: role, content deltas, finish, optional usage; timings last (and, with
     ``timings_per_token``, on the last chunk of each step). A prefill report (``return_progress``) is a role
-    chunk with ``prompt_progress``. ``ids`` given: one choice of several, whose usage :func:`choices_chunks`
-    sends once for all."""
-    own = ids is None
+    chunk with ``prompt_progress``. ``ids``: the answer's (None: new ones). ``one_of_several``: a choice whose
+    usage :func:`choices_chunks` sends once for all."""
+    own = not one_of_several
     ids = ids or StreamIds()
     cid, created = ids.cid, ids.created
 
@@ -181,10 +188,10 @@ async def choices_chunks(
     body: ChatCompletionRequest,
     prepared: Sequence[Prepared],
     start: Callable[[EngineRequest], AsyncIterator[EngineOutput]],
+    ids: StreamIds,
 ) -> AsyncIterator[dict[str, Any]]:
-    """``n`` choices streamed together: each choice's chunks (with its ``index``) as they come, then one usage
-    chunk counting every choice. Leaving early ends every choice's generation."""
-    ids = StreamIds()
+    """``n`` choices of one answer (``ids``) streamed together: each choice's chunks (with its ``index``) as they
+    come, then one usage chunk counting every choice. Leaving early ends every choice's generation."""
     queue: asyncio.Queue[tuple[int, dict[str, Any] | BaseException | None]] = asyncio.Queue()
     last: dict[int, EngineOutput] = {}
 
@@ -195,7 +202,8 @@ async def choices_chunks(
                 yield out
 
         try:
-            async for item in chat_chunks(serving, body, parser, recorded(), replace(ids, index=index)):
+            choice = replace(ids, index=index)
+            async for item in chat_chunks(serving, body, parser, recorded(), choice, one_of_several=True):
                 await queue.put((index, item))
             await queue.put((index, None))
         except BaseException as exc:  # the stream's error reaches the client once, from here

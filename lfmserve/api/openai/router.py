@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...errors import InvalidRequest
 from ..chat_route import prepared_chat
 from ..native.protocol import CompletionRequest
 from ..native.router import prepare_completion
@@ -18,7 +19,7 @@ from ..openapi import request_body
 from ..sse import sse, until_disconnect
 from ..state import app_state, serving
 from . import responses
-from .protocol import ApplyTemplateRequest, ChatCompletionRequest
+from .protocol import ApplyTemplateRequest, ChatCompletionRequest, ControlRequest
 
 router = APIRouter()
 
@@ -40,21 +41,35 @@ async def chat_completions(request: Request) -> Response:
     prepared = await offload.also_if(bool(media))(
         served.prepare_choices, chat, media, n=body.n, return_progress=body.stream and body.return_progress
     )
+    # Live under its id while it is answered, for the control route; armed if its generation has the control.
+    ids, live = responses.StreamIds(), app_state(request).completions
+    budget = prepared[0][0].thinking_budget
+    control = budget.control if budget is not None else None
     if body.stream:
         if len(prepared) > 1:
-            return sse(
-                responses.choices_chunks(served, body, prepared, served.start),
-                done_marker=True,
-                ping_s=app_state(request).settings.server.sse_ping_interval,
-            )
-        engine_request, parser = prepared[0]
+            chunks = responses.choices_chunks(served, body, prepared, served.start, ids)
+        else:
+            engine_request, parser = prepared[0]
+            chunks = responses.chat_chunks(served, body, parser, served.start(engine_request), ids)
         return sse(
-            responses.chat_chunks(served, body, parser, served.start(engine_request)),
+            live.during(ids.cid, control, chunks),
             done_marker=True,
             ping_s=app_state(request).settings.server.sse_ping_interval,
         )
-    results = await until_disconnect(request, served.run_all([engine_request for engine_request, _ in prepared]))
-    return JSONResponse(responses.chat_completion(served, body, prepared, results))
+    with live.live(ids.cid, control):
+        results = await until_disconnect(request, served.run_all([engine_request for engine_request, _ in prepared]))
+    return JSONResponse(responses.chat_completion(served, body, prepared, results, ids.cid))
+
+
+@router.post("/v1/chat/completions/control", openapi_extra=request_body(ControlRequest))
+async def chat_control(request: Request) -> dict[str, Any]:
+    """llama-server's control of a running chat completion: ``reasoning_end`` ends its thinking at the next step."""
+    body, _ = await read_body(request, ControlRequest)
+    if not body.id:
+        raise InvalidRequest("missing completion id")
+    if body.action != "reasoning_end":
+        raise InvalidRequest("unknown control action")
+    return app_state(request).completions.end_reasoning(body.id)
 
 
 @router.post("/v1/chat/completions/input_tokens", openapi_extra=request_body(ChatCompletionRequest))
