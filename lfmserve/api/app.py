@@ -25,6 +25,7 @@ from ..settings import Settings
 from .anthropic.router import router as anthropic_router
 from .edge import add_edge
 from .embeddings import router as embeddings_router
+from .features import router as features_router
 from .lora import router as lora_router
 from .native.router import router as native_router
 from .ollama.router import router as ollama_router
@@ -90,6 +91,7 @@ def create_app(
         slots_router,
         lora_router,
         streams_router,
+        features_router,
         ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
     )
     for router in routers:

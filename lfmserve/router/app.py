@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 
 from ..api.edge import add_edge
+from ..api.features import router as features_router
 from ..api.monitoring import CONTENT_TYPE, prometheus_text
 from ..api.sse import unless, until_disconnect
 from ..api.stream_sessions import CONVERSATION_HEADER
@@ -78,6 +79,7 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     app.state.events = events  # the server's drain ends the event streams, then the proxied requests
     app.state.proxy = proxy
     add_edge(app, settings.server)
+    app.include_router(features_router)  # off here as on a server of one model
     _add_model_routes(app, settings, pool, events)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:

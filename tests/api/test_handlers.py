@@ -268,6 +268,15 @@ def test_an_unknown_route_is_404_and_a_wrong_method_405(tiny_server: ServerThrea
     assert response.json() == {"error": {"code": 405, "message": "Method Not Allowed", "type": "invalid_request_error"}}
 
 
+def test_the_tools_and_the_cors_proxy_are_off_as_llama_servers_are_without_their_flags(
+    tiny_server: ServerThread,
+) -> None:
+    disabled = {"error": {"message": "this feature is disabled", "type": "feature_disabled"}}
+    for method, path in (("GET", "/tools"), ("POST", "/tools"), ("GET", "/cors-proxy?url=http://127.0.0.1:9/")):
+        response = httpx.request(method, tiny_server.url + path, json={"tool": "read_file"})
+        assert (response.status_code, response.json()) == (403, disabled), (method, path)
+
+
 @pytest.mark.parametrize(
     ("method", "path", "param", "message"),
     [

@@ -84,6 +84,14 @@ def test_a_path_no_model_answers_is_llama_servers_404_and_loads_nothing(router: 
     assert entries(router)["vision"]["status"]["value"] == "unloaded"
 
 
+def test_the_tools_and_the_cors_proxy_are_llama_servers_disabled_features(router: Running) -> None:
+    disabled = {"error": {"message": "this feature is disabled", "type": "feature_disabled"}}
+    for method, path in (("GET", "/tools"), ("POST", "/tools"), ("GET", "/cors-proxy"), ("POST", "/cors-proxy")):
+        response = httpx.request(method, router.url + path + "?model=vision", json={"model": "vision"}, timeout=30)
+        assert (response.status_code, response.json()) == (403, disabled), (method, path)
+    assert entries(router)["vision"]["status"]["value"] == "unloaded"
+
+
 def test_autoload_is_true_or_1_exactly_and_an_empty_one_is_the_routers_default(router: Running) -> None:
     body = {"model": "text", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     for value in ("TRUE", "yes", "0"):
