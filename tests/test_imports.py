@@ -1,8 +1,9 @@
 """What a server imports: only what its configuration and its requests use.
 
 A text model served with ``-m FILE`` and no projector loads no media decoders, no Hugging Face client, no Ray, no
-HTTP client and no websockets; llguidance comes with the first constrained request. Checked in a real ``lfmserve``
-process (this test's own process has imported everything), which answers a plain chat and then a constrained one.
+HTTP client, no websockets and none of the agent tools; llguidance comes with the first constrained request.
+Checked in a real ``lfmserve`` process (this test's own process has imported everything), which answers a plain
+chat and then a constrained one.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ OPTIONAL = frozenset(
         "gguf",  # a projector's metadata, Ollama's model cards
         "openai",
         "anthropic",
+        "lfmserve.tools",  # the built-in tools, with --tools
     }
 )
 
@@ -46,7 +48,7 @@ from lfmserve.cli import main
 model, port, optional = sys.argv[1], int(sys.argv[2]), set(json.loads(sys.argv[3]))
 
 def loaded():
-    return sorted({name.split(".")[0] for name in list(sys.modules)} & optional)
+    return sorted(name for name in optional if name in sys.modules)
 
 def request(method, path, body=None):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)

@@ -94,6 +94,10 @@ def create_app(
         features_router,
         ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
     )
+    if settings.server.enabled_tools:  # before the 403 of features_router; no tool code imported without them
+        from .tools import tools_router
+
+        app.include_router(tools_router(settings.server))
     for router in routers:
         app.include_router(router)
     install_openapi(app)

@@ -36,8 +36,8 @@ class Cors:
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
-        self.origins = settings.cors_origins.strip()
-        self.listed = frozenset(o.strip() for o in settings.cors_origins.split(",") if o.strip())
+        self.origins = settings.allowed_origins.strip()
+        self.listed = frozenset(o.strip() for o in settings.allowed_origins.split(",") if o.strip())
         self.any_origin = "*" in self.listed
         # each * matches any run of characters, the rest itself
         self.patterns = [re.compile(".*".join(map(re.escape, o.split("*")))) for o in self.listed if "*" in o]

@@ -79,7 +79,11 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     app.state.events = events  # the server's drain ends the event streams, then the proxied requests
     app.state.proxy = proxy
     add_edge(app, settings.server)
-    app.include_router(features_router)  # off here as on a server of one model
+    if settings.server.enabled_tools:  # the router runs them itself, as llama-server's does
+        from ..api.tools import tools_router
+
+        app.include_router(tools_router(settings.server))
+    app.include_router(features_router)  # what is off here is off as on a server of one model
     _add_model_routes(app, settings, pool, events)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:

@@ -52,7 +52,7 @@ def _help_options() -> list[HelpOption]:
 
 
 #: Values read when the settings are made: a file that exists (any text is keys), a JSON object.
-_READ_AT_PARSE = {"api_key_file": str(SCHEMA), "ui_config_file": str(SCHEMA), "ui_config": "{}"}
+_READ_AT_PARSE = {"api_key_file": str(SCHEMA), "ui_config_file": str(SCHEMA), "ui_config": "{}", "tools": "all"}
 
 
 def _sample(action: argparse.Action) -> str:
@@ -90,7 +90,7 @@ def test_every_spelling_of_the_help_has_one_disposition_with_its_arity_and_varia
     assert (len(listed), len(spellings), len(set(spellings))) == (255, 412, 412)
     assert len([o for o in listed if o.env and o.env.startswith("LLAMA_ARG_")]) == 145
     by_disposition = {d: sum(len(o.spellings) for o in OPTIONS if o.disposition is d) for d in Disposition}
-    assert list(by_disposition.values()) == [297, 56, 4, 29, 26]
+    assert list(by_disposition.values()) == [298, 56, 4, 28, 26]
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.spellings[0])

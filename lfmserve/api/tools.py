@@ -1,0 +1,99 @@
+"""``GET /tools`` and ``POST /tools`` with ``--tools``: the enabled built-in tools listed as llama-server lists
+them, and one called (on a worker thread: a tool reads files and runs commands). ``"stream": true`` streams a
+command's output as SSE events ``{"chunk": ...}``, then ``{"done": true}`` (with ``"error"`` if the call failed
+once the stream had begun); a client that leaves ends the command. Added before :mod:`.features`' 403 routes,
+which it then shadows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ..settings import ServerSettings
+from ..tools.calls import Call, CallRefused, check, run
+from ..tools.catalog import TOOLS
+
+
+def tools_router(settings: ServerSettings) -> APIRouter:
+    enabled, root = settings.enabled_tools, settings.tools_root
+    listing = [TOOLS[name].listing(name) for name in enabled]
+    router = APIRouter()
+
+    @router.get("/tools", include_in_schema=False)
+    async def list_tools() -> list[dict[str, Any]]:
+        return listing
+
+    @router.post("/tools", include_in_schema=False)
+    async def call_tool(request: Request) -> Response:
+        try:
+            call = _read_call(await request.body(), request)
+            check(call, enabled)
+        except CallRefused as refused:
+            return JSONResponse(refused.body, status_code=refused.status)
+        if call.stream:
+            return StreamingResponse(_streamed(call, root, request), media_type="text/event-stream")
+        try:
+            return JSONResponse(await asyncio.to_thread(run, call, root))
+        except CallRefused as refused:
+            return JSONResponse(refused.body, status_code=refused.status)
+
+    return router
+
+
+def _read_call(raw: bytes, request: Request) -> Call:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise CallRefused(400, 400, f"invalid JSON: {exc}", "invalid_request_error") from None
+    tool = body.get("tool") if isinstance(body, dict) else None
+    if not isinstance(tool, str):
+        raise CallRefused(400, 400, "[json.exception.out_of_range.403] key 'tool' not found", "invalid_request_error")
+    params = body.get("params", {})
+    stream = body.get("stream", False)
+    if not isinstance(params, dict) or not isinstance(stream, bool):
+        raise CallRefused(400, 400, '"params" is an object and "stream" a boolean', "invalid_request_error")
+    headers = request.headers
+    return Call(
+        tool, params, stream, headers.get("x-tool-cwd", ""), headers.get("x-tool-runtime", ""),
+        headers.get("x-resp-type", ""),
+    )  # fmt: skip
+
+
+async def _streamed(call: Call, root: str | None, request: Request) -> AsyncIterator[bytes]:
+    """The command's output as it comes, from the worker thread through a queue; leaving ends the command."""
+    loop = asyncio.get_running_loop()
+    pieces: asyncio.Queue[str | None] = asyncio.Queue()
+    leaving = False
+
+    def chunk(text: str) -> bool:
+        loop.call_soon_threadsafe(pieces.put_nowait, text)
+        return not leaving
+
+    async def work() -> str | None:
+        try:
+            answer = await asyncio.to_thread(run, call, root, chunk)
+        except CallRefused as refused:
+            return str(refused.body["message"])
+        finally:
+            loop.call_soon_threadsafe(pieces.put_nowait, None)
+        error = answer.get("error")
+        return str(error) if error is not None else None
+
+    task = asyncio.ensure_future(work())
+    try:
+        while (text := await pieces.get()) is not None:
+            if text:
+                yield _event({"chunk": text})
+        error = await task
+        yield _event({"done": True, **({"error": error} if error is not None else {})})
+    finally:
+        leaving = True
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
