@@ -25,7 +25,7 @@ from ..settings import Settings
 from .anthropic.router import router as anthropic_router
 from .edge import add_edge
 from .embeddings import router as embeddings_router
-from .features import router as features_router
+from .features import add_agent_routes
 from .lora import router as lora_router
 from .native.router import router as native_router
 from .ollama.router import router as ollama_router
@@ -91,13 +91,9 @@ def create_app(
         slots_router,
         lora_router,
         streams_router,
-        features_router,
         ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
     )
-    if settings.server.enabled_tools:  # before the 403 of features_router; no tool code imported without them
-        from .tools import tools_router
-
-        app.include_router(tools_router(settings.server))
+    add_agent_routes(app, settings.server)
     for router in routers:
         app.include_router(router)
     install_openapi(app)

@@ -1,12 +1,14 @@
-"""The parts of llama-server's surface that stay off unless a flag turns them on: ``/tools`` (``--tools``, MCP
-servers) and ``/cors-proxy`` (``--ui-mcp-proxy``, ``--agent``), which lfmserve does not serve yet. Both answer
-llama-server's 403 for a disabled feature, on a server of one model and on the router alike, so a client (the
-web UI's, llama-server's tests) tells "off here" from "no such route"."""
+"""The parts of llama-server's surface that stay off unless a flag turns them on: ``/tools`` (``--tools``,
+``--agent``) and ``/cors-proxy`` (``--ui-mcp-proxy``, ``--agent``). Off, each answers llama-server's 403 for a
+disabled feature, on a server of one model and on the router alike, so a client (the web UI's, llama-server's
+tests) tells "off here" from "no such route"; on, its module is imported and its routes come first."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
+
+from ..settings import ServerSettings
 
 router = APIRouter()
 
@@ -18,3 +20,16 @@ DISABLED = {"error": {"message": "this feature is disabled", "type": "feature_di
 @router.api_route("/cors-proxy", methods=["GET", "POST"], include_in_schema=False)
 async def disabled() -> JSONResponse:
     return JSONResponse(DISABLED, status_code=403)
+
+
+def add_agent_routes(app: FastAPI, settings: ServerSettings) -> None:
+    """The tools and the CORS proxy the flags turn on, then the 403 of those they leave off."""
+    if settings.enabled_tools:  # no tool code is imported without them
+        from .tools import tools_router
+
+        app.include_router(tools_router(settings))
+    if settings.cors_proxy:  # nor httpx without the proxy
+        from .cors_proxy import router as cors_proxy_router
+
+        app.include_router(cors_proxy_router)
+    app.include_router(router)

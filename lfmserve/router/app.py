@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 
 from ..api.edge import add_edge
-from ..api.features import router as features_router
+from ..api.features import add_agent_routes
 from ..api.monitoring import CONTENT_TYPE, prometheus_text
 from ..api.sse import unless, until_disconnect
 from ..api.stream_sessions import CONVERSATION_HEADER
@@ -79,11 +79,7 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     app.state.events = events  # the server's drain ends the event streams, then the proxied requests
     app.state.proxy = proxy
     add_edge(app, settings.server)
-    if settings.server.enabled_tools:  # the router runs them itself, as llama-server's does
-        from ..api.tools import tools_router
-
-        app.include_router(tools_router(settings.server))
-    app.include_router(features_router)  # what is off here is off as on a server of one model
+    add_agent_routes(app, settings.server)  # the router runs the tools and the proxy itself, as llama-server's
     _add_model_routes(app, settings, pool, events)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:

@@ -231,6 +231,8 @@ OPTIONS: tuple[Option, ...] = (
         "--api-key KEY $LLAMA_API_KEY",
         "--api-key-file FNAME $LLAMA_ARG_API_KEY_FILE",
         "--tools TOOLS $LLAMA_ARG_TOOLS",
+        "--ui-mcp-proxy --webui-mcp-proxy / --no-ui-mcp-proxy --no-webui-mcp-proxy $LLAMA_ARG_UI_MCP_PROXY",
+        "-ag --agent / -no-ag --no-agent $LLAMA_ARG_AGENT",
         "--ssl-key-file FNAME $LLAMA_ARG_SSL_KEY_FILE",
         "--ssl-cert-file FNAME $LLAMA_ARG_SSL_CERT_FILE",
         "--chat-template-kwargs STRING $LLAMA_ARG_CHAT_TEMPLATE_KWARGS",
@@ -371,11 +373,9 @@ OPTIONS: tuple[Option, ...] = (
     *_options(
         _L,
         _AGENT,
-        "--ui-mcp-proxy --webui-mcp-proxy / --no-ui-mcp-proxy --no-webui-mcp-proxy $LLAMA_ARG_UI_MCP_PROXY",
         "--tools-runtime OPTION $LLAMA_ARG_TOOLS_RUNTIME",
         "--mcp-servers-config PATH $LLAMA_ARG_MCP_SERVERS_CONFIG",
         "--mcp-servers-json JSON $LLAMA_ARG_MCP_SERVERS_JSON",
-        "-ag --agent / -no-ag --no-agent $LLAMA_ARG_AGENT",
     ),
     *_options(
         _R,

@@ -68,6 +68,25 @@ class ServerSettings:
             "refused) and run shell commands in it (not in llama-server)",
         ),
     )
+    ui_mcp_proxy: bool = switch(
+        "--ui-mcp-proxy",
+        "--webui-mcp-proxy",
+        "--no-ui-mcp-proxy",
+        "--no-webui-mcp-proxy",
+        help="serve /cors-proxy?url=URL, which fetches URL for the web UI (its remote MCP servers and pages): "
+        "anything this server can reach, for any caller the key and CORS let through (default: off, 403)",
+        default=False,
+        action=OnOffAction,
+    )
+    agent: bool = switch(
+        "-ag",
+        "--agent",
+        "-no-ag",
+        "--no-agent",
+        help="--tools all and --ui-mcp-proxy together, for the web UI's agent (default: off)",
+        default=False,
+        action=OnOffAction,
+    )
     cors_methods: str = field(
         default="GET, POST, DELETE, OPTIONS",
         metadata=flag("--cors-methods", help="methods a CORS preflight allows, comma-separated"),
@@ -221,10 +240,11 @@ class ServerSettings:
     def __post_init__(self) -> None:
         """Read the key file and the web UI's defaults now: a missing file or one that is not a JSON object is the
         parse's one error line (ValueError naming the flag), before anything loads, and each is read once."""
-        if self.tools is not None:
+        if self.tools is not None or self.agent:
             from ..tools.catalog import enabled_tools  # only with --tools: no tool code is imported otherwise
 
-            object.__setattr__(self, "_tools", enabled_tools(next(csv.reader([self.tools]), [""])))
+            asked = ["all"] if self.agent else next(csv.reader([self.tools or ""]), [""])
+            object.__setattr__(self, "_tools", enabled_tools(asked))
         if self.api_key_file:
             keys = _read_text(f"--api-key-file {self.api_key_file}", self.api_key_file).splitlines()
             object.__setattr__(self, "_file_keys", tuple(keys))
@@ -244,6 +264,11 @@ class ServerSettings:
     def enabled_tools(self) -> tuple[str, ...]:
         """The built-in tools ``--tools`` enables, in llama-server's order (checked when parsed)."""
         return self._tools
+
+    @property
+    def cors_proxy(self) -> bool:
+        """Whether ``/cors-proxy`` fetches for its callers (``--ui-mcp-proxy``, ``--agent``)."""
+        return self.ui_mcp_proxy or self.agent
 
     @property
     def allowed_origins(self) -> str:

@@ -90,7 +90,7 @@ def test_every_spelling_of_the_help_has_one_disposition_with_its_arity_and_varia
     assert (len(listed), len(spellings), len(set(spellings))) == (255, 412, 412)
     assert len([o for o in listed if o.env and o.env.startswith("LLAMA_ARG_")]) == 145
     by_disposition = {d: sum(len(o.spellings) for o in OPTIONS if o.disposition is d) for d in Disposition}
-    assert list(by_disposition.values()) == [298, 56, 4, 28, 26]
+    assert list(by_disposition.values()) == [306, 56, 4, 20, 26]
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.spellings[0])
@@ -160,7 +160,7 @@ def test_a_later_or_refused_option_stops_the_start_naming_it(
         (["-c4096"], "unrecognized arguments: -c4096"),
         (["--ctx", "4096"], "unrecognized arguments: --ctx 4096"),
         (["-sv"], "unrecognized arguments: -sv"),
-        (["-ag"], "-ag: agent tools are not supported yet"),
+        (["--mcp-servers-json", "{}"], "--mcp-servers-json: agent tools are not supported yet"),
         (["-sp"], "-sp: not implemented yet"),
         (["--rpc", "x"], "--rpc: not implemented yet"),
     ],
@@ -215,6 +215,7 @@ def test_preset_keys_are_llama_servers_names_and_flags() -> None:
         "cmoe": "true",
         "LLAMA_ARG_NO_KV_OFFLOAD": "true",
         "ag": "false",
+        "mcp-servers-json": "{}",
     }
     argv = preset_argv(entries)
     assert argv == [
@@ -230,11 +231,13 @@ def test_preset_keys_are_llama_servers_names_and_flags() -> None:
         "--cpu-moe",
         "--no-kv-offload",
         "--no-agent",
+        "--mcp-servers-json",
+        "{}",
     ]
     with pytest.raises(SystemExit):
         _parse(argv)
-    assert _parse(argv[:-1]).devices == DeviceSettings(split_mode="none", cpu_moe=True, kv_offload=False)
-    assert _parse(argv[:-1]).ignored == ()
+    assert _parse(argv[:-2]).devices == DeviceSettings(split_mode="none", cpu_moe=True, kv_offload=False)
+    assert _parse(argv[:-2]).ignored == () and not _parse(argv[:-2]).server.agent
 
 
 def _group_of(name: str, settings: Settings) -> Any:
