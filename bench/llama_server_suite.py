@@ -62,7 +62,7 @@ SDIST_ROOT = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
 SUITE_MEMBERS = ("tools/server/tests/", "models/templates/", "tools/mtmd/test-1.jpeg")
 CACHE = Path(os.environ.get("LFMSERVE_SUITE_CACHE", Path.home() / ".cache" / "lfmserve-suite"))
 
-#: The suite's files this runner selects: every one but test_mcp_servers.py (MCP servers: lfmserve has none yet).
+#: The suite's files this runner selects: all of them.
 IN_SCOPE = (
     "test_basic.py",
     "test_chat_completion.py",
@@ -76,6 +76,7 @@ IN_SCOPE = (
     "test_infill.py",
     "test_kv_keep_only_active.py",
     "test_lora.py",
+    "test_mcp_servers.py",
     "test_metrics.py",
     "test_proxy.py",
     "test_rerank.py",

@@ -67,6 +67,8 @@ def create_app(
             yield {"app_state": state, "streams": streams}
         finally:
             loading.cancel()
+            for end in state.on_drain:  # stopped already when a drain ran: each may be called again
+                await asyncio.to_thread(end)
             if state.serving is not None:
                 await asyncio.to_thread(state.serving.engine.close)
 
@@ -79,7 +81,7 @@ def create_app(
         app.add_middleware(TraceRecorder, path=settings.server.trace_requests)
     if sleeper is not None:
         app.add_middleware(sleeper.wrap)
-    add_edge(app, settings.server, unavailable=state.unavailable)
+    add_edge(app, settings, unavailable=state.unavailable)
     routers = (
         native_router,
         openai_router,
@@ -93,7 +95,9 @@ def create_app(
         streams_router,
         ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
     )
-    add_agent_routes(app, settings.server)
+    close_tools = add_agent_routes(app, settings.agent)
+    if close_tools is not None:
+        state.on_drain.append(close_tools)
     for router in routers:
         app.include_router(router)
     install_openapi(app)

@@ -34,10 +34,11 @@ _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 class Cors:
     """ASGI middleware, outermost, so that errors (401, 503) carry the header too."""
 
-    def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
+    def __init__(self, app: ASGIApp, settings: ServerSettings, origins: str) -> None:
+        """``origins``: ``--cors-origins``, or what stands for it (localhost only with tools on)."""
         self.app = app
-        self.origins = settings.allowed_origins.strip()
-        self.listed = frozenset(o.strip() for o in settings.allowed_origins.split(",") if o.strip())
+        self.origins = origins.strip()
+        self.listed = frozenset(o.strip() for o in origins.split(",") if o.strip())
         self.any_origin = "*" in self.listed
         # each * matches any run of characters, the rest itself
         self.patterns = [re.compile(".*".join(map(re.escape, o.split("*")))) for o in self.listed if "*" in o]

@@ -5,10 +5,12 @@ tests) tells "off here" from "no such route"; on, its module is imported and its
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
-from ..settings import ServerSettings
+from ..settings import AgentSettings
 
 router = APIRouter()
 
@@ -22,14 +24,18 @@ async def disabled() -> JSONResponse:
     return JSONResponse(DISABLED, status_code=403)
 
 
-def add_agent_routes(app: FastAPI, settings: ServerSettings) -> None:
-    """The tools and the CORS proxy the flags turn on, then the 403 of those they leave off."""
-    if settings.enabled_tools:  # no tool code is imported without them
+def add_agent_routes(app: FastAPI, settings: AgentSettings) -> Callable[[], None] | None:
+    """The tools and the CORS proxy the flags turn on, then the 403 of those they leave off; what stops the tools'
+    MCP servers, for the drain (None without tools)."""
+    close = None
+    if settings.serves_tools:  # no tool code is imported without them
         from .tools import tools_router
 
-        app.include_router(tools_router(settings))
+        tools, close = tools_router(settings)
+        app.include_router(tools)
     if settings.cors_proxy:  # nor httpx without the proxy
         from .cors_proxy import router as cors_proxy_router
 
         app.include_router(cors_proxy_router)
     app.include_router(router)
+    return close

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,8 @@ class AppState:
     draining: bool = False
     #: The model is unloaded for ``--sleep-idle-seconds`` (:mod:`~lfmserve.api.sleep`), or being unloaded.
     sleeping: bool = False
+    #: Run first in a drain: what else a request may be waiting on (the tools' MCP servers).
+    on_drain: list[Callable[[], None]] = field(default_factory=list)
 
     def unavailable(self) -> Unavailable | None:
         """Why no request can be served now (503): shutting down, or the model still loading or failed to load.
@@ -59,6 +62,8 @@ class AppState:
         gets it as an error event, a whole answer as its body.
         """
         self.draining = True
+        for end in self.on_drain:
+            await asyncio.to_thread(end)
         if self.serving is None:
             return
         engine = self.serving.engine

@@ -8,20 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ..settings import ServerSettings
+from ..errors import LfmError
+from ..settings import AgentSettings
 from ..tools.calls import Call, CallRefused, check, run
 from ..tools.catalog import TOOLS
 
+if TYPE_CHECKING:
+    from ..tools.mcp_servers import McpServers, McpTool
 
-def tools_router(settings: ServerSettings) -> APIRouter:
-    enabled, root = settings.enabled_tools, settings.tools_root
-    listing = [TOOLS[name].listing(name) for name in enabled]
+logger = logging.getLogger(__name__)
+
+
+def tools_router(settings: AgentSettings) -> tuple[APIRouter, Callable[[], None]]:
+    """The routes of the enabled built-in tools and of the MCP servers' tools (listed now, once), and what stops
+    the MCP servers (at the drain: a call in flight ends then)."""
+    root = settings.tools_root
+    listing = [TOOLS[name].listing(name) for name in settings.enabled_tools]
+    servers, mcp_tools = _mcp_tools(settings, {entry["tool"] for entry in listing})
+    listing += [tool.listing() for tool in mcp_tools.values()]
+    enabled = (*settings.enabled_tools, *mcp_tools)
     router = APIRouter()
 
     @router.get("/tools", include_in_schema=False)
@@ -35,6 +47,9 @@ def tools_router(settings: ServerSettings) -> APIRouter:
             check(call, enabled)
         except CallRefused as refused:
             return JSONResponse(refused.body, status_code=refused.status)
+        if call.tool in mcp_tools:
+            assert servers is not None
+            return JSONResponse(await asyncio.wrap_future(servers.call(mcp_tools[call.tool], call.params)))
         if call.stream:
             return StreamingResponse(_streamed(call, root, request), media_type="text/event-stream")
         try:
@@ -42,7 +57,32 @@ def tools_router(settings: ServerSettings) -> APIRouter:
         except CallRefused as refused:
             return JSONResponse(refused.body, status_code=refused.status)
 
-    return router
+    return router, servers.close if servers is not None else _nothing
+
+
+def _nothing() -> None:
+    """No MCP servers to stop."""
+
+
+def _mcp_tools(settings: AgentSettings, taken: set[str]) -> tuple[McpServers | None, dict[str, McpTool]]:
+    """The MCP servers and their tools by name (a name already taken is skipped, as llama-server skips it)."""
+    if not settings.mcp_servers:
+        return None, {}
+    try:
+        from ..tools.mcp_servers import McpServers
+    except ImportError as exc:
+        raise LfmError(f"MCP servers need the mcp package ({exc}): pip install 'lfmserve[mcp]'") from None
+    servers = McpServers(settings.mcp_servers)
+    servers.warm_up()
+    tools: dict[str, McpTool] = {}
+    for tool in servers.tools:
+        if tool.name in taken or tool.name in tools:
+            logger.warning(
+                'MCP tool "%s" from server "%s" collides with an existing tool, skipping', tool.tool, tool.server
+            )
+            continue
+        tools[tool.name] = tool
+    return servers, tools
 
 
 def _read_call(raw: bytes, request: Request) -> Call:

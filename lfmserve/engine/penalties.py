@@ -25,9 +25,13 @@ class LogitAdjuster:
     ) -> None:
         """``with_penalties`` False: the bias only (the penalties come later in the chain, or not at all)."""
         biases = params.applied_logit_bias(eog_tokens)
-        self._bias_ids = np.array([t for t, _ in biases], dtype=np.int64)
+        added = [(t, b) for t, b in biases if b != float("-inf")]
+        self._bias_ids = np.array([t for t, _ in added], dtype=np.int64)
         with np.errstate(over="ignore"):  # a bias beyond float32's range is infinite, as llama.cpp's float is
-            self._bias_values = np.array([b for _, b in biases], dtype=np.float32)
+            self._bias_values = np.array([b for _, b in added], dtype=np.float32)
+        #: Banned tokens (``false``) are set to -inf after the others are added: a ban also listed with a bias
+        #: that overflowed to +inf stays banned, where adding the two would give NaN.
+        self._banned_ids = np.array(sorted({t for t, b in biases if b == float("-inf")}), dtype=np.int64)
         self.window = n_ctx if params.repeat_last_n < 0 else params.repeat_last_n
         self.penalised = with_penalties and params.penalises
         with np.errstate(over="ignore"):  # a penalty beyond float32's range is infinite, as in llama.cpp
@@ -39,7 +43,7 @@ class LogitAdjuster:
 
     @property
     def active(self) -> bool:
-        return self.penalised or self._bias_ids.size > 0
+        return self.penalised or self._bias_ids.size > 0 or self._banned_ids.size > 0
 
     def accept(self, token: int) -> None:
         """Add a token to the penalty window (the oldest leaves once it is full)."""
@@ -57,6 +61,8 @@ class LogitAdjuster:
         if self._bias_ids.size:
             with np.errstate(over="ignore"):  # biases that sum past float32's range (a token listed twice): inf
                 np.add.at(logits, self._bias_ids, self._bias_values)
+        if self._banned_ids.size:
+            logits[self._banned_ids] = -np.inf
         if self.penalised and self._counts:
             ids = np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
             counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(self._counts))

@@ -78,8 +78,9 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     app.state.pool = pool
     app.state.events = events  # the server's drain ends the event streams, then the proxied requests
     app.state.proxy = proxy
-    add_edge(app, settings.server)
-    add_agent_routes(app, settings.server)  # the router runs the tools and the proxy itself, as llama-server's
+    add_edge(app, settings)
+    # The router runs the tools and the proxy itself, as llama-server's does; its drain stops the MCP servers.
+    app.state.close_tools = add_agent_routes(app, settings.agent)
     _add_model_routes(app, settings, pool, events)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import Callable
@@ -35,8 +36,12 @@ def serve_router(settings: Settings, child: Callable[[ChildStart], None], socket
     events: Events = app.state.events
     proxy: Proxy = app.state.proxy
 
+    close_tools = app.state.close_tools
+
     async def drain(timeout_s: float) -> None:
         events.close()  # the model event streams never end by themselves
+        if close_tools is not None:
+            await asyncio.to_thread(close_tools)  # a tool call in flight ends now
         await proxy.drain(timeout_s)
 
     # The lifespan's end, after the drain, stops the children: each within its stop timeout.

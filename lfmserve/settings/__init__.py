@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .agent import AgentSettings
 from .argv import all_fields, parse_groups, to_argv
 from .chat import ChatSettings
 from .config_files import config_argv, config_paths
@@ -49,6 +50,7 @@ from .weights import WeightSettings
 
 __all__ = [
     "DEFAULT_HF_REPO",
+    "AgentSettings",
     "ChatSettings",
     "DeviceSettings",
     "EmbeddingSettings",
@@ -86,6 +88,7 @@ class Settings:
     devices: DeviceSettings = field(default_factory=DeviceSettings)
     speculation: SpeculationSettings = field(default_factory=SpeculationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)
     router: RouterSettings = field(default_factory=RouterSettings)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     #: llama-server options given that this build ignores (flags, or variables without their flag), for the one

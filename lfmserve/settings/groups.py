@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .agent import AgentSettings
 from .chat import ChatSettings
 from .engine import EngineSettings
 from .log_output import LoggingSettings
@@ -35,6 +36,7 @@ GROUPS: dict[str, type[Any]] = {
     "devices": DeviceSettings,
     "speculation": SpeculationSettings,
     "server": ServerSettings,
+    "agent": AgentSettings,
     "router": RouterSettings,
     "sampling": SamplingSettings,
     "logging": LoggingSettings,

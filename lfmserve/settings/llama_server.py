@@ -233,6 +233,8 @@ OPTIONS: tuple[Option, ...] = (
         "--tools TOOLS $LLAMA_ARG_TOOLS",
         "--ui-mcp-proxy --webui-mcp-proxy / --no-ui-mcp-proxy --no-webui-mcp-proxy $LLAMA_ARG_UI_MCP_PROXY",
         "-ag --agent / -no-ag --no-agent $LLAMA_ARG_AGENT",
+        "--mcp-servers-config PATH $LLAMA_ARG_MCP_SERVERS_CONFIG",
+        "--mcp-servers-json JSON $LLAMA_ARG_MCP_SERVERS_JSON",
         "--ssl-key-file FNAME $LLAMA_ARG_SSL_KEY_FILE",
         "--ssl-cert-file FNAME $LLAMA_ARG_SSL_CERT_FILE",
         "--chat-template-kwargs STRING $LLAMA_ARG_CHAT_TEMPLATE_KWARGS",
@@ -374,8 +376,6 @@ OPTIONS: tuple[Option, ...] = (
         _L,
         _AGENT,
         "--tools-runtime OPTION $LLAMA_ARG_TOOLS_RUNTIME",
-        "--mcp-servers-config PATH $LLAMA_ARG_MCP_SERVERS_CONFIG",
-        "--mcp-servers-json JSON $LLAMA_ARG_MCP_SERVERS_JSON",
     ),
     *_options(
         _R,

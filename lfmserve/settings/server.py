@@ -5,7 +5,6 @@ One group of :class:`~lfmserve.settings.Settings` (:mod:`.groups` lists them all
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -49,43 +48,6 @@ class ServerSettings:
             help="origins allowed by CORS, comma-separated, * in one any characters (http://localhost:*); 'localhost' "
             "allows only local pages (default: *)",
         ),
-    )
-    tools: str | None = field(
-        default=None,
-        metadata=flag(
-            "--tools",
-            help="built-in tools for AI agents at /tools, comma-separated, or 'all': read_file, file_glob_search, "
-            "grep_search, exec_shell_command, write_file, edit_file, get_info; they read, write and run what this "
-            "server's user may, so --cors-origins defaults to localhost with them (default: none; /tools is 403)",
-            environment=("LLAMA_ARG_TOOLS",),
-        ),
-    )
-    tools_root: str | None = field(
-        default=None,
-        metadata=flag(
-            "--tools-root",
-            help="confine the file tools to this folder (paths that lead out, by ../, absolute paths or links, are "
-            "refused) and run shell commands in it (not in llama-server)",
-        ),
-    )
-    ui_mcp_proxy: bool = switch(
-        "--ui-mcp-proxy",
-        "--webui-mcp-proxy",
-        "--no-ui-mcp-proxy",
-        "--no-webui-mcp-proxy",
-        help="serve /cors-proxy?url=URL, which fetches URL for the web UI (its remote MCP servers and pages): "
-        "anything this server can reach, for any caller the key and CORS let through (default: off, 403)",
-        default=False,
-        action=OnOffAction,
-    )
-    agent: bool = switch(
-        "-ag",
-        "--agent",
-        "-no-ag",
-        "--no-agent",
-        help="--tools all and --ui-mcp-proxy together, for the web UI's agent (default: off)",
-        default=False,
-        action=OnOffAction,
     )
     cors_methods: str = field(
         default="GET, POST, DELETE, OPTIONS",
@@ -235,16 +197,10 @@ class ServerSettings:
     #: (:meth:`__post_init__`).
     _file_keys: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
     _ui_settings: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _tools: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Read the key file and the web UI's defaults now: a missing file or one that is not a JSON object is the
         parse's one error line (ValueError naming the flag), before anything loads, and each is read once."""
-        if self.tools is not None or self.agent:
-            from ..tools.catalog import enabled_tools  # only with --tools: no tool code is imported otherwise
-
-            asked = ["all"] if self.agent else next(csv.reader([self.tools or ""]), [""])
-            object.__setattr__(self, "_tools", enabled_tools(asked))
         if self.api_key_file:
             keys = _read_text(f"--api-key-file {self.api_key_file}", self.api_key_file).splitlines()
             object.__setattr__(self, "_file_keys", tuple(keys))
@@ -259,22 +215,6 @@ class ServerSettings:
         """Keys from --api-key (comma-separated allowed) and --api-key-file, blank lines dropped."""
         keys = [k.strip() for value in self.api_key for k in value.split(",")] + [k.strip() for k in self._file_keys]
         return tuple(k for k in keys if k)
-
-    @property
-    def enabled_tools(self) -> tuple[str, ...]:
-        """The built-in tools ``--tools`` enables, in llama-server's order (checked when parsed)."""
-        return self._tools
-
-    @property
-    def cors_proxy(self) -> bool:
-        """Whether ``/cors-proxy`` fetches for its callers (``--ui-mcp-proxy``, ``--agent``)."""
-        return self.ui_mcp_proxy or self.agent
-
-    @property
-    def allowed_origins(self) -> str:
-        """``--cors-origins``; ``localhost`` in place of the default ``*`` when tools are on, as llama-server does
-        (it keeps a ``*`` given on the command line; here a ``*`` with tools needs a list such as ``http://*``)."""
-        return "localhost" if self._tools and self.cors_origins == "*" else self.cors_origins
 
     @property
     def ui_settings(self) -> dict[str, Any]:

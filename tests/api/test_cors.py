@@ -52,7 +52,7 @@ async def _app(scope: Scope, receive: Receive, send: Send) -> None:
     ],
 )
 def test_the_allowed_origin_under_each_policy(origins: str, origin: str, allowed: str | None) -> None:
-    assert Cors(_app, ServerSettings(cors_origins=origins)).allowed_origin(origin) == allowed
+    assert Cors(_app, ServerSettings(cors_origins=origins), origins).allowed_origin(origin) == allowed
 
 
 @pytest.fixture(scope="module")

@@ -91,7 +91,7 @@ def _edge_app(**edge: Callable[[], Unavailable | None]) -> TestClient:
     async def echo(request: Request) -> dict[str, int]:
         return {"n_bytes": len(await request.body())}
 
-    add_edge(app, Settings.of(api_key=("k1",), max_body_bytes=16, ui=False).server, **edge)
+    add_edge(app, Settings.of(api_key=("k1",), max_body_bytes=16, ui=False), **edge)
     return TestClient(app)
 
 

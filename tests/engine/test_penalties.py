@@ -83,3 +83,15 @@ def test_biases_past_float32s_range_become_infinite_without_a_warning() -> None:
         logits = np.zeros(8, dtype=np.float32)
         adjuster.apply(logits)
     assert logits[3] == np.inf and logits[4] == np.inf and logits[0] == 0.0
+
+
+def test_a_banned_token_also_given_a_bias_that_overflows_stays_banned() -> None:
+    # The fuzzer's {"::": 1.7e38, ":": false}: "::" is ":" twice, whose biases sum past float32's range to +inf,
+    # and inf + -inf would be NaN (a 500 from numpy's invalid-value check).
+    params = SamplingParams(logit_bias=((5, 1.7e38), (5, 1.7e38), (5, float("-inf")), (6, 1.0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adjuster = LogitAdjuster(params, n_ctx=64)
+        logits = np.zeros(8, dtype=np.float32)
+        adjuster.apply(logits)
+    assert logits[5] == -np.inf and logits[6] == 1.0 and logits[0] == 0.0

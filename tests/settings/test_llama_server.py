@@ -52,7 +52,14 @@ def _help_options() -> list[HelpOption]:
 
 
 #: Values read when the settings are made: a file that exists (any text is keys), a JSON object.
-_READ_AT_PARSE = {"api_key_file": str(SCHEMA), "ui_config_file": str(SCHEMA), "ui_config": "{}", "tools": "all"}
+_READ_AT_PARSE = {
+    "api_key_file": str(SCHEMA),
+    "ui_config_file": str(SCHEMA),
+    "ui_config": "{}",
+    "tools": "all",
+    "mcp_servers_config": str(Path(__file__).with_name("mcp_servers.json")),
+    "mcp_servers_json": '{"mcpServers": {}}',
+}
 
 
 def _sample(action: argparse.Action) -> str:
@@ -90,7 +97,7 @@ def test_every_spelling_of_the_help_has_one_disposition_with_its_arity_and_varia
     assert (len(listed), len(spellings), len(set(spellings))) == (255, 412, 412)
     assert len([o for o in listed if o.env and o.env.startswith("LLAMA_ARG_")]) == 145
     by_disposition = {d: sum(len(o.spellings) for o in OPTIONS if o.disposition is d) for d in Disposition}
-    assert list(by_disposition.values()) == [306, 56, 4, 20, 26]
+    assert list(by_disposition.values()) == [308, 56, 4, 18, 26]
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.spellings[0])
@@ -160,7 +167,7 @@ def test_a_later_or_refused_option_stops_the_start_naming_it(
         (["-c4096"], "unrecognized arguments: -c4096"),
         (["--ctx", "4096"], "unrecognized arguments: --ctx 4096"),
         (["-sv"], "unrecognized arguments: -sv"),
-        (["--mcp-servers-json", "{}"], "--mcp-servers-json: agent tools are not supported yet"),
+        (["--tools-runtime", "ssh:host"], "--tools-runtime: agent tools are not supported yet"),
         (["-sp"], "-sp: not implemented yet"),
         (["--rpc", "x"], "--rpc: not implemented yet"),
     ],
@@ -215,7 +222,7 @@ def test_preset_keys_are_llama_servers_names_and_flags() -> None:
         "cmoe": "true",
         "LLAMA_ARG_NO_KV_OFFLOAD": "true",
         "ag": "false",
-        "mcp-servers-json": "{}",
+        "tools-runtime": "ssh:host",
     }
     argv = preset_argv(entries)
     assert argv == [
@@ -231,13 +238,13 @@ def test_preset_keys_are_llama_servers_names_and_flags() -> None:
         "--cpu-moe",
         "--no-kv-offload",
         "--no-agent",
-        "--mcp-servers-json",
-        "{}",
+        "--tools-runtime",
+        "ssh:host",
     ]
     with pytest.raises(SystemExit):
         _parse(argv)
     assert _parse(argv[:-2]).devices == DeviceSettings(split_mode="none", cpu_moe=True, kv_offload=False)
-    assert _parse(argv[:-2]).ignored == () and not _parse(argv[:-2]).server.agent
+    assert _parse(argv[:-2]).ignored == () and not _parse(argv[:-2]).agent.agent
 
 
 def _group_of(name: str, settings: Settings) -> Any:
