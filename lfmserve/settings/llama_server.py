@@ -66,7 +66,7 @@ def _options(disposition: Disposition, why: str, *rows: str) -> tuple[Option, ..
 
 _A, _D, _I, _L, _R = Disposition
 _NOT_YET = "not implemented yet"
-_AGENT = "agent tools are not supported yet"
+_RUNTIME = "tool runtimes (containers, ssh) are not supported yet: the tools run on this machine"
 _REMOVED_DRAFT = "the argument has been removed. use --spec-draft-n-max or --spec-ngram-mod-n-max"
 _SHORTCUT = "llama.cpp's shortcut downloads a fixed third-party model: name it with -hf or -m"
 
@@ -374,7 +374,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
     *_options(
         _L,
-        _AGENT,
+        _RUNTIME,
         "--tools-runtime OPTION $LLAMA_ARG_TOOLS_RUNTIME",
     ),
     *_options(

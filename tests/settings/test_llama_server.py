@@ -167,7 +167,10 @@ def test_a_later_or_refused_option_stops_the_start_naming_it(
         (["-c4096"], "unrecognized arguments: -c4096"),
         (["--ctx", "4096"], "unrecognized arguments: --ctx 4096"),
         (["-sv"], "unrecognized arguments: -sv"),
-        (["--tools-runtime", "ssh:host"], "--tools-runtime: agent tools are not supported yet"),
+        (
+            ["--tools-runtime", "ssh:host"],
+            "--tools-runtime: tool runtimes (containers, ssh) are not supported yet: the tools run on this machine",
+        ),
         (["-sp"], "-sp: not implemented yet"),
         (["--rpc", "x"], "--rpc: not implemented yet"),
     ],
