@@ -58,9 +58,8 @@ def server(
 ) -> ServerThread:
     script = tmp_path_factory.mktemp("mcp") / "echo_server.py"
     script.write_text(SERVER)
-    servers = {
-        "echo": {"command": sys.executable, "args": [str(script)], "timeout_ms": 2000},
-        "read": {"command": sys.executable, "args": [str(script)]},
+    servers = {  # "read": its tool "file" would be the built-in read_file
+        "read": {"command": sys.executable, "args": [str(script)], "timeout_ms": 1000},
         "missing": {"command": "this_executable_does_not_exist_12345"},
     }
     settings = Settings.of(
@@ -79,18 +78,17 @@ def call(server: ServerThread, tool: str, **params: Any) -> Any:
 def test_each_servers_tools_are_listed_after_the_built_in_ones_under_their_servers_name(server: ServerThread) -> None:
     listed = httpx.get(server.url + "/tools").json()
     assert [entry["tool"] for entry in listed] == [
-        "read_file", "echo_add", "echo_crash", "echo_hang", "echo_fail", "echo_file",
-        "read_add", "read_crash", "read_hang", "read_fail",
+        "read_file", "read_add", "read_crash", "read_hang", "read_fail",
     ]  # fmt: skip
     add = listed[1]
     assert {key: add[key] for key in ("display_name", "type", "permissions", "uses_cwd")} == {
-        "display_name": "echo_add",
+        "display_name": "read_add",
         "type": "mcp",
         "permissions": {"write": False},
         "uses_cwd": False,
     }
     function = add["definition"]["function"]
-    assert (function["name"], function["description"]) == ("echo_add", "Add two numbers.")
+    assert (function["name"], function["description"]) == ("read_add", "Add two numbers.")
     assert function["parameters"]["required"] == ["a", "b"]
     assert function["parameters"]["properties"]["a"]["type"] == "integer"
 
@@ -98,10 +96,10 @@ def test_each_servers_tools_are_listed_after_the_built_in_ones_under_their_serve
 def test_a_tool_is_called_and_a_crash_or_a_hang_answers_an_error_the_next_call_does_not_see(
     server: ServerThread,
 ) -> None:
-    assert call(server, "echo_add", a=3, b=5) == {"plain_text_response": "8"}
-    assert call(server, "echo_fail") == {"error": "Error executing tool fail"}  # the tool's own failure
-    assert call(server, "echo_crash") == {"error": "MCP server unavailable: echo"}
-    assert call(server, "echo_hang") == {"error": "MCP tool call timed out after 2000 ms"}
+    assert call(server, "read_add", a=3, b=5) == {"plain_text_response": "8"}
+    assert call(server, "read_fail") == {"error": "Error executing tool fail"}  # the tool's own failure
+    assert call(server, "read_crash") == {"error": "MCP server unavailable: read"}
+    assert call(server, "read_hang") == {"error": "MCP tool call timed out after 1000 ms"}
     assert call(server, "read_add", a=1, b=2) == {"plain_text_response": "3"}
     assert call(server, "read_file", path=__file__)["plain_text_response"].startswith('"""MCP servers')
     refused = httpx.post(server.url + "/tools", json={"tool": "missing_x"}, timeout=30)
