@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 
 class OutsideRoot(ValueError):
@@ -23,25 +22,30 @@ class CallPaths:
 
     @property
     def folder(self) -> str:
-        """The folder the call's relative paths and its commands start from (checked against the root)."""
-        if self.cwd:
-            return self.resolve(self.cwd)
-        return self.root if self.root is not None else os.getcwd()
+        """The folder the call's relative paths and its commands start from: ``cwd`` (relative to the root, or
+        to the server's folder), else the root, else the server's folder; checked against the root."""
+        base = self.root if self.root is not None else os.getcwd()
+        return self._checked(_absolute(self.cwd, base)) if self.cwd else base
 
     def resolve(self, path: str) -> str:
         """``path`` made absolute and normal; :class:`OutsideRoot` if it leaves the root."""
-        home = os.environ.get("HOME", "")
-        if home and (path == "~" or path.startswith(("~/", "~\\"))):
-            path = home + path[1:]
-        if not os.path.isabs(path):
-            base = self.cwd if self.cwd else (self.root if self.root is not None else os.getcwd())
-            path = os.path.join(base, path)
-        normal = os.path.normpath(path)
-        if normal.startswith("//"):  # POSIX keeps a leading double slash; llama.cpp's normal form does not
-            normal = "/" + normal.lstrip("/")
+        return self._checked(_absolute(path, self.folder))
+
+    def _checked(self, path: str) -> str:
         if self.root is not None:
-            _check_inside(normal, self.root)
-        return normal
+            _check_inside(path, self.root)
+        return path
+
+
+def _absolute(path: str, base: str) -> str:
+    """``path`` with ``~`` the home folder, joined onto ``base`` unless absolute, ``..`` resolved in the text."""
+    home = os.environ.get("HOME", "")
+    if home and (path == "~" or path.startswith(("~/", "~\\"))):
+        path = home + path[1:]
+    normal = os.path.normpath(os.path.join(base, path))
+    if normal.startswith("//"):  # POSIX keeps a leading double slash; llama.cpp's normal form does not
+        normal = "/" + normal.lstrip("/")
+    return normal
 
 
 def _check_inside(path: str, root: str) -> None:
@@ -50,11 +54,3 @@ def _check_inside(path: str, root: str) -> None:
     real = os.path.realpath(path)
     if not (real == real_root or real.startswith(real_root.rstrip("/") + "/")):
         raise OutsideRoot(f"{path} is outside the tools root {root}")
-
-
-def root_folder(root: str) -> str:
-    """``--tools-root``'s folder, absolute; it must exist."""
-    folder = Path(root).expanduser().resolve()
-    if not folder.is_dir():
-        raise ValueError(f"--tools-root {root}: not a folder")
-    return str(folder)

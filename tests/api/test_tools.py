@@ -221,6 +221,10 @@ def test_the_root_confines_every_path_and_the_commands_run_in_it(
     outside.write_text("out\n")
     (root / "link.txt").symlink_to(outside)
     assert call(rooted, "read_file", path="inside.txt") == {"plain_text_response": "in\n"}
+    (root / "sub").mkdir()
+    (root / "sub" / "deeper.txt").write_text("deeper\n")
+    relative = {"x-tool-cwd": "sub"}  # a relative folder starts from the root
+    assert call(rooted, "read_file", relative, path="deeper.txt") == {"plain_text_response": "deeper\n"}
     for path in ("../secret.txt", str(outside), "link.txt", f"{root}/../{tmp_path.name}/secret.txt"):
         answer = call(rooted, "read_file", path=path)
         assert answer["error"].endswith(f"is outside the tools root {root}"), path
