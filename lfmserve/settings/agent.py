@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from .fields import OnOffAction, flag, switch
+
+if TYPE_CHECKING:
+    from ..tools.mcp_config import McpServerConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,10 +51,12 @@ class AgentSettings:
     )
     mcp_servers_json: str | None = field(
         default=None,
+        repr=False,  # its servers' env may hold their tokens: not in listings, logs or a router child's argv
         metadata=flag(
             "--mcp-servers-json",
             help="the same as JSON text, after the file's servers",
             environment=("LLAMA_ARG_MCP_SERVERS_JSON",),
+            secret=True,
         ),
     )
     ui_mcp_proxy: bool = switch(
@@ -75,7 +80,7 @@ class AgentSettings:
     )
     #: What the flags above give, read when parsed (:meth:`__post_init__`).
     _tools: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
-    _mcp: tuple[Any, ...] = field(default=(), init=False, repr=False, compare=False)
+    _mcp: tuple[McpServerConfig, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Check the tool names and read the MCP servers' configuration now: a bad one is the parse's one error
@@ -96,8 +101,8 @@ class AgentSettings:
         return self._tools
 
     @property
-    def mcp_servers(self) -> tuple[Any, ...]:
-        """The MCP servers of ``--mcp-servers-config`` and ``--mcp-servers-json`` (``McpServerConfig``s)."""
+    def mcp_servers(self) -> tuple[McpServerConfig, ...]:
+        """The MCP servers of ``--mcp-servers-config``, then of ``--mcp-servers-json``."""
         return self._mcp
 
     @property

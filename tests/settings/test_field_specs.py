@@ -17,6 +17,7 @@ SECRET_VALUES = {
     "api_key": ("k-SECRET",),
     "api_key_file": "{keys}",
     "ssl_key_file": "/run/SECRET.pem",
+    "mcp_servers_json": '{"mcpServers": {"s": {"command": "x", "env": {"TOKEN": "SECRET"}}}}',
 }
 
 

@@ -171,6 +171,8 @@ def test_secrets_are_left_out_of_repr_and_of_without_secrets(tmp_path: Path) -> 
         "LLAMA_ARG_API_KEY_FILE",
         "LFMSERVE_SSL_KEY_FILE",
         "LLAMA_ARG_SSL_KEY_FILE",
+        "LFMSERVE_MCP_SERVERS_JSON",
+        "LLAMA_ARG_MCP_SERVERS_JSON",
     )
 
 
