@@ -26,7 +26,7 @@ async def disabled() -> JSONResponse:
 
 def add_agent_routes(app: FastAPI, settings: AgentSettings) -> Callable[[], None] | None:
     """The tools and the CORS proxy the flags turn on, then the 403 of those they leave off; what stops the tools'
-    MCP servers, for the drain (None without tools)."""
+    MCP servers, for the drain (None without them)."""
     close = None
     if settings.serves_tools:  # no tool code is imported without them
         from .tools import tools_router

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def tools_router(settings: AgentSettings) -> tuple[APIRouter, Callable[[], None]]:
+def tools_router(settings: AgentSettings) -> tuple[APIRouter, Callable[[], None] | None]:
     """The routes of the enabled built-in tools and of the MCP servers' tools (listed now, once), and what stops
     the MCP servers (at the drain: a call in flight ends then)."""
     root = settings.tools_root
@@ -57,11 +57,7 @@ def tools_router(settings: AgentSettings) -> tuple[APIRouter, Callable[[], None]
         except CallRefused as refused:
             return JSONResponse(refused.body, status_code=refused.status)
 
-    return router, servers.close if servers is not None else _nothing
-
-
-def _nothing() -> None:
-    """No MCP servers to stop."""
+    return router, servers.close if servers is not None else None
 
 
 def _mcp_tools(settings: AgentSettings, taken: set[str]) -> tuple[McpServers | None, dict[str, McpTool]]:

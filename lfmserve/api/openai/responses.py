@@ -81,9 +81,9 @@ def chat_completion(
     body: ChatCompletionRequest,
     prepared: Sequence[Prepared],
     results: Sequence[Collected],
-    cid: str | None = None,
+    cid: str,
 ) -> dict[str, Any]:
-    """The whole answer (``cid``: its id, else a new one), a choice per generation (``n``), each message split into
+    """The whole answer ``cid`` (its id), a choice per generation (``n``), each message split into
     content, reasoning and tool calls; usage counts every choice's tokens; timings and ``__verbose`` are the first
     generation's."""
     choices = [
@@ -93,7 +93,7 @@ def chat_completion(
     first = results[0]
     out: dict[str, Any] = {
         "choices": choices,
-        **_envelope(serving, cid or completion_id("chatcmpl-"), "chat.completion", int(time.time())),
+        **_envelope(serving, cid, "chat.completion", int(time.time())),
         "usage": usage(*(done.last for done in results)),
         "timings": first.last.timings.to_json(),
     }
