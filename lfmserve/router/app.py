@@ -27,14 +27,17 @@ from ..api.monitoring import CONTENT_TYPE, prometheus_text
 from ..api.sse import unless, until_disconnect
 from ..api.stream_sessions import CONVERSATION_HEADER
 from ..errors import InvalidRequest, NotFound, NotSupported
+from ..loading.hub_download import plan_download
 from ..settings import Settings
 from .catalog import ModelSpec, build_catalog
 from .conversations import ConversationOwners, Ticket
+from .downloads import Downloads
 from .events import Events
 from .instance import Instance
 from .listing import model_list, router_props, running
 from .ollama import add_ollama_routes
 from .pool import Pool
+from .preset import canonical_name
 from .proxy import Proxy
 from .spawn import Spawner
 from .streams import add_stream_routes
@@ -64,6 +67,7 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     events = Events()
     pool = Pool(catalog, settings.router, spawner, events, describe=lambda child: _describe(proxy, child))
     proxy = Proxy(pool)
+    downloads = Downloads(events, pool, settings.source.hf_token, refresh=lambda: _reload(pool, settings))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -71,6 +75,7 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
         try:
             yield
         finally:
+            await downloads.close()
             await pool.close()
             await proxy.close()
 
@@ -81,12 +86,12 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     add_edge(app, settings)
     # The router runs the tools and the proxy itself, as llama-server's does; its drain stops the MCP servers.
     app.state.close_tools = add_agent_routes(app, settings.agent)
-    _add_model_routes(app, settings, pool, events)
+    _add_model_routes(app, settings, pool, events, downloads)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:
         return await _send(request, proxy, instance, path, autoload=_autoload(request, settings), body=body)
 
-    add_ollama_routes(app, pool, send)
+    add_ollama_routes(app, pool, downloads, send)
     owners = ConversationOwners()
     add_stream_routes(app, proxy, owners)
     _add_proxied_routes(app, settings, pool, proxy, owners)
@@ -99,8 +104,14 @@ async def _describe(proxy: Proxy, child: Any) -> dict[str, Any]:
     return entry
 
 
-def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Events) -> None:
-    """The router's own routes: health, the model list, loading and unloading, events, llama-swap's views."""
+async def _reload(pool: Pool, settings: Settings) -> None:
+    """The router's models, found again in their sources (``GET /models?reload=1``, a download or removal)."""
+    await pool.reload(await asyncio.to_thread(build_catalog, settings))
+
+
+def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Events, downloads: Downloads) -> None:
+    """The router's own routes: health, the model list, loading and unloading, downloads and removals, events,
+    llama-swap's views."""
 
     @app.get("/health")
     @app.get("/v1/health")
@@ -111,8 +122,10 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         if request.query_params.get("reload"):
-            await pool.reload(await asyncio.to_thread(build_catalog, settings))
-        return await model_list(list(pool.registry.instances.values()))
+            await _reload(pool, settings)
+        listing = await model_list(list(pool.registry.instances.values()))
+        listing["data"] = sorted(listing["data"] + downloads.entries(), key=lambda entry: str(entry["id"]))
+        return listing
 
     @app.post("/models/load")
     async def load(request: Request) -> dict[str, bool]:
@@ -121,15 +134,24 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
 
     @app.post("/models/unload")
     async def unload(request: Request) -> dict[str, bool]:
-        await pool.unload(_required_name(_body_name(await _json(request))))
+        name = _required_name(_body_name(await _json(request)))
+        if downloads.get(canonical_name(name)) is not None:
+            await downloads.cancel(canonical_name(name))
+        else:
+            await pool.unload(name)
         return {"success": True}
 
-    @app.api_route("/models", methods=["POST", "DELETE"])
-    async def download_or_remove() -> None:
-        raise NotSupported(
-            "downloading or removing models through the router is not supported by lfmserve: fill the cache with "
-            "lfmserve -hf REPO (or huggingface-cli), then GET /models?reload=1"
-        )
+    @app.post("/models")
+    async def download(request: Request) -> dict[str, bool]:
+        """Starts a download from the hub; answered once it runs (its progress is on ``/models/sse``)."""
+        name = canonical_name(_required_name(_body_name(await _json(request))))
+        await downloads.start(await asyncio.to_thread(plan_download, name, settings.source.hf_token))
+        return {"success": True}
+
+    @app.delete("/models")
+    async def remove(request: Request) -> dict[str, bool]:
+        await downloads.remove(canonical_name(_required_name(request.query_params.get("model"))))
+        return {"success": True}
 
     @app.get("/models/sse")
     async def model_events() -> StreamingResponse:

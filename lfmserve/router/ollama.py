@@ -2,8 +2,9 @@
 passed to the named model's child, and ``keep_alive`` given its meaning.
 
 ``/api/tags`` lists every model (read from its files, loaded or not), ``/api/ps`` the loaded ones with when
-they expire, ``/api/show`` describes one without loading it. A request's model may be named ``name``,
-``name:latest`` or by an alias. Its ``keep_alive`` sets how long the model stays loaded once idle (0: unloaded
+they expire, ``/api/show`` describes one without loading it, ``/api/pull`` of a Hugging Face name
+(``hf.co/org/repo:QUANT``) downloads it and ``/api/delete`` removes one of the cache (:mod:`.downloads`). A
+request's model may be named ``name``, ``name:latest`` or by an alias. Its ``keep_alive`` sets how long the model stays loaded once idle (0: unloaded
 as soon as the answer is done; negative: for ever; absent: the model's ``--models-ttl``); an empty request
 (no messages, no prompt) only loads the model, or with ``keep_alive: 0`` unloads it, as Ollama's do. Bodies are
 parsed with the single server's models (:mod:`lfmserve.api.ollama.protocol`), so both refuse the same values with
@@ -26,8 +27,11 @@ from ..api.ollama import cards
 from ..api.ollama.lifecycle import lifecycle_answer, management_refusal, probe_answer, pull_success
 from ..api.ollama.protocol import ChatBody, EmbedBody, EmbeddingsBody, GenerateBody, NamedBody
 from ..errors import InvalidRequest, NotFound, NotSupported
+from ..loading.hub_download import plan_download
+from .downloads import Downloads
 from .gguf_card import model_card
 from .instance import LOADED, Instance
+from .ollama_pull import hub_name, pull_answer
 from .pool import Pool
 
 #: Passes a request on to an instance's child: (request, instance, path, body) -> the child's answer.
@@ -43,7 +47,7 @@ _GENERATION: dict[str, type[ModelBody]] = {
 }
 
 
-def add_ollama_routes(app: FastAPI, pool: Pool, send: Send) -> None:
+def add_ollama_routes(app: FastAPI, pool: Pool, downloads: Downloads, send: Send) -> None:
     @app.api_route("/", methods=["GET", "HEAD"])
     async def probe(request: Request) -> Response:
         return probe_answer(request.headers.get("accept", ""))
@@ -74,18 +78,43 @@ def add_ollama_routes(app: FastAPI, pool: Pool, send: Send) -> None:
         instance = _named(pool, body.model_name)
         return cards.show((await _cards([instance]))[0])
 
-    @app.post("/api/pull")
-    async def pull(request: Request) -> Response:
-        body, _ = await read_body(request, NamedBody)
-        _named(pool, body.model_name)
-        return pull_success(stream=body.stream)
-
+    _add_hub_routes(app, pool, downloads)
     for path, kind in _GENERATION.items():
         app.add_api_route(path, _generation_route(pool, send, path, kind), methods=["POST"])
 
     @app.api_route("/api/{route:path}", methods=["GET", "POST", "PUT", "DELETE", "HEAD"])
     async def management(route: str) -> None:
         raise NotSupported(management_refusal(route))
+
+
+def _add_hub_routes(app: FastAPI, pool: Pool, downloads: Downloads) -> None:
+    """``/api/pull`` and ``/api/delete``: a model of the Hugging Face hub downloaded and removed."""
+
+    @app.post("/api/pull")
+    async def pull(request: Request) -> Response:
+        """A model the router has is there at once; one of the hub (``hf.co/...``) is downloaded."""
+        body, _ = await read_body(request, NamedBody)
+        name = hub_name(body.model_name)
+        if name is None or _found(pool, body.model_name) is not None:
+            _named(pool, body.model_name)
+            return pull_success(stream=body.stream)
+        download = downloads.get(name)
+        if download is None:
+            download = await downloads.start(await asyncio.to_thread(plan_download, name, downloads.token))
+        return await pull_answer(download, stream=body.stream)
+
+    @app.delete("/api/delete")
+    async def delete(request: Request) -> Response:
+        """Removes a model of the Hugging Face cache (or cancels its download), as ``DELETE /models`` does."""
+        body, _ = await read_body(request, NamedBody)
+        if not body.model_name:
+            raise InvalidRequest("model is required", param="model")
+        found = _found(pool, body.model_name)
+        name = found.name if found is not None else hub_name(body.model_name)
+        if name is None or (found is None and downloads.get(name) is None):
+            raise NotFound(f"model '{body.model_name}' not found")
+        await downloads.remove(name)
+        return Response()
 
 
 def _generation_route(
@@ -133,8 +162,17 @@ def _named(pool: Pool, name: str) -> Instance:
     """The model a request names, in any of Ollama's forms; 400 without a name, 404 for an unknown one."""
     if not name:
         raise InvalidRequest("model is required", param="model")
-    for form in cards.name_forms(name):
+    instance = _found(pool, name)
+    if instance is None:
+        raise NotFound(f"model '{name}' not found")
+    return instance
+
+
+def _found(pool: Pool, name: str) -> Instance | None:
+    """The model ``name`` stands for in any of Ollama's forms, a hub model's (``hf.co/org/repo:QUANT``) included."""
+    hub = hub_name(name)
+    for form in [*cards.name_forms(name), *([hub] if hub else [])]:
         instance = pool.registry.find(form)
         if instance is not None:
             return instance
-    raise NotFound(f"model '{name}' not found")
+    return None

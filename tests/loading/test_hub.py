@@ -23,8 +23,8 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def fake_hub(repo: str, files: dict[str, bytes], token: str | None = None) -> Starlette:
-    """The two hub routes huggingface_hub uses here: the file tree, and resolve (HEAD + GET); with ``token``, a
-    gated repo that answers 401 to a request without it."""
+    """The two hub routes huggingface_hub uses here: the file tree (every file in LFS, as a GGUF is on the hub), and
+    resolve (HEAD + GET); with ``token``, a gated repo that answers 401 to a request without it."""
 
     def refusal(request: Request) -> Response | None:
         if token is not None and request.headers.get("authorization") != f"Bearer {token}":
@@ -39,7 +39,13 @@ def fake_hub(repo: str, files: dict[str, bytes], token: str | None = None) -> St
             return refused
         return JSONResponse(
             [
-                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                {
+                    "type": "file",
+                    "path": name,
+                    "size": len(data),
+                    "oid": hashlib.sha1(data).hexdigest(),
+                    "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134},
+                }
                 for name, data in files.items()
             ]
         )

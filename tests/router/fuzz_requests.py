@@ -29,6 +29,9 @@ MODELS = ("text", "vision")
 #: How a request names its model: mostly one of the two (twice as likely), else an Ollama form, a case the
 #: router does not fold, an unknown name, or none (the case's own ``model``, if any).
 MODEL_NAMES = st.sampled_from([*MODELS, *MODELS, "text:latest", "VISION", "nope", None])
+#: The one repo of the fuzzed router's hub (it holds no file), and names a download or removal may be asked of.
+HUB_REPO = "LiquidAI/Empty-GGUF"
+HUB_NAMES = st.sampled_from([HUB_REPO, f"{HUB_REPO}:Q8_0", "LiquidAI/Missing-GGUF", "a b/c", "hf/x:", "/", "a//b"])
 #: The model a media request names: mostly the one with a projector.
 MEDIA_MODEL_NAMES = st.sampled_from(["vision", "vision", "vision", "text", "nope", None])
 #: ``?autoload=``: absent, on, off, or nonsense (the router's default).
@@ -389,7 +392,12 @@ def router_requests(paths: list[str]) -> st.SearchStrategy[WireRequest]:
             st.sampled_from(["/models", "/v1/models"]),
             st.sampled_from([None, "1", "0", "", "yes"]),
         ),
-        st.builds(json_request, st.sampled_from(["POST", "DELETE"]), st.just("/models"), named),
+        st.builds(
+            json_request,
+            st.sampled_from(["POST", "DELETE"]),
+            st.just("/models"),
+            st.one_of(named, st.fixed_dictionaries({"model": HUB_NAMES})),
+        ),
         st.builds(
             WireRequest,
             st.sampled_from(["GET", "POST"]),

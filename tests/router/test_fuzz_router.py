@@ -33,10 +33,12 @@ from hypothesis import strategies as st
 from lfmserve.testing import TinyLfm2, TinyProjector, video_bytes, write_lfm2_gguf, write_mmproj_gguf
 from tests.api.test_fuzz import OPERATIONS, WireRequest, check_answer, fuzz, send, wire_request
 from tests.canary import Canary
-from tests.conftest import Running
+from tests.conftest import Running, ServerThread
+from tests.loading.test_hub import fake_hub
 from tests.router.conftest import chat, entries, start_router
 from tests.router.fuzz_requests import (
     AUTOLOADS,
+    HUB_REPO,
     MEDIA_MARKER,
     MODEL_NAMES,
     MODELS,
@@ -240,13 +242,14 @@ def _shape_path(path: str) -> str:
 def fuzzer(fuzz_models: Path, canary: Canary) -> Iterator[RouterFuzzer]:
     """The router with both children loaded, its events read from before the loads."""
     started: list[Running] = []
+    hub = ServerThread(fake_hub(HUB_REPO, {})).start()  # a download's hub: it has no repo a fuzzed name finds
     try:
         router = start_router(
             started,
             fuzz_models,
             "--metrics",
             preset=fuzz_models / "preset.ini",
-            env={"LLAMA_MEDIA_MARKER": MEDIA_MARKER},
+            env={"LLAMA_MEDIA_MARKER": MEDIA_MARKER, "HF_ENDPOINT": hub.url},
         )
         events = ModelEvents(router.url)
         try:
@@ -259,6 +262,7 @@ def fuzzer(fuzz_models: Path, canary: Canary) -> Iterator[RouterFuzzer]:
     finally:
         for running in started:
             running.stop()
+        hub.stop()
 
 
 def _listen_then_load(router: Running, events: ModelEvents) -> None:

@@ -64,8 +64,12 @@ def test_every_model_is_listed_and_shown_without_loading_one(
     with pytest.raises(ollama.ResponseError) as missing:
         client.show("nope")
     assert (missing.value.error, missing.value.status_code) == ("model 'nope' not found", 404)
-    refused = httpx.request("DELETE", router.url + "/api/delete", json={"model": "text"})
-    assert refused.status_code == 501 and refused.json()["error"].startswith("/api/delete is not supported")
+    with pytest.raises(ollama.ResponseError) as refused:
+        client.delete("lfm-text")  # a model of the router's folder: only the Hugging Face cache's are removed
+    assert (refused.value.error, refused.value.status_code) == (
+        "model 'text' is not removable: only a model of the Hugging Face cache is",
+        400,
+    )
 
 
 def test_keep_alive_decides_when_the_model_unloads(router: Running, client: ollama.Client) -> None:

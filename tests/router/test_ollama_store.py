@@ -275,6 +275,21 @@ def test_the_projector_layer_is_attached(router: Running, client: ollama.Client)
     assert seen.prompt_eval_count > plain.prompt_eval_count  # the image's tokens, from the projector blob
 
 
+def test_a_store_model_is_never_deleted_or_pulled_by_lfmserve(
+    router: Running, client: ollama.Client, layout: Path
+) -> None:
+    before = _files(layout / "store")
+    for name, listed in ((VL, VL), ("lfm2", "lfm2:latest")):  # a hub model of the store, and a library one
+        with pytest.raises(ollama.ResponseError) as refused:
+            client.delete(name)
+        assert (refused.value.status_code, refused.value.error) == (
+            400,
+            f"model '{listed}' is in Ollama's store, which lfmserve never changes: remove it with `ollama rm {listed}`",
+        )
+    assert client.pull(VL).status == "success"  # the store has it: nothing is fetched
+    assert _files(layout / "store") == before
+
+
 def test_broken_manifests_are_listed_failed_with_the_reason_and_never_started(
     router: Running, client: ollama.Client, layout: Path
 ) -> None:

@@ -105,11 +105,10 @@ def test_client_mistakes_are_400s_naming_the_problem(router: Running) -> None:
         400,
         "model name is missing from the request",
     )
-    download = httpx.post(router.url + "/models", json={"model": "org/repo:Q4_K_M"}, timeout=10)
+    download = httpx.post(router.url + "/models", json={"model": "repo:Q4_K_M"}, timeout=10)
     assert (download.status_code, download.json()["error"]["message"]) == (
-        501,
-        "downloading or removing models through the router is not supported by lfmserve: fill the cache with "
-        "lfmserve -hf REPO (or huggingface-cli), then GET /models?reload=1",
+        400,
+        "invalid Hugging Face repo 'repo:Q4_K_M': expected owner/name[:quant]",
     )
 
 
