@@ -20,8 +20,11 @@ from lfmserve.client import Client, ListedModel
 from lfmserve.errors import LfmError
 from lfmserve.settings import Settings
 from lfmserve.testing import tiny_reranker, wav_bytes, write_lfm2_gguf
+from lfmserve.testing.scripted import ScriptedLlama, write_scripted_gguf
 from lfmserve.tui.main import _only_model
 from tests.api.test_frigate_provider import EMBEDDING_DIM, FrigateLikeProvider
+from tests.api.test_reasoning_budget import ASK
+from tests.api.test_reasoning_budget import TEMPLATE as THINKING_TEMPLATE
 from tests.conftest import Running, ServerThread
 from tests.router.conftest import entries, start_router
 
@@ -243,3 +246,41 @@ def test_every_api_family_reaches_its_model_through_the_router(
         "text": "loaded",
         "vision": "unloaded",
     }
+
+
+def test_a_thinking_streamed_through_the_router_is_ended_through_it(
+    running: list[Running], router_models: Path, tmp_path: Path
+) -> None:
+    """``reasoning_control`` through the router: the control names the model, and the router passes it to the child
+    that runs the completion. The scripted model thinks ``little bright`` for ever (the template opens the
+    thinking, and ``--context-shift`` lets it go on); from the forced end of the thinking on, it answers with the
+    same cycle."""
+    cycle = ("little", "bright")
+    models = tmp_path / "models"
+    models.mkdir()
+    write_scripted_gguf(models / "thinker.gguf", ScriptedLlama(words=cycle, name="Thinker"))
+    template = tmp_path / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    preset = tmp_path / "preset.ini"
+    preset.write_text(f"[thinker]\nchat-template-file = {template}\nctx-size = 512\ncontext-shift = true\n")
+    router = start_router(running, router_models, "--models-dir", str(models), preset=preset)
+    body = {"model": "thinker", "messages": ASK, "stream": True, "temperature": 0, "top_k": 1}
+    reasoning, content, answer = "", "", None
+    with httpx.stream("POST", router.url + "/v1/chat/completions", json={**body, "reasoning_control": True}) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            choice = chunk["choices"][0] if chunk["choices"] else {}
+            reasoning += choice.get("delta", {}).get("reasoning_content") or ""
+            content += choice.get("delta", {}).get("content") or ""
+            if reasoning and answer is None:
+                control = {"model": "thinker", "id": chunk["id"], "action": "reasoning_end"}
+                answer = httpx.post(router.url + "/v1/chat/completions/control", json=control, timeout=60)
+            if len(content.split()) >= 4:
+                break  # it would answer for ever: leaving ends the completion
+    assert answer is not None and (answer.status_code, answer.json()) == (200, {"success": True})
+    thought, answered = reasoning.split(), content.split()
+    assert thought == [cycle[i % 2] for i in range(len(thought))] and thought
+    assert answered == [cycle[i % 2] for i in range(len(answered))] and answered
+    assert "</think>" not in reasoning + content
