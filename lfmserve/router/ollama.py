@@ -4,11 +4,12 @@ passed to the named model's child, and ``keep_alive`` given its meaning.
 ``/api/tags`` lists every model (read from its files, loaded or not), ``/api/ps`` the loaded ones with when
 they expire, ``/api/show`` describes one without loading it, ``/api/pull`` of a Hugging Face name
 (``hf.co/org/repo:QUANT``) downloads it and ``/api/delete`` removes one of the cache (:mod:`.downloads`). A
-request's model may be named ``name``, ``name:latest`` or by an alias. Its ``keep_alive`` sets how long the model stays loaded once idle (0: unloaded
-as soon as the answer is done; negative: for ever; absent: the model's ``--models-ttl``); an empty request
-(no messages, no prompt) only loads the model, or with ``keep_alive: 0`` unloads it, as Ollama's do. Bodies are
-parsed with the single server's models (:mod:`lfmserve.api.ollama.protocol`), so both refuse the same values with
-the same 400, before any model is loaded.
+request's model may be named ``name``, ``name:latest`` or by an alias. Its ``keep_alive`` sets how long the model
+stays loaded once idle (0: unloaded as soon as the answer is done; negative: for ever; absent: the model's
+``--models-ttl``); an empty request (no messages, no prompt) only loads the model, or with ``keep_alive: 0``
+unloads it, as Ollama's do. Bodies are parsed with the single server's models
+(:mod:`lfmserve.api.ollama.protocol`), so both refuse the same values with the same 400, before any model is
+loaded.
 """
 
 from __future__ import annotations
