@@ -51,11 +51,15 @@ export class Api {
   }
 }
 
-/** The message of an error answer: llama-server's `{"error": {"message"}}`, else the body or the status. */
+/**
+ * The message of an error answer: llama-server's `{"error": {"message"}}` (or the bare `{"message"}` its /tools
+ * answers), else the body or the status.
+ */
 async function errorMessage(response) {
   const text = await response.text();
   try {
-    return JSON.parse(text).error.message ?? text;
+    const body = JSON.parse(text);
+    return body.error?.message ?? body.message ?? text;
   } catch {
     return text || `${response.status} ${response.statusText}`;
   }

@@ -2,17 +2,22 @@
 
 import { Api } from "./api.js";
 import { Attachments } from "./attachments.js";
-import { chatRequest, emptyReply, streamReply } from "./chat.js";
+import { chatRequest, emptyReply, endReasoning, streamReply } from "./chat.js";
 import { Settings, SettingsError } from "./settings.js";
 import * as store from "./store.js";
+import { runCall, toolMessage, Tools } from "./tools.js";
 import * as view from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 /** Below this width the sidebar is an overlay, closed until asked for (as in style.css). */
 const PHONE = matchMedia("(max-width: 720px)");
+/** Replies in a row that may ask for tools before the page stops running them: a model that calls tools forever
+ * ends there, and the user's next message lets it go on. */
+const MAX_TOOL_STEPS = 10;
 
 const api = new Api(askKey);
 const settings = new Settings($("settings-form"));
+const tools = new Tools($("tools"));
 const attachments = new Attachments({
   list: $("attachments"),
   picker: $("file-input"),
@@ -22,7 +27,8 @@ const attachments = new Attachments({
   onError: showError,
 });
 let conversation = store.newConversation();
-let running = null; // the AbortController of the reply that streams now
+let running = null; // the AbortController of the reply that streams now and of the tool calls that follow it
+let thinking = null; // the reply whose thinking End thinking ends (null: none, or it was asked already)
 let nCtx = 0; // tokens a slot holds: /props `default_generation_settings.n_ctx`
 let propsLoaded = false;
 /** A router's model chosen in the picker, sent with every request (null: a single-model server). */
@@ -59,6 +65,7 @@ async function loadProps() {
   for (;;) {
     try {
       let props = await api.json("props");
+      if (!propsLoaded) loadTools(); // once the page may call the API (an API key asked for the first answer)
       if (props.role === "router") props = await routerModelProps();
       settings.applyProps(props);
       attachments.setModalities(props.modalities);
@@ -80,6 +87,15 @@ async function loadProps() {
       showStatus("Loading model…");
       await new Promise((resolve) => setTimeout(resolve, 1000));
     }
+  }
+}
+
+/** The server's tools in the settings panel; a server without tools shows nothing. */
+async function loadTools() {
+  try {
+    await tools.load(api);
+  } catch (error) {
+    showError(`Cannot read the server's tools: ${error.message}`);
   }
 }
 
@@ -148,39 +164,108 @@ async function regenerate() {
   await generate(options);
 }
 
-/** Stream the reply to the conversation so far; Stop (or Esc) aborts it and keeps what came. */
+/**
+ * The agent loop: stream the reply to the conversation so far; while it asks for the tools it was offered (those
+ * ticked when each request goes), run its calls and send their answers back for the next reply, at most
+ * MAX_TOOL_STEPS times. Calls of a reply offered no tool are only shown. Stop (or Esc) aborts the reply or the
+ * call that runs, keeps what came, and sends nothing more.
+ */
 async function generate(options) {
   hideError();
-  const body = chatRequest(conversation.messages, settings.systemPrompt, options);
+  running = new AbortController();
+  const { signal } = running;
+  setRunning(true);
+  try {
+    for (let step = 1; ; step++) {
+      const offered = tools.definitions();
+      const reply = await streamTurn(options, offered, signal);
+      const calls = reply?.finishReason === "tool_calls" ? reply.toolCalls.filter(Boolean) : [];
+      if (signal.aborted || offered.length === 0 || calls.length === 0) break;
+      await runCalls(calls, signal);
+      if (signal.aborted) break;
+      if (step === MAX_TOOL_STEPS) {
+        showError(`The model asked for tools ${MAX_TOOL_STEPS} times in a row; send a message to let it go on.`);
+        break;
+      }
+    }
+  } finally {
+    running = null;
+    setRunning(false);
+    save(conversation);
+    showConversation();
+  }
+}
+
+/** Stream one reply into the conversation; it is returned once complete (null: it failed or was stopped). */
+async function streamTurn(options, offered, signal) {
+  const body = chatRequest(conversation.messages, settings.systemPrompt, options, offered);
   if (model) body.model = model;
   const reply = emptyReply();
   conversation.messages.push(reply);
   save(conversation);
   showConversation();
   const article = $("messages").lastElementChild;
-  running = new AbortController();
-  setRunning(true);
+  thinking = reply;
   let frame = 0; // one render per animation frame, however many tokens arrive
   const update = () => {
     frame ||= requestAnimationFrame(() => {
       frame = 0;
       view.updateReply(article, reply);
       showContext();
+      showEndThinking();
     });
   };
   try {
-    await streamReply(api, body, reply, running.signal, update);
+    await streamReply(api, body, reply, signal, update);
+    return reply;
   } catch (error) {
     if (error.name === "AbortError") reply.stopped = true;
     else showError(error.message);
+    return null;
   } finally {
     cancelAnimationFrame(frame);
-    running = null;
-    setRunning(false);
+    thinking = null;
+    showEndThinking();
     const empty = !reply.content && !reply.reasoning && reply.toolCalls.length === 0;
     if (empty && !reply.stopped) conversation.messages.pop(); // nothing came: the error says why
     save(conversation);
     showConversation();
+  }
+}
+
+/** Run the reply's tool calls one after the other, each answer shown and kept as a "tool" message. */
+async function runCalls(calls, signal) {
+  for (const call of calls) {
+    const message = toolMessage(call);
+    conversation.messages.push(message);
+    showConversation();
+    try {
+      await runCall(api, call, message, signal);
+    } catch (error) {
+      if (error.name !== "AbortError") throw error;
+      return; // Stop: the message says so
+    } finally {
+      save(conversation);
+      showConversation();
+    }
+  }
+}
+
+/** End thinking is offered while the reply streams its reasoning and nothing else yet. */
+function showEndThinking() {
+  const reply = thinking;
+  $("end-thinking").hidden = !(reply?.completionId && reply.reasoning && !reply.content && !reply.toolCalls.length);
+}
+
+async function endThinking() {
+  const reply = thinking;
+  thinking = null; // asked once: the button goes
+  showEndThinking();
+  if (!reply) return;
+  try {
+    await endReasoning(api, reply.completionId, model); // {success: false}: the reply ended meanwhile
+  } catch (error) {
+    showError(`Cannot end the thinking: ${error.message}`);
   }
 }
 
@@ -293,6 +378,7 @@ $("model-picker").addEventListener("change", async () => {
 });
 $("composer").addEventListener("submit", send);
 $("stop").addEventListener("click", stop);
+$("end-thinking").addEventListener("click", endThinking);
 $("new-chat").addEventListener("click", startNewConversation);
 $("toggle-sidebar").addEventListener("click", toggleSidebar);
 $("toggle-settings").addEventListener("click", () => openSettings($("settings").hidden));

@@ -1,8 +1,9 @@
 // Conversations kept in the browser's localStorage, one key each, so a reload finds them and one that is too
 // large to save (attached images count) costs only itself.
 //
-// A conversation: {id, title, updated, messages}. A message: {role: "user", content, attachments} or
-// {role: "assistant", content, reasoning, toolCalls, stats, stopped}; see chat.js.
+// A conversation: {id, title, updated, messages}. A message: {role: "user", content, attachments},
+// {role: "assistant", content, reasoning, toolCalls, stats, stopped, completionId, finishReason} (see chat.js) or
+// {role: "tool", toolCallId, name, content, state}, a tool call's answer (see tools.js).
 
 const PREFIX = "lfmserve.conversation.";
 

@@ -1,5 +1,5 @@
 // Messages and the conversation list as DOM. The model's text reaches innerHTML only through renderMarkdown
-// (sanitised); everything else (the user's text, reasoning, tool calls, titles) is set as textContent.
+// (sanitised); everything else (the user's text, reasoning, tool calls and results, titles) is set as textContent.
 
 import { attachmentElement } from "./attachments.js";
 import { renderMarkdown } from "./markdown.js";
@@ -28,13 +28,18 @@ function button(text, onClick, label = "") {
   return node;
 }
 
+/** What a tool message's summary says in each of its states (see tools.js). */
+const TOOL_STATES = { running: "is running…", done: "answered", error: "failed", stopped: "was stopped" };
+
 /** Show `messages`; `actions` are `edit(index, text)` (resend from a user message) and `regenerate()`. */
 export function renderMessages(container, messages, actions) {
   const last = messages.length - 1;
   container.replaceChildren(
-    ...messages.map((message, index) =>
-      message.role === "user" ? userMessage(message, index, actions) : reply(message, index === last, actions),
-    ),
+    ...messages.map((message, index) => {
+      if (message.role === "user") return userMessage(message, index, actions);
+      if (message.role === "tool") return toolResult(message);
+      return reply(message, index === last, actions);
+    }),
   );
 }
 
@@ -71,6 +76,18 @@ export function updateReply(article, message) {
   article.querySelector(".tool-calls").replaceChildren(...message.toolCalls.filter(Boolean).map(toolCall));
   article.querySelector(".content").innerHTML = renderMarkdown(message.content);
   article.querySelector(".stats").replaceChildren(...stats(message));
+}
+
+/** A tool's answer, folded (it can be a whole file); its text is exactly what the model reads. */
+function toolResult(message) {
+  const article = element("article", `message tool ${message.state}`);
+  article.setAttribute("aria-label", `Tool ${message.name}`);
+  const details = element("details", "tool-result");
+  const summary = element("summary");
+  summary.append(element("span", "tool-name", message.name), ` ${TOOL_STATES[message.state] ?? ""}`);
+  details.append(summary, element("pre", "tool-output", message.content));
+  article.append(details);
+  return article;
 }
 
 function toolCall(call) {
