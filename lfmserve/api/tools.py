@@ -1,8 +1,9 @@
 """``GET /tools`` and ``POST /tools`` with ``--tools``: the enabled built-in tools listed as llama-server lists
 them, and one called (on a worker thread: a tool reads files and runs commands). ``"stream": true`` streams a
 command's output as SSE events ``{"chunk": ...}``, then ``{"done": true}`` (with ``"error"`` if the call failed
-once the stream had begun); a client that leaves ends the command. Added before :mod:`.features`' 403 routes,
-which it then shadows."""
+once the stream had begun); a client that leaves ends the command. The calls run on this machine, or in the
+isolate of ``--tools-runtime`` or of their ``x-tool-runtime`` header (:mod:`lfmserve.tools.runtime`). Added before
+:mod:`.features`' 403 routes, which it then shadows."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..errors import LfmError
 from ..settings import AgentSettings
 from ..tools.calls import Call, CallRefused, check, run
 from ..tools.catalog import TOOLS
+from ..tools.runtime import RuntimeRefused, ToolRuntime
 
 if TYPE_CHECKING:
     from ..tools.mcp_servers import McpServers, McpTool
@@ -26,12 +28,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def tools_router(settings: AgentSettings) -> tuple[APIRouter, Callable[[], None] | None]:
+def tools_router(settings: AgentSettings) -> tuple[APIRouter, Callable[[], None]]:
     """The routes of the enabled built-in tools and of the MCP servers' tools (listed now, once), and what stops
-    the MCP servers (at the drain: a call in flight ends then)."""
-    root = settings.tools_root
+    the MCP servers and the tools' own container (at the drain: a call in flight ends then)."""
     listing = [TOOLS[name].listing(name) for name in settings.enabled_tools]
     servers, mcp_tools = _mcp_tools(settings, {entry["tool"] for entry in listing})
+    try:  # --tools-runtime's program looked for, its container spawned: a failure is the start's error
+        runtime = ToolRuntime(settings.tools_root, settings.tools_runtime)
+    except RuntimeRefused as exc:
+        raise LfmError(str(exc)) from None
     listing += [tool.listing() for tool in mcp_tools.values()]
     enabled = (*settings.enabled_tools, *mcp_tools)
     router = APIRouter()
@@ -51,13 +56,18 @@ def tools_router(settings: AgentSettings) -> tuple[APIRouter, Callable[[], None]
             assert servers is not None
             return JSONResponse(await asyncio.wrap_future(servers.call(mcp_tools[call.tool], call.params)))
         if call.stream:
-            return StreamingResponse(_streamed(call, root, request), media_type="text/event-stream")
+            return StreamingResponse(_streamed(call, runtime, request), media_type="text/event-stream")
         try:
-            return JSONResponse(await asyncio.to_thread(run, call, root))
+            return JSONResponse(await asyncio.to_thread(run, call, runtime))
         except CallRefused as refused:
             return JSONResponse(refused.body, status_code=refused.status)
 
-    return router, servers.close if servers is not None else None
+    def close() -> None:
+        if servers is not None:
+            servers.close()
+        runtime.close()
+
+    return router, close
 
 
 def _mcp_tools(settings: AgentSettings, taken: set[str]) -> tuple[McpServers | None, dict[str, McpTool]]:
@@ -100,7 +110,7 @@ def _read_call(raw: bytes, request: Request) -> Call:
     )  # fmt: skip
 
 
-async def _streamed(call: Call, root: str | None, request: Request) -> AsyncIterator[bytes]:
+async def _streamed(call: Call, runtime: ToolRuntime, request: Request) -> AsyncIterator[bytes]:
     """The command's output as it comes, from the worker thread through a queue; leaving ends the command."""
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue[str | None] = asyncio.Queue()
@@ -112,7 +122,7 @@ async def _streamed(call: Call, root: str | None, request: Request) -> AsyncIter
 
     async def work() -> str | None:
         try:
-            answer = await asyncio.to_thread(run, call, root, chunk)
+            answer = await asyncio.to_thread(run, call, runtime, chunk)
         except CallRefused as refused:
             return str(refused.body["message"])
         finally:

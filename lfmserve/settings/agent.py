@@ -1,5 +1,6 @@
-"""The agent surface llama-server turns on by flags: its built-in tools, MCP servers' tools and the web UI's CORS
-proxy (docs/agent.md). Each is off by default; the tool names and the MCP configuration are checked when parsed.
+"""The agent surface llama-server turns on by flags: its built-in tools (on this machine, in a container or over
+ssh), MCP servers' tools and the web UI's CORS proxy (docs/agent.md). Each is off by default; the tool names, the
+tools' runtime and the MCP configuration are checked when parsed.
 
 One group of :class:`~lfmserve.settings.Settings` (:mod:`.groups` lists them all).
 """
@@ -37,7 +38,18 @@ class AgentSettings:
         metadata=flag(
             "--tools-root",
             help="confine the file tools to this folder (paths that lead out, by ../, absolute paths or links, are "
-            "refused) and run shell commands in it (not in llama-server)",
+            "refused) and run shell commands in it; this machine only: no runtime with it (not in llama-server)",
+        ),
+    )
+    tools_runtime: str | None = field(
+        default=None,
+        metadata=flag(
+            "--tools-runtime",
+            help="run the tools elsewhere: 'docker:IMAGE' or 'podman:IMAGE' (a container spawned at start, removed "
+            "at exit), 'docker-container:ID' or 'podman-container:ID' (a running one), 'ssh:TARGET' (a POSIX host, "
+            "key-based auth and a trusted host key; remoting, not isolation); the program must be on PATH; a "
+            "call's x-tool-runtime header wins (default: none, this machine)",
+            environment=("LLAMA_ARG_TOOLS_RUNTIME",),
         ),
     )
     mcp_servers_config: str | None = field(
@@ -90,10 +102,21 @@ class AgentSettings:
 
             asked = ["all"] if self.agent else next(csv.reader([self.tools or ""]), [""])
             object.__setattr__(self, "_tools", enabled_tools(asked))
+        if self.tools_runtime:
+            self._check_runtime(self.tools_runtime)
         if self.mcp_servers_config or self.mcp_servers_json:
             from ..tools.mcp_config import read_configs  # the configuration only: not the mcp SDK
 
             object.__setattr__(self, "_mcp", read_configs(self.mcp_servers_config, self.mcp_servers_json))
+
+    def _check_runtime(self, runtime: str) -> None:
+        """``--tools-runtime`` read as llama-server reads it, its program looked for on PATH.
+        ``--tools-root`` confines paths of this machine, so the two together are refused rather than one ignored."""
+        if self.tools_root is not None:
+            raise ValueError("--tools-root keeps the tools on this machine: it cannot be used with --tools-runtime")
+        from ..tools.runtime import check_flag  # only with --tools-runtime
+
+        check_flag(runtime)
 
     @property
     def enabled_tools(self) -> tuple[str, ...]:

@@ -66,7 +66,6 @@ def _options(disposition: Disposition, why: str, *rows: str) -> tuple[Option, ..
 
 _A, _D, _I, _L, _R = Disposition
 _NOT_YET = "not implemented yet"
-_RUNTIME = "tool runtimes (containers, ssh) are not supported yet: the tools run on this machine"
 _REMOVED_DRAFT = "the argument has been removed. use --spec-draft-n-max or --spec-ngram-mod-n-max"
 _SHORTCUT = "llama.cpp's shortcut downloads a fixed third-party model: name it with -hf or -m"
 
@@ -231,6 +230,7 @@ OPTIONS: tuple[Option, ...] = (
         "--api-key KEY $LLAMA_API_KEY",
         "--api-key-file FNAME $LLAMA_ARG_API_KEY_FILE",
         "--tools TOOLS $LLAMA_ARG_TOOLS",
+        "--tools-runtime OPTION $LLAMA_ARG_TOOLS_RUNTIME",
         "--ui-mcp-proxy --webui-mcp-proxy / --no-ui-mcp-proxy --no-webui-mcp-proxy $LLAMA_ARG_UI_MCP_PROXY",
         "-ag --agent / -no-ag --no-agent $LLAMA_ARG_AGENT",
         "--mcp-servers-config PATH $LLAMA_ARG_MCP_SERVERS_CONFIG",
@@ -371,11 +371,6 @@ OPTIONS: tuple[Option, ...] = (
         "--mtmd-batch-max-tokens N $LLAMA_ARG_MTMD_BATCH_MAX_TOKENS",
         "--path PATH $LLAMA_ARG_STATIC_PATH",
         "--log-prompts-dir PATH",
-    ),
-    *_options(
-        _L,
-        _RUNTIME,
-        "--tools-runtime OPTION $LLAMA_ARG_TOOLS_RUNTIME",
     ),
     *_options(
         _R,

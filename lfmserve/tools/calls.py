@@ -8,18 +8,19 @@ A request the server cannot act on raises :class:`CallRefused` with llama-server
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .files import edit_file, file_glob_search, read_file, write_file
 from .params import BadParams, ToolFailed
-from .paths import CallPaths, OutsideRoot
+from .paths import OutsideRoot
+from .runtime import RuntimeRefused, ToolRuntime
 from .search import grep_search
 from .shell import exec_shell_command, get_info
+from .toolio import ToolIO
 
-Tool = Callable[[Mapping[str, Any], CallPaths], dict[str, Any]]
+Tool = Callable[[Mapping[str, Any], ToolIO], dict[str, Any]]
 TOOLS: dict[str, Tool] = {
     "read_file": read_file,
     "file_glob_search": file_glob_search,
@@ -60,49 +61,20 @@ def check(call: Call, enabled: tuple[str, ...]) -> None:
         raise CallRefused(404, 400, f'tool "{call.tool}" does not support stream = true', "invalid_request_error")
 
 
-def run(call: Call, root: str | None, chunk: Callable[[str], bool] | None = None) -> dict[str, Any]:
-    """The call's answer (``chunk``: each piece of a streamed command's output as it comes)."""
+def run(call: Call, runtime: ToolRuntime, chunk: Callable[[str], bool] | None = None) -> dict[str, Any]:
+    """The call's answer, on this machine or in the runtime's isolate (``chunk``: each piece of a streamed
+    command's output as it comes). A runtime that cannot be used is llama-server's 500, never this machine."""
     params = {k: v for k, v in call.params.items() if k not in ("cwd", "runtime", "resp_type")}
     if call.resp_type:
         params["resp_type"] = call.resp_type
     try:
-        _check_runtime(call.runtime)
-        paths = CallPaths(call.cwd, root)
+        io = runtime.io(call.cwd, call.runtime)
         if call.tool == STREAMING and chunk is not None:
-            return exec_shell_command(params, paths, chunk)
-        return TOOLS[call.tool](params, paths)
+            return exec_shell_command(params, io, chunk)
+        return TOOLS[call.tool](params, io)
+    except RuntimeRefused as exc:
+        raise CallRefused(500, 500, str(exc), "server_error") from None
     except BadParams as exc:
         raise CallRefused(400, 400, str(exc), "invalid_request_error") from None
     except (ToolFailed, OutsideRoot) as exc:
         return {"error": str(exc)}
-
-
-_CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_SSH_TARGET = re.compile(r"[A-Za-z0-9._@][A-Za-z0-9._@-]*")
-
-
-def _check_runtime(runtime: str) -> None:
-    """``x-tool-runtime``: llama-server's containers and SSH hosts are refused with its messages when malformed,
-    and with lfmserve's own when well formed (it runs tools on this machine only); never a fallback to it."""
-    if not runtime:
-        return
-    for engine in ("docker", "podman"):
-        if runtime.startswith(f"{engine}-container:"):
-            ident = runtime.partition(":")[2]
-            if not _CONTAINER_ID.fullmatch(ident):
-                raise CallRefused(500, 500, f"invalid container id: {ident}", "server_error")
-            break
-        if runtime.startswith(f"{engine}:"):
-            raise CallRefused(500, 500, f"tool runtime must name a running container: {runtime}", "server_error")
-    else:
-        if not runtime.startswith("ssh:"):
-            raise CallRefused(500, 500, f"unknown tool runtime: {runtime}", "server_error")
-        target = runtime[4:]
-        if not _SSH_TARGET.fullmatch(target):
-            raise CallRefused(500, 500, f"invalid ssh target: {target}", "server_error")
-    raise CallRefused(
-        500,
-        500,
-        f"tool runtime {runtime}: lfmserve runs tools on this machine only, not yet in a container or over ssh",
-        "server_error",
-    )

@@ -4,14 +4,13 @@ limits, answers and messages (tools/server/server-tools.cpp at the pin)."""
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from .globs import path_matches
-from .listing import Kind, list_entries
+from .listing import Kind
 from .params import ToolFailed, optional_bool, optional_int, optional_str, required
-from .paths import CallPaths
+from .toolio import ToolIO
 
 #: What read_file returns at most as text (more asks for a line range), and as base64.
 TEXT_BYTES = 16384
@@ -20,27 +19,23 @@ BASE64_BYTES = 32 << 20
 MAX_RESULTS = 100
 
 
-def read_file(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
+def read_file(params: Mapping[str, Any], io: ToolIO) -> dict[str, Any]:
     path = required(params, "path", str)
     start = optional_int(params, "start_line", 1)
     end = optional_int(params, "end_line", -1)
     numbered = optional_bool(params, "append_loc", False)
     as_base64 = params.get("resp_type") == "base64"
-    resolved = paths.resolve(path)
-    try:
-        size = os.stat(resolved).st_size if os.path.isfile(resolved) else None
-    except OSError:
-        size = None
+    size = io.file_size(path)
     if size is None:
         raise ToolFailed(f"cannot stat file: {path}")
     if as_base64:
         if size > BASE64_BYTES:
             raise ToolFailed(f"file too large ({size} bytes, max {BASE64_BYTES})")
-        data = _read(resolved, path)
+        data = _read(io, path)
         return {"base64": base64.b64encode(data).decode(), "size_bytes": len(data)}
     if size > TEXT_BYTES and end == -1:
         raise ToolFailed(f"file too large ({size} bytes, max {TEXT_BYTES}). Use start_line/end_line to read a portion.")
-    lines = _read(resolved, path).split(b"\n")
+    lines = _read(io, path).split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     out = bytearray()
@@ -57,31 +52,26 @@ def read_file(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
     return {"plain_text_response": out.decode(errors="replace")}
 
 
-def _read(resolved: str, path: str) -> bytes:
-    try:
-        with open(resolved, "rb") as file:
-            return file.read()
-    except OSError:
-        raise ToolFailed(f"failed to open file: {path}") from None
+def _read(io: ToolIO, path: str) -> bytes:
+    data = io.read(path)
+    if data is None:
+        raise ToolFailed(f"failed to open file: {path}")
+    return data
 
 
-def write_file(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
+def write_file(params: Mapping[str, Any], io: ToolIO) -> dict[str, Any]:
     path = required(params, "path", str)
     content = required(params, "content", str).encode()
-    _write(paths.resolve(path), path, content)
+    _write(io, path, content)
     return {"result": "file written successfully", "path": path, "bytes": len(content)}
 
 
-def _write(resolved: str, path: str, data: bytes) -> None:
-    try:
-        os.makedirs(os.path.dirname(resolved) or ".", exist_ok=True)
-        with open(resolved, "wb") as file:
-            file.write(data)
-    except OSError:
-        raise ToolFailed(f"failed to write file: {path}") from None
+def _write(io: ToolIO, path: str, data: bytes) -> None:
+    if not io.write(path, data):
+        raise ToolFailed(f"failed to write file: {path}")
 
 
-def edit_file(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
+def edit_file(params: Mapping[str, Any], io: ToolIO) -> dict[str, Any]:
     """Exact replacements, each of a unique text of the file as it was; where one only matches once quotes,
     dashes, odd spaces and trailing blanks are made plain (llama-server's fuzzy match), every edit is matched on
     that plain form, and the lines they touch come out plain."""
@@ -97,8 +87,7 @@ def edit_file(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
         if not old:
             raise ToolFailed(f"edits[{k}].old_text must not be empty")
         pairs.append((old, new))
-    resolved = paths.resolve(path)
-    original = _read(resolved, path).decode(errors="replace")
+    original = _read(io, path).decode(errors="replace")
     plain_original = _plain(original)
     fuzzy = False
     for k, (old, _) in enumerate(pairs):
@@ -130,7 +119,7 @@ def edit_file(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
             result = result[:start] + new + result[start + len(needle) :]
     if result == original:
         raise ToolFailed("no changes made: the replacement(s) produced identical content")
-    _write(resolved, path, result.encode())
+    _write(io, path, result.encode())
     return {"result": "file edited successfully", "path": path, "edits_applied": len(pairs)}
 
 
@@ -181,9 +170,9 @@ def _untouched_lines_kept(original: str, base: str, located: list[tuple[int, int
     return "\n".join(out + original_lines[done:])
 
 
-def file_glob_search(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
+def file_glob_search(params: Mapping[str, Any], io: ToolIO) -> dict[str, Any]:
     path = required(params, "path", str)
-    base = paths.resolve(path)
+    base = io.resolve(path)
     include = optional_str(params, "include", "**")
     exclude = optional_str(params, "exclude", "")
     kind = optional_str(params, "type", "file")
@@ -194,10 +183,12 @@ def file_glob_search(params: Mapping[str, Any], paths: CallPaths) -> dict[str, A
     limit = min(limit, MAX_RESULTS)
     if kind not in ("file", "dir", "all"):
         raise ToolFailed(f'invalid type: {kind} (expected "file", "dir" or "all")')
-    if not os.path.isdir(base):
+    listing = io.list_entries(base, max_depth=max_depth, kind=_kind(kind))
+    if listing is None:
         raise ToolFailed(f"path does not exist or is not a directory: {path}")
-    entries, truncated = list_entries(base, max_depth=max_depth, kind=_kind(kind))
-    matches = [e for e in entries if path_matches(include, e.path) and not (exclude and path_matches(exclude, e.path))]
+    matches = [
+        e for e in listing.entries if path_matches(include, e.path) and not (exclude and path_matches(exclude, e.path))
+    ]
     shown = matches[:limit]
     text = "".join(e.path + ("/" if e.is_dir else "") + "\n" for e in shown)
     text += f"\n---\nTotal matches: {len(matches)}\n"
@@ -206,7 +197,7 @@ def file_glob_search(params: Mapping[str, Any], paths: CallPaths) -> dict[str, A
             f"[{len(shown)} results limit reached ({len(matches)} total matches). "
             "Refine the glob pattern to narrow the search.]\n"
         )
-    if truncated:
+    if listing.truncated:
         text += "[results truncated: time budget or unreadable directory]\n"
     listed = [{"path": e.path, "type": "dir" if e.is_dir else "file"} for e in shown]
     return {"plain_text_response": text, "entries": listed, "base": base}

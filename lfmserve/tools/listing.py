@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["file", "dir", "all"]
-#: Folders never walked into (llama-server's list).
-JUNK = frozenset(
-    (".git", ".svn", ".hg", "node_modules", "__pycache__", ".venv", "venv", "dist", "build", "target", ".cache")
-    + (".idea", ".vscode")
-)
+#: Folders never walked into (llama-server's list, in its order: an isolate's ``find`` names them so).
+JUNK = (
+    ".git", ".svn", ".hg", "node_modules", "__pycache__", ".venv", "venv", "dist", "build", "target", ".cache",
+    ".idea", ".vscode",
+)  # fmt: skip
 BUDGET_S = 15.0
 #: What ``git ls-files`` may print.
 GIT_OUTPUT_BYTES = 8 << 20
@@ -27,18 +27,25 @@ class Entry:
     is_dir: bool
 
 
-def list_entries(base: str, *, max_depth: int, kind: Kind) -> tuple[list[Entry], bool]:
-    """The entries under ``base`` (an existing folder) and whether the list was cut short. ``max_depth`` 0: any
-    depth; 1: the folder's own entries."""
+@dataclass(frozen=True, slots=True)
+class Listing:
+    entries: list[Entry]
+    truncated: bool  # the time budget ran out, or a folder could not be read
+
+
+def within(path: str, max_depth: int) -> bool:
+    """Whether a relative path is at most ``max_depth`` deep (0: any depth; 1: the folder's own entries)."""
+    return max_depth == 0 or path.count("/") + 1 <= max_depth
+
+
+def list_entries(base: str, *, max_depth: int, kind: Kind) -> Listing:
+    """The entries under ``base``, a folder of this machine (see :func:`within` for ``max_depth``)."""
     deadline = time.monotonic() + BUDGET_S
     if kind == "file":
         known = _git_files(base, deadline)
         if known is not None:
-            return [
-                Entry(path, False)
-                for path in known
-                if (max_depth == 0 or path.count("/") + 1 <= max_depth) and os.path.isfile(os.path.join(base, path))
-            ], False
+            files = [p for p in known if within(p, max_depth) and os.path.isfile(os.path.join(base, p))]
+            return Listing([Entry(path, False) for path in files], False)
     return _walk(base, max_depth, kind, deadline)
 
 
@@ -58,7 +65,7 @@ def _git_files(base: str, deadline: float) -> list[str] | None:
     return [line.rstrip("\r").replace("\\", "/") for line in text.split("\n") if line.rstrip("\r")]
 
 
-def _walk(base: str, max_depth: int, kind: Kind, deadline: float) -> tuple[list[Entry], bool]:
+def _walk(base: str, max_depth: int, kind: Kind, deadline: float) -> Listing:
     found: list[Entry] = []
     stack = [(base, "", 0)]
     while stack:
@@ -69,10 +76,10 @@ def _walk(base: str, max_depth: int, kind: Kind, deadline: float) -> tuple[list[
         except PermissionError:
             continue
         except OSError:
-            return found, True
+            return Listing(found, True)
         for child in children:
             if time.monotonic() > deadline:
-                return found, True
+                return Listing(found, True)
             path = f"{relative}/{child.name}" if relative else child.name
             if child.is_dir():
                 if kind != "file":
@@ -81,4 +88,4 @@ def _walk(base: str, max_depth: int, kind: Kind, deadline: float) -> tuple[list[
                     stack.append((child.path, path, depth + 1))
             elif child.is_file() and kind != "dir":
                 found.append(Entry(path, False))
-    return found, False
+    return Listing(found, False)

@@ -4,20 +4,19 @@ Patterns are Python regular expressions (llama-server's are ECMAScript's: the co
 
 from __future__ import annotations
 
-import os
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from .globs import path_matches
-from .listing import list_entries
 from .params import ToolFailed, optional_bool, optional_int, optional_str, required
-from .paths import CallPaths
+from .toolio import ToolIO
 
 MAX_MATCHES = 100
 
 
-def grep_search(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
+def grep_search(params: Mapping[str, Any], io: ToolIO) -> dict[str, Any]:
     path = required(params, "path", str)
     pattern = required(params, "pattern", str)
     include = optional_str(params, "include", "**")
@@ -30,14 +29,16 @@ def grep_search(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
         regex = re.compile(re.escape(pattern) if literal else pattern, flags)
     except re.error as exc:
         raise ToolFailed(f"invalid regex: {exc}") from None
-    resolved = paths.resolve(path)
-    if os.path.isfile(resolved):
+    resolved = io.resolve(path)
+    if io.is_file(resolved):
         files = [(resolved, path)]
-    elif os.path.isdir(resolved):
-        entries, _ = list_entries(resolved, max_depth=0, kind="file")
+    elif io.is_directory(resolved):
+        listing = io.list_entries(resolved, max_depth=0, kind="file")
+        if listing is None:
+            raise ToolFailed(f"path does not exist or is not a directory: {path}")
         files = [
-            (os.path.join(resolved, e.path), e.path)
-            for e in entries
+            (posixpath.join(resolved, e.path), e.path)
+            for e in listing.entries
             if path_matches(include, e.path) and not (exclude and path_matches(exclude, e.path))
         ]
     else:
@@ -45,11 +46,10 @@ def grep_search(params: Mapping[str, Any], paths: CallPaths) -> dict[str, Any]:
     out: list[str] = []
     total, full = 0, False
     for file, shown in files:
-        try:
-            with open(file, "rb") as handle:
-                lines = handle.read().decode(errors="replace").split("\n")
-        except OSError:
+        data = io.read(file)
+        if data is None:
             continue
+        lines = data.decode(errors="replace").split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         for i, line in enumerate(lines):

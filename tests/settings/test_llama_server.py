@@ -57,6 +57,7 @@ _READ_AT_PARSE = {
     "ui_config_file": str(SCHEMA),
     "ui_config": "{}",
     "tools": "all",
+    "tools_runtime": "ssh:host",
     "mcp_servers_config": str(Path(__file__).with_name("mcp_servers.json")),
     "mcp_servers_json": '{"mcpServers": {}}',
 }
@@ -97,7 +98,7 @@ def test_every_spelling_of_the_help_has_one_disposition_with_its_arity_and_varia
     assert (len(listed), len(spellings), len(set(spellings))) == (255, 412, 412)
     assert len([o for o in listed if o.env and o.env.startswith("LLAMA_ARG_")]) == 145
     by_disposition = {d: sum(len(o.spellings) for o in OPTIONS if o.disposition is d) for d in Disposition}
-    assert list(by_disposition.values()) == [308, 56, 4, 18, 26]
+    assert list(by_disposition.values()) == [309, 56, 4, 17, 26]
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda option: option.spellings[0])
@@ -167,10 +168,6 @@ def test_a_later_or_refused_option_stops_the_start_naming_it(
         (["-c4096"], "unrecognized arguments: -c4096"),
         (["--ctx", "4096"], "unrecognized arguments: --ctx 4096"),
         (["-sv"], "unrecognized arguments: -sv"),
-        (
-            ["--tools-runtime", "ssh:host"],
-            "--tools-runtime: tool runtimes (containers, ssh) are not supported yet: the tools run on this machine",
-        ),
         (["-sp"], "-sp: not implemented yet"),
         (["--rpc", "x"], "--rpc: not implemented yet"),
     ],
@@ -244,10 +241,9 @@ def test_preset_keys_are_llama_servers_names_and_flags() -> None:
         "--tools-runtime",
         "ssh:host",
     ]
-    with pytest.raises(SystemExit):
-        _parse(argv)
-    assert _parse(argv[:-2]).devices == DeviceSettings(split_mode="none", cpu_moe=True, kv_offload=False)
-    assert _parse(argv[:-2]).ignored == () and not _parse(argv[:-2]).agent.agent
+    settings = _parse(argv)
+    assert settings.devices == DeviceSettings(split_mode="none", cpu_moe=True, kv_offload=False)
+    assert settings.ignored == () and not settings.agent.agent and settings.agent.tools_runtime == "ssh:host"
 
 
 def _group_of(name: str, settings: Settings) -> Any:
