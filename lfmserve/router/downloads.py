@@ -154,10 +154,40 @@ class Downloads:
         self._events.publish(name, "model_remove")
 
     async def _follow(self, download: Download) -> None:
-        """Reads the download's reports until its process ends, then says how it ended."""
+        """Reads the download's reports until its process ends, then says how it ended (whatever went wrong
+        here, the download ends: its waiters and a cancel would wait for ever otherwise)."""
+        try:
+            await self._read_reports(download)
+            code = await download.process.wait()
+            succeeded = code == 0 and not download.cancelled
+            if not succeeded and download.error is None:
+                download.error = (
+                    "the download was cancelled" if download.cancelled else f"its process exited with {code}"
+                )
+            if succeeded:
+                await self._refresh()
+        except Exception as exc:  # a bug, or the sources that cannot be read again: said, not swallowed
+            logger.exception("the download of %s failed", download.name)
+            with contextlib.suppress(ProcessLookupError):
+                download.process.kill()
+            succeeded, download.error = False, f"{type(exc).__name__}: {exc}"
+        del self._running[download.name]
+        download.succeeded = succeeded
+        download.notify()
+        logger.info("download of %s %s", download.name, "finished" if succeeded else f"failed: {download.error}")
+        if succeeded:
+            self._events.publish(download.name, "download_finished")
+        else:
+            self._events.publish(download.name, "download_failed", {"error": download.error})
+
+    async def _read_reports(self, download: Download) -> None:
         assert download.process.stdout is not None
         async for line in download.process.stdout:
-            report = json.loads(line)
+            try:
+                report = json.loads(line)
+            except ValueError:  # not a report: something the hub's library printed
+                logger.debug("download of %s: %s", download.name, line.decode(errors="replace").rstrip())
+                continue
             if "error" in report:
                 download.error = report["error"]
                 continue
@@ -167,20 +197,6 @@ class Downloads:
             download.progress[report["url"]] = counts
             self._events.publish(download.name, "download_progress", {"progress": _copy(download.progress)})
             download.notify()
-        code = await download.process.wait()
-        succeeded = code == 0 and not download.cancelled
-        if succeeded:
-            await self._refresh()
-        elif download.error is None:
-            download.error = "the download was cancelled" if download.cancelled else f"the download exited with {code}"
-        del self._running[download.name]
-        download.succeeded = succeeded
-        download.notify()
-        logger.info("download of %s %s", download.name, "finished" if succeeded else f"failed: {download.error}")
-        if succeeded:
-            self._events.publish(download.name, "download_finished")
-        else:
-            self._events.publish(download.name, "download_failed", {"error": download.error})
 
 
 def _copy(progress: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -19,6 +20,11 @@ import ollama
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from lfmserve.errors import LfmError
+from lfmserve.loading.hub_download import DownloadPlan, RepoFile
+from lfmserve.router import downloads as downloads_module
+from lfmserve.router.downloads import Downloads
+from lfmserve.router.events import Events
 from tests.conftest import Running, ServerThread
 from tests.loading.test_hub import fake_hub
 from tests.router.conftest import entries, start_router
@@ -280,3 +286,52 @@ def test_ollama_pulls_and_deletes_a_hub_model_with_its_own_client(
         assert (store_only.value.status_code, store_only.value.error) == (404, "model 'lfm2:latest' not found")
     assert NAME not in entries(router, **AUTH)
     assert _cached_ggufs(cache) == [PROJECTOR_FILE, "1 blobs"]
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "refresh_error", "error"),
+    [
+        (0, LfmError("the preset cannot be read"), "LfmError: the preset cannot be read"),
+        (3, None, "its process exited with 3"),
+    ],
+    ids=["reload-fails", "process-fails"],
+)
+def test_a_download_whose_end_goes_wrong_still_ends_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, exit_code: int, refresh_error: LfmError | None, error: str
+) -> None:
+    """In-process, with a download program that prints a line that is no report: the download ends failed, with
+    the reason, whether its process failed or the router's models could not be read again after it."""
+    monkeypatch.setattr(downloads_module, "FETCH_MODULE", "tests.router.fake_fetch")
+    monkeypatch.setenv("LFMSERVE_FAKE_FETCH_EXIT", str(exit_code))
+    plan = DownloadPlan(NAME, REPO, (RepoFile(MODEL_FILE, "u", 3, None),))
+    events = Events()
+    pool = SimpleNamespace(registry=SimpleNamespace(find=lambda name: None))
+
+    async def refresh() -> None:
+        if refresh_error is not None:
+            raise refresh_error
+
+    async def run() -> tuple[list[dict[str, Any]], bool | None, str | None, dict[str, Any] | None]:
+        manager = Downloads(events, pool, None, refresh)  # type: ignore[arg-type]
+        seen: list[dict[str, Any]] = []
+
+        async def listen() -> None:
+            async for event in events.listen():
+                seen.append(event)
+                if _ends_download(event):
+                    return
+
+        listener = asyncio.create_task(listen())
+        await asyncio.sleep(0)  # the listener is registered before the download starts
+        download = await manager.start(plan)
+        await asyncio.wait_for(listener, 60)
+        return seen, download.succeeded, download.error, manager.get(NAME)
+
+    seen, succeeded, reason, running = asyncio.run(run())
+    url = f"http://hub/{REPO}/{MODEL_FILE}"
+    assert seen == [
+        {"model": NAME, "event": "model_status", "data": {"status": "downloading"}},
+        {"model": NAME, "event": "download_progress", "data": {"progress": {url: {"done": 3, "total": 3}}}},
+        {"model": NAME, "event": "download_failed", "data": {"error": error}},
+    ]
+    assert (succeeded, reason, running) == (False, error, None)
