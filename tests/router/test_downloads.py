@@ -284,6 +284,11 @@ def test_ollama_pulls_and_deletes_a_hub_model_with_its_own_client(
         with pytest.raises(ollama.ResponseError) as store_only:
             client.pull("lfm2:latest")
         assert (store_only.value.status_code, store_only.value.error) == (404, "model 'lfm2:latest' not found")
+        # not streamed: one answer, once the download is over and the router lists the model
+        assert client.pull(f"hf.co/{REPO}", stream=False).status == "success"  # no tag: Q4_K_M
+        assert entries(router, **AUTH)[NAME]["status"]["value"] == "unloaded"
+        assert _cached_ggufs(cache) == [MODEL_FILE, PROJECTOR_FILE, "2 blobs"]
+        assert client.delete(f"hf.co/{REPO}:latest").status == "success"
     assert NAME not in entries(router, **AUTH)
     assert _cached_ggufs(cache) == [PROJECTOR_FILE, "1 blobs"]
 
