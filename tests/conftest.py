@@ -158,12 +158,16 @@ class ServerThread:
 
 
 def serve(
-    settings: Settings, load: Callable[[], Serving] | None = None, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+    settings: Settings,
+    load: Callable[[], Serving] | None = None,
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+    sleep_clock: Callable[[], float] = time.monotonic,
 ) -> ServerThread:
-    """The app on loopback; ``wrap`` puts middleware around it (as a reverse proxy in front of it would be)."""
+    """The app on loopback; ``wrap`` puts middleware around it (as a reverse proxy in front of it would be);
+    ``--sleep-idle-seconds`` counts on ``sleep_clock``."""
     assert settings.source.model is not None
     files = ModelFiles(settings.source.model, settings.source.mmproj)
-    app: ASGIApp = create_app(settings, load or (lambda: load_serving(settings, files)))
+    app: ASGIApp = create_app(settings, load or (lambda: load_serving(settings, files)), sleep_clock=sleep_clock)
     return ServerThread(wrap(app) if wrap else app).start()
 
 

@@ -45,20 +45,36 @@ from .vertex import VertexRoutes, install_vertex
 
 logger = logging.getLogger(__name__)
 
+#: Every API family's routes, in the order they are matched.
+_ROUTERS = (
+    native_router,
+    openai_router,
+    responses_router,
+    anthropic_router,
+    embeddings_router,
+    rerank_router,
+    transcriptions_router,
+    slots_router,
+    lora_router,
+    streams_router,
+    ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
+)
+
 
 def create_app(
     settings: Settings,
     load: Callable[[], Serving],
     on_load_error: Callable[[BaseException], None] | None = None,
     on_ready: Callable[[], None] | None = None,
+    sleep_clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The app; ``on_load_error`` is told when ``load`` fails (the CLI then exits, like llama-server), ``on_ready``
-    when the model serves (a router's child tells its router)."""
+    when the model serves (a router's child tells its router). ``--sleep-idle-seconds`` counts on ``sleep_clock``
+    (the app's ``state.sleeper``; a test moves a clock of its own)."""
     state = AppState(settings, settings.server.ui_settings)
     streams = state.streams
-    sleeper = (
-        Sleeper(state, load, settings.server.sleep_idle_seconds) if settings.server.sleep_idle_seconds > 0 else None
-    )
+    idle_s = settings.server.sleep_idle_seconds
+    sleeper = Sleeper(state, load, idle_s, sleep_clock) if idle_s > 0 else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, AppState | StreamSessions]]:
@@ -74,6 +90,7 @@ def create_app(
 
     app = FastAPI(title="lfmserve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.app_state = state  # the CLI's server drains it on shutdown
+    app.state.sleeper = sleeper
     # The middleware added first runs innermost: CORS, the --api-prefix, the catch-all, the web UI, the gate, the
     # sleeper, the trace recorder (only requests the gate let through), the resumable streams, then the routes.
     app.add_middleware(ResumableStreams, sessions=streams)
@@ -82,28 +99,15 @@ def create_app(
     if sleeper is not None:
         app.add_middleware(sleeper.wrap)
     add_edge(app, settings, unavailable=state.unavailable)
-    routers = (
-        native_router,
-        openai_router,
-        responses_router,
-        anthropic_router,
-        embeddings_router,
-        rerank_router,
-        transcriptions_router,
-        slots_router,
-        lora_router,
-        streams_router,
-        ollama_router,  # last: its /api/{route} refusal must not shadow another family's route
-    )
     close_tools = add_agent_routes(app, settings.agent)
     if close_tools is not None:
         state.on_drain.append(close_tools)
-    for router in routers:
+    for router in _ROUTERS:
         app.include_router(router)
     install_openapi(app)
     vertex = VertexRoutes.from_environ(os.environ)  # Vertex AI's variables, as llama-server reads them
     if vertex is not None:
-        install_vertex(app, vertex, routers)
+        install_vertex(app, vertex, _ROUTERS)
     return app
 
 

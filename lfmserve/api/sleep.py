@@ -51,17 +51,22 @@ class Recorded:
 
 
 class Sleeper:
-    """Unloads ``state.serving`` after ``idle_s`` seconds unused; ``load`` (the same as at start) brings it back."""
+    """Unloads ``state.serving`` after ``idle_s`` seconds unused; ``load`` (the same as at start) brings it back.
+    The idle time is read on ``clock`` (a test's own clock, moved by the test, which then calls
+    :meth:`settle_idle` rather than waiting)."""
 
-    def __init__(self, state: AppState, load: Callable[[], Serving], idle_s: float) -> None:
+    def __init__(
+        self, state: AppState, load: Callable[[], Serving], idle_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.state = state
         self.idle_s = idle_s
+        self._clock = clock
         self._load = load
         self._routes: ASGIApp | None = None
         #: While asleep (or waking up): the read-only routes' answers still to give, by path (the last stays).
         self._recorded: dict[str, list[Recorded]] | None = None
         self._in_flight = 0
-        self._last_used_s = time.monotonic()
+        self._last_used_s = clock()
         self._transition = asyncio.Lock()  # one unload or load at a time
         self._awake = asyncio.Event()
 
@@ -72,17 +77,23 @@ class Sleeper:
 
     async def watch(self) -> None:
         """Put the model to sleep each time it has been idle ``idle_s`` seconds (runs for the server's life)."""
-        self._last_used_s = time.monotonic()
+        self._last_used_s = self._clock()
         self._awake.set()
         while True:
             await self._awake.wait()
-            due_s = self._last_used_s + self.idle_s - time.monotonic()
-            if self._in_flight:
-                await asyncio.sleep(min(self.idle_s, _BUSY_POLL_S))  # the idle time starts only when they end
-            elif due_s > 0:
-                await asyncio.sleep(max(due_s, _POLL_S))
-            else:
-                await self._sleep()
+            await asyncio.sleep(await self.settle_idle())
+
+    async def settle_idle(self) -> float:
+        """Put the model to sleep if it has been idle ``idle_s`` seconds by the clock; the seconds until it is worth
+        looking again (0 once asleep: the watch then waits for the next wake)."""
+        if self._in_flight:
+            return min(self.idle_s, _BUSY_POLL_S)  # the idle time starts only when they end
+        due_s = self._last_used_s + self.idle_s - self._clock()
+        if due_s > 0:
+            return max(due_s, _POLL_S)
+        if self.state.serving is not None and not self._transition.locked():  # not asleep or waking already
+            await self._sleep()
+        return 0.0
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert self._routes is not None
@@ -112,7 +123,7 @@ class Sleeper:
             await self._routes(scope, receive, send)
         finally:
             self._in_flight -= 1
-            self._last_used_s = time.monotonic()
+            self._last_used_s = self._clock()
 
     async def _sleep(self) -> None:
         state = self.state

@@ -1,8 +1,11 @@
 """``--sleep-idle-seconds``: the model unloaded when idle, answered from the recording while asleep, loaded again
-by the first request that needs it (over real loopback HTTP, one server per test)."""
+by the first request that needs it (over real loopback HTTP, one server per test). The servers count their idle
+time on a clock the test moves (:class:`Clock`), so one falls asleep when the test says, and never under a test
+that is slow to send its next request; the last test shows the real clock doing the same."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lfmserve.api.sleep import Sleeper
 from lfmserve.api.state import AppState
 from lfmserve.chat.serving import Serving
 from lfmserve.loading.loader import load_serving
@@ -29,18 +33,38 @@ def servers() -> Iterator[list[ServerThread]]:
         server.stop()
 
 
-@pytest.fixture
-def start(servers: list[ServerThread], tiny_gguf: Path) -> Callable[..., ServerThread]:
-    """A server on the tiny model that sleeps after 1 s idle; ``options`` change its settings."""
+class Clock:
+    """A sleeper's clock that only the test moves."""
 
-    def start(load: Callable[[], Serving] | None = None, **options: Any) -> ServerThread:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+#: The clock each server counts its idle time on, where the test moves it.
+CLOCKS: dict[ServerThread, Clock] = {}
+
+
+@pytest.fixture
+def start(servers: list[ServerThread], tiny_gguf: Path) -> Iterator[Callable[..., ServerThread]]:
+    """A server on the tiny model that sleeps after 1 s idle on a :class:`Clock` (on the real clock with
+    ``real_clock=True``); ``options`` change its settings."""
+
+    def start(load: Callable[[], Serving] | None = None, real_clock: bool = False, **options: Any) -> ServerThread:
         settings = Settings.of(model=str(tiny_gguf), ctx_size=1024, parallel=1, threads=1, sleep_idle_seconds=1)
-        server = serve(settings.replace(**options), load)
+        clock = Clock()
+        server = serve(settings.replace(**options), load, sleep_clock=time.monotonic if real_clock else clock)
         servers.append(server)
+        if not real_clock:
+            CLOCKS[server] = clock
         server.wait_ready()
         return server
 
-    return start
+    yield start
+    for server in servers:
+        CLOCKS.pop(server, None)
 
 
 def state_of(server: ServerThread) -> AppState:
@@ -55,9 +79,19 @@ def is_sleeping(server: ServerThread, **headers: str) -> bool:
     return sleeping
 
 
-def wait_asleep(server: ServerThread, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not is_sleeping(server):
+def wait_asleep(server: ServerThread, **headers: str) -> None:
+    """Let the server's idle time pass: its clock moved past it and its sleeper asked to look now (on the real clock,
+    waited for, up to 10 s)."""
+    sleeper: Sleeper = server.server.config.app.state.sleeper  # type: ignore[union-attr]
+    clock = CLOCKS.get(server)
+    if clock is not None:
+        clock.now += sleeper.idle_s
+        loop = server.server.servers[0].get_loop()
+        asyncio.run_coroutine_threadsafe(sleeper.settle_idle(), loop).result(timeout=60)
+        assert is_sleeping(server, **headers)
+        return
+    deadline = time.monotonic() + 10
+    while not is_sleeping(server, **headers):
         assert time.monotonic() < deadline, "the server did not go to sleep"
         time.sleep(0.05)
 
@@ -138,16 +172,9 @@ def test_requests_that_need_the_model_wake_it(
 def test_a_request_without_a_valid_key_wakes_nothing(start: Callable[..., ServerThread]) -> None:
     server = start(api_key=("k1",))
     key = {"Authorization": "Bearer k1"}
-    wait_asleep_with_key(server, key)
+    wait_asleep(server, **key)
     assert httpx.post(server.url + "/completion", json=PROMPT).status_code == 401
     assert is_sleeping(server, **key)
-
-
-def wait_asleep_with_key(server: ServerThread, key: dict[str, str]) -> None:
-    deadline = time.monotonic() + 10
-    while not is_sleeping(server, **key):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
 
 
 @pytest.mark.slow  # about 5 s: a generation that outlasts the idle time
@@ -217,7 +244,7 @@ def test_without_the_flag_the_model_stays_loaded(start: Callable[..., ServerThre
     """Two servers alike but for the flag, the one without it started first: it has been idle at least as long
     as the other when that one has gone to sleep, and it has not."""
     plain = start(sleep_idle_seconds=-1)
-    sleeper = start()
+    sleeper = start(real_clock=True)
     assert post(plain, "/completion", PROMPT).status_code == 200
     assert post(sleeper, "/completion", PROMPT).status_code == 200  # the sleeper's idle time starts after the other's
     wait_asleep(sleeper)
