@@ -8,7 +8,9 @@ downloads replaced by local stand-ins written with :mod:`lfmserve.testing`.
 Each stand-in has the architecture of the model it replaces (stories260K: llama; bge-small: bert;
 jina-reranker-v1-tiny-en: jina-bert-v2; tinygemma3: gemma3 with a gemma3 vision projector, passed as
 ``--mmproj`` unless the suite says ``--no-mmproj``, as llama-server's ``-hf`` fetches a repo's projector), and
-the test pictures the suite downloads from tinygemma3's repo are served from local files. The suite's models are
+the test pictures the suite downloads from tinygemma3's repo are served from local files; the model test_router.py
+downloads with ``POST /models`` comes from a fake hub on loopback (``lfmserve.testing.hub``, named to both servers by
+``HF_ENDPOINT`` and llama.cpp's ``MODEL_ENDPOINT``). The suite's models are
 trained; the stand-ins are random, so tests that assert the text, the ranking or the token counts a trained
 model produces cannot pass on either server with them. Those are excluded by name in :data:`EXCLUDED`, each
 with its reason (docs/testing.md lists them). Running the same selection with ``--server llama-server`` (a
@@ -33,6 +35,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -53,6 +57,7 @@ from lfmserve.testing import (
     write_gemma3_mmproj_gguf,
     write_lfm2_gguf,
 )
+from lfmserve.testing.hub import fake_hub
 from lfmserve.testing.scripted import STORY_MOE, ScriptedLlama, write_scripted_gguf, write_scripted_lora
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
@@ -143,8 +148,6 @@ EXCLUDED: dict[str, str] = {
     "test_rerank.py::test_rerank_usage": "asserts jina-reranker-v1-tiny-en's BPE token counts of the pairs (19, 26); "
     "the stand-in's vocabulary, learnt from a short text, splits the words differently",
     "test_router.py::test_router_remote_preset": _HUB + ": a preset repo (ggml-org/test-preset-ci)",
-    "test_router.py::test_router_download_model": _HUB + ": POST /models downloads a model",
-    "test_router.py::test_router_delete_model": _HUB + ": it first downloads the model it deletes",
     "test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": "starts with --tools (built-in "
     "tools): out of scope",
     "test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": "the web UI's CORS proxy: out of scope",
@@ -224,6 +227,11 @@ ROUTER_CACHE: tuple[tuple[str, str, Spec], ...] = (
     ("ggml-org/test-model-stories260K", "stories260K-F32.gguf", STORIES260K),
     ("ggml-org/test-model-stories260K-infill", "stories260K-infill-F32.gguf", STORIES260K_INFILL),
 )
+
+#: The repo and file test_router.py downloads with ``POST /models`` (``ggml-org/test-model-router-download:F16``),
+#: served with a stand-in by the fake hub, to the files in :data:`HUB_FILES` only.
+DOWNLOAD_REPO, DOWNLOAD_FILE = "ggml-org/test-model-router-download", "test-model-router-download-F16.gguf"
+HUB_FILES = ("test_router.py",)
 
 #: The test pictures the suite downloads from tinygemma3's repo, and the seeds of the tinted stand-ins served for
 #: them (32x32 PNG, as CIFAR-10's pictures are).
@@ -501,9 +509,12 @@ def main() -> int:
         servers[Path(options.beside).name] = options.beside
     extra = ["-k", options.k] if options.k else []
     results: dict[str, dict[str, FileResult]] = {server: {} for server in servers}
+    hub = serve_hub(write_spec(CACHE / "models", STORIES260K).read_bytes())
+    hub_env = {k: v for k, v in env.items() if k != "HF_HUB_OFFLINE"} | {"HF_ENDPOINT": hub, "MODEL_ENDPOINT": hub}
     for name in options.files or IN_SCOPE:
         for server, binary in servers.items():  # one file on each server in turn: the machine's drift hits both
-            r = run_file(tests, name, server_environment(env, binary), extra, options.verbose)
+            file_env = hub_env if name in HUB_FILES else env
+            r = run_file(tests, name, server_environment(file_env, binary), extra, options.verbose)
             results[server][name] = r
             print(
                 f"{name} on {server}: {r.passed} passed, {r.failed} failed, {r.skipped} skipped, {r.excluded} "
@@ -519,6 +530,22 @@ def main() -> int:
             json.dumps({s: {n: vars_of(r) for n, r in by_file.items()} for s, by_file in results.items()}, indent=1)
         )
     return 0 if all(r.failed == 0 for by_file in results.values() for r in by_file.values()) else 1
+
+
+def serve_hub(weights: bytes) -> str:
+    """The fake hub of :data:`DOWNLOAD_REPO` on loopback for the run (a daemon thread); its URL."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(fake_hub(DOWNLOAD_REPO, {DOWNLOAD_FILE: weights}), port=0, log_level="error")
+    )
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the fake hub did not start")
+        time.sleep(0.01)
+    return f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
 
 
 def suite_environment(tests: Path) -> dict[str, str]:

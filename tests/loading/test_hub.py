@@ -2,77 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import httpx
 import pytest
 from huggingface_hub import constants
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from lfmserve.errors import NotFound
 from lfmserve.loading.hub import pick_gguf, pick_mmproj, quant_bits, resolve_hf_model, split_spec
 from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
+from lfmserve.testing.hub import fake_hub
 from tests.conftest import Running, ServerThread, wait_healthy
 from tests.test_cli import LFMSERVE
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def fake_hub(repo: str, files: dict[str, bytes], token: str | None = None) -> Starlette:
-    """The two hub routes huggingface_hub uses here: the file tree (every file in LFS, as a GGUF is on the hub), and
-    resolve (HEAD + GET); with ``token``, a gated repo that answers 401 to a request without it."""
-
-    def refusal(request: Request) -> Response | None:
-        if token is not None and request.headers.get("authorization") != f"Bearer {token}":
-            return JSONResponse({"error": "Invalid credentials in Authorization header"}, status_code=401)
-        if f"{request.path_params['owner']}/{request.path_params['name']}" != repo:
-            return JSONResponse({"error": "Repository not found"}, status_code=404)
-        return None
-
-    async def tree(request: Request) -> Response:
-        refused = refusal(request)
-        if refused is not None:
-            return refused
-        return JSONResponse(
-            [
-                {
-                    "type": "file",
-                    "path": name,
-                    "size": len(data),
-                    "oid": hashlib.sha1(data).hexdigest(),
-                    "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134},
-                }
-                for name, data in files.items()
-            ]
-        )
-
-    async def resolve(request: Request) -> Response:
-        name = request.path_params["filename"]
-        refused = refusal(request)
-        if refused is not None:
-            return refused
-        if name not in files:
-            return JSONResponse({"error": "Entry not found"}, status_code=404)
-        data = files[name]
-        headers = {
-            "X-Repo-Commit": COMMIT,
-            "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
-            "Content-Length": str(len(data)),
-        }
-        return Response(
-            b"" if request.method == "HEAD" else data, headers=headers, media_type="application/octet-stream"
-        )
-
-    return Starlette(
-        routes=[
-            Route("/api/models/{owner}/{name}/tree/{revision}", tree),
-            Route("/{owner}/{name}/resolve/{revision}/{filename:path}", resolve, methods=["GET", "HEAD"]),
-        ]
-    )
 
 
 def test_split_spec_and_quant_choice() -> None:

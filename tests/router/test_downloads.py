@@ -25,8 +25,8 @@ from lfmserve.loading.hub_download import DownloadPlan, RepoFile
 from lfmserve.router import downloads as downloads_module
 from lfmserve.router.downloads import Downloads
 from lfmserve.router.events import Events
+from lfmserve.testing.hub import fake_hub
 from tests.conftest import Running, ServerThread
-from tests.loading.test_hub import fake_hub
 from tests.router.conftest import entries, start_router
 
 REPO = "LiquidAI/Tiny-VL-GGUF"

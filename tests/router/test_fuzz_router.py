@@ -31,10 +31,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lfmserve.testing import TinyLfm2, TinyProjector, video_bytes, write_lfm2_gguf, write_mmproj_gguf
+from lfmserve.testing.hub import fake_hub
 from tests.api.test_fuzz import OPERATIONS, WireRequest, check_answer, fuzz, send, wire_request
 from tests.canary import Canary
 from tests.conftest import Running, ServerThread
-from tests.loading.test_hub import fake_hub
 from tests.router.conftest import chat, entries, start_router
 from tests.router.fuzz_requests import (
     AUTOLOADS,

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lfmserve.testing.hub import fake_hub
 from tests.conftest import Running, ServerThread, wait_healthy
-from tests.loading.test_hub import fake_hub
 from tests.router.conftest import CHILD_FLAGS, child_pid, descendants, start_router
 from tests.test_cli import LFMSERVE
 

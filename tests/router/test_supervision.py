@@ -18,8 +18,8 @@ import httpx
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from lfmserve.testing.hub import fake_hub
 from tests.conftest import Running, ServerThread
-from tests.loading.test_hub import fake_hub
 from tests.router.conftest import chat, child_pid, descendants, entries, start_router, wait_status
 
 REPO = "LiquidAI/Slow-Tiny-GGUF"
