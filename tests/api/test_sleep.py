@@ -179,7 +179,7 @@ def test_a_request_without_a_valid_key_wakes_nothing(start: Callable[..., Server
 
 @pytest.mark.slow  # about 5 s: a generation that outlasts the idle time
 def test_a_generation_longer_than_the_idle_time_is_not_unloaded_under_it(start: Callable[..., ServerThread]) -> None:
-    server = start(ctx_size=4096)
+    server = start(ctx_size=4096, real_clock=True)  # the idle time must pass while it generates
     t0 = time.monotonic()
     body = {"prompt": "Hi", "n_predict": 3000, "ignore_eos": True, "temperature": 0}
     response = post(server, "/completion", body)
