@@ -78,8 +78,11 @@ def _native_threads() -> dict[int, str]:
     names = {}
     for task in os.listdir("/proc/self/task"):
         if int(task) not in python:
-            with open(f"/proc/self/task/{task}/comm") as comm:
-                names[int(task)] = comm.read().strip()
+            try:
+                with open(f"/proc/self/task/{task}/comm") as comm:
+                    names[int(task)] = comm.read().strip()
+            except FileNotFoundError:  # it ended between the listing and the read (a thread the last test left)
+                continue
     return names
 
 
