@@ -109,7 +109,7 @@ def resolve_hf_model(
     repo, quant = split_spec(spec)
     if offline:
         return _from_cache(repo, quant, hf_file, projector, why="(--offline)")
-    if not _hub_reachable():
+    if not hub_reachable():
         try:
             cached = _from_cache(repo, quant, hf_file, projector)
             logger.warning("the hub at %s cannot be reached; using the cached %s", constants.ENDPOINT, cached[0])
@@ -135,7 +135,7 @@ def resolve_hf_model(
     return _from_cache(repo, quant, hf_file, projector)
 
 
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
+def hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the hub's host accepts a TCP connection (False in offline mode)."""
     from huggingface_hub import constants
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..errors import InvalidRequest, LfmError, NotFound
-from .hub import cache_dir, pick_gguf, pick_mmproj, quant_tag, split_spec
+from ..errors import InvalidRequest, LfmError, NotFound, Unavailable
+from .hub import cache_dir, hub_reachable, pick_gguf, pick_mmproj, quant_tag, split_spec
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +43,9 @@ class DownloadPlan:
 def plan_download(spec: str, token: str | None) -> DownloadPlan:
     """The files of ``org/repo[:QUANT]`` (blocking: one request to the hub). A name that is no repo's is
     :class:`InvalidRequest`; a repo the hub does not have (or refuses) or a quant it does not hold, :class:`NotFound`;
-    a hub that cannot be reached, an error that says so."""
+    a hub that cannot be reached, :class:`Unavailable` at once (huggingface_hub would retry for half a minute)."""
     import huggingface_hub
+    from huggingface_hub import constants
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     from huggingface_hub.hf_api import RepoFile as HubFile
 
@@ -52,18 +53,21 @@ def plan_download(spec: str, token: str | None) -> DownloadPlan:
         repo, quant = split_spec(spec)
     except NotFound as exc:  # a name that is no repo's: the client's mistake
         raise InvalidRequest(exc.message) from exc
-    try:
+    try:  # the call checks the repo id; the listing is fetched as it is read
         tree = huggingface_hub.HfApi().list_repo_tree(repo, recursive=True, token=token)
-        listing = {entry.path: entry for entry in tree if isinstance(entry, HubFile)}
     except HFValidationError as exc:  # characters a repo id cannot have
         raise InvalidRequest(f"invalid Hugging Face repo '{spec}': {exc}") from exc
+    if not hub_reachable():
+        raise Unavailable(f"the hub at {constants.ENDPOINT} cannot be reached to list {repo}")
+    try:
+        listing = {entry.path: entry for entry in tree if isinstance(entry, HubFile)}
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         if status in (401, 403, 404):
             raise NotFound(f"Hugging Face repo not found: {repo} ({status})") from exc
         raise LfmError(f"the hub failed to list {repo}: {exc}") from exc
-    except OSError as exc:  # refused connections, DNS: whatever the HTTP stack raises for a hub it cannot reach
-        raise LfmError(f"cannot reach the hub to list {repo}: {exc}") from exc
+    except Exception as exc:  # the hub went away meanwhile: whatever the HTTP stack raises (httpx's are no OSError)
+        raise Unavailable(f"cannot reach the hub to list {repo}: {exc}") from exc
     parts = pick_gguf(listing, quant)
     projector = pick_mmproj(listing, parts[0])
     chosen = [listing[path] for path in (*parts, *([projector] if projector else []))]

@@ -8,9 +8,10 @@ import httpx
 import pytest
 from huggingface_hub import constants
 
-from lfmserve.errors import NotFound
+from lfmserve.errors import InvalidRequest, NotFound, Unavailable
 from lfmserve.loading.hub import pick_gguf, pick_mmproj, quant_bits, resolve_hf_model, split_spec
-from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
+from lfmserve.loading.hub_download import plan_download
+from lfmserve.testing import TinyLfm2, TinyProjector, free_port, write_lfm2_gguf, write_mmproj_gguf
 from lfmserve.testing.hub import fake_hub
 from tests.conftest import Running, ServerThread, wait_healthy
 from tests.test_cli import LFMSERVE
@@ -138,3 +139,15 @@ def test_hfd_downloads_the_draft_model(tmp_path: Path, tiny_gguf: Path, running:
         hub.stop()
     path = next(line for line in log.splitlines() if "draft model " in line).split("draft model ")[1].split(" (")[0]
     assert path.endswith("LFM2-Draft-Q4_K_M.gguf") and Path(path).read_bytes() == draft
+
+
+def test_a_download_planned_while_the_hub_is_unreachable_is_a_503_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused at the hub's door, not after huggingface_hub's half a minute of retries; a malformed name is still the
+    client's 400 first."""
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with pytest.raises(Unavailable) as unreachable:
+        plan_download("LiquidAI/Tiny-GGUF:Q8_0", None)
+    assert unreachable.value.message == f"the hub at {constants.ENDPOINT} cannot be reached to list LiquidAI/Tiny-GGUF"
+    with pytest.raises(InvalidRequest) as malformed:
+        plan_download("a b/c", None)
+    assert malformed.value.message.startswith("invalid Hugging Face repo 'a b/c': Repo id must use alphanumeric chars")
