@@ -87,6 +87,7 @@ def create_router_app(settings: Settings, catalog: dict[str, ModelSpec], spawner
     # The router runs the tools and the proxy itself, as llama-server's does; its drain stops the MCP servers.
     app.state.close_tools = add_agent_routes(app, settings.agent)
     _add_model_routes(app, settings, pool, events, downloads)
+    _add_download_routes(app, settings, downloads)
 
     async def send(request: Request, instance: Instance, path: str, body: bytes) -> Response:
         return await _send(request, proxy, instance, path, autoload=_autoload(request, settings), body=body)
@@ -110,7 +111,7 @@ async def _reload(pool: Pool, settings: Settings) -> None:
 
 
 def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Events, downloads: Downloads) -> None:
-    """The router's own routes: health, the model list, loading and unloading, downloads and removals, events,
+    """The router's own routes: health, the model list, loading and unloading (a download's cancel), events,
     llama-swap's views."""
 
     @app.get("/health")
@@ -135,22 +136,11 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
     @app.post("/models/unload")
     async def unload(request: Request) -> dict[str, bool]:
         name = _required_name(_body_name(await _json(request)))
-        if downloads.get(canonical_name(name)) is not None:
-            await downloads.cancel(canonical_name(name))
-        else:
+        download = downloads.get(canonical_name(name))
+        if download is None:
             await pool.unload(name)
-        return {"success": True}
-
-    @app.post("/models")
-    async def download(request: Request) -> dict[str, bool]:
-        """Starts a download from the hub; answered once it runs (its progress is on ``/models/sse``)."""
-        name = canonical_name(_required_name(_body_name(await _json(request))))
-        await downloads.start(await asyncio.to_thread(plan_download, name, settings.source.hf_token))
-        return {"success": True}
-
-    @app.delete("/models")
-    async def remove(request: Request) -> dict[str, bool]:
-        await downloads.remove(canonical_name(_required_name(request.query_params.get("model"))))
+        else:
+            await downloads.cancel(download.name)
         return {"success": True}
 
     @app.get("/models/sse")
@@ -169,6 +159,22 @@ def _add_model_routes(app: FastAPI, settings: Settings, pool: Pool, events: Even
     async def unload_all() -> PlainTextResponse:
         await asyncio.gather(*(pool.unload(i.name) for i in pool.registry.instances.values() if i.running))
         return PlainTextResponse("OK")
+
+
+def _add_download_routes(app: FastAPI, settings: Settings, downloads: Downloads) -> None:
+    """``POST /models`` and ``DELETE /models``: a model downloaded from the hub, or removed from the cache."""
+
+    @app.post("/models")
+    async def download(request: Request) -> dict[str, bool]:
+        """Starts a download from the hub; answered once it runs (its progress is on ``/models/sse``)."""
+        name = canonical_name(_required_name(_body_name(await _json(request))))
+        await downloads.start(await asyncio.to_thread(plan_download, name, settings.source.hf_token))
+        return {"success": True}
+
+    @app.delete("/models")
+    async def remove(request: Request) -> dict[str, bool]:
+        await downloads.remove(canonical_name(_required_name(request.query_params.get("model"))))
+        return {"success": True}
 
 
 def _add_proxied_routes(app: FastAPI, settings: Settings, pool: Pool, proxy: Proxy, owners: ConversationOwners) -> None:

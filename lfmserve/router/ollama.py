@@ -27,7 +27,7 @@ from ..api.offload import read_body
 from ..api.ollama import cards
 from ..api.ollama.lifecycle import lifecycle_answer, management_refusal, probe_answer, pull_success
 from ..api.ollama.protocol import ChatBody, EmbedBody, EmbeddingsBody, GenerateBody, NamedBody
-from ..errors import InvalidRequest, NotFound, NotSupported
+from ..errors import InvalidRequest, LfmError, NotFound, NotSupported
 from ..loading.hub_download import plan_download
 from .downloads import Downloads
 from .gguf_card import model_card
@@ -95,10 +95,11 @@ def _add_hub_routes(app: FastAPI, pool: Pool, downloads: Downloads) -> None:
     async def pull(request: Request) -> Response:
         """A model the router has is there at once; one of the hub (``hf.co/...``) is downloaded."""
         body, _ = await read_body(request, NamedBody)
-        name = hub_name(body.model_name)
-        if name is None or _found(pool, body.model_name) is not None:
-            _named(pool, body.model_name)
+        if _found(pool, body.model_name) is not None:
             return pull_success(stream=body.stream)
+        name = hub_name(body.model_name)
+        if name is None:
+            raise _unknown(body.model_name)
         download = downloads.get(name)
         if download is None:
             download = await downloads.start(await asyncio.to_thread(plan_download, name, downloads.token))
@@ -108,12 +109,10 @@ def _add_hub_routes(app: FastAPI, pool: Pool, downloads: Downloads) -> None:
     async def delete(request: Request) -> Response:
         """Removes a model of the Hugging Face cache (or cancels its download), as ``DELETE /models`` does."""
         body, _ = await read_body(request, NamedBody)
-        if not body.model_name:
-            raise InvalidRequest("model is required", param="model")
         found = _found(pool, body.model_name)
         name = found.name if found is not None else hub_name(body.model_name)
         if name is None or (found is None and downloads.get(name) is None):
-            raise NotFound(f"model '{body.model_name}' not found")
+            raise _unknown(body.model_name)
         await downloads.remove(name)
         return Response()
 
@@ -161,12 +160,17 @@ def _with_reported_context(card: cards.ModelCard, instance: Instance) -> cards.M
 
 def _named(pool: Pool, name: str) -> Instance:
     """The model a request names, in any of Ollama's forms; 400 without a name, 404 for an unknown one."""
-    if not name:
-        raise InvalidRequest("model is required", param="model")
     instance = _found(pool, name)
     if instance is None:
-        raise NotFound(f"model '{name}' not found")
+        raise _unknown(name)
     return instance
+
+
+def _unknown(name: str) -> LfmError:
+    """What a request whose name finds no model gets: 400 for no name, else 404."""
+    if not name:
+        return InvalidRequest("model is required", param="model")
+    return NotFound(f"model '{name}' not found")
 
 
 def _found(pool: Pool, name: str) -> Instance | None:
