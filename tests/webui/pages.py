@@ -67,6 +67,14 @@ def send(page: Page, text: str) -> dict[str, Any]:
     return body
 
 
+def stop_by(page: Page, how: str) -> None:
+    """End what runs as a user does: the Stop button (``"Stop"``) or the Esc key (``"Escape"``)."""
+    if how == "Stop":
+        page.get_by_role("button", name="Stop").click()
+    else:
+        page.keyboard.press("Escape")
+
+
 def wait_idle(page: Page) -> None:
     expect(page.locator("#stop")).to_be_hidden()
     expect(page.locator("#messages")).to_have_attribute("aria-busy", "false")

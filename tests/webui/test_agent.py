@@ -31,7 +31,7 @@ from lfmserve.testing.lfm2 import TinyLfm2
 from lfmserve.testing.scripted import ScriptedLlama, write_scripted_gguf
 from tests.api.test_reasoning_budget import TEMPLATE
 from tests.conftest import ServerThread, serve
-from tests.webui.pages import PREFIX, UnderPrefix, open_chat, set_settings, stored, wait_idle
+from tests.webui.pages import PREFIX, UnderPrefix, open_chat, set_settings, stop_by, stored, wait_idle
 
 #: The reader's call's argument and end: one token of its vocabulary.
 ARGUMENT = '"notes.txt")]'
@@ -246,10 +246,7 @@ def test_a_tool_error_is_shown_and_sent_back_and_the_loop_stops_at_its_cap(
 @pytest.mark.parametrize("how", ["Stop", "Escape"])
 def test_stop_ends_the_loop_while_a_call_runs(page: Page, reader: ServerThread, how: str) -> None:
     traffic = start_reading(page, reader)
-    if how == "Stop":
-        page.get_by_role("button", name="Stop").click()
-    else:
-        page.keyboard.press("Escape")
+    stop_by(page, how)
     wait_idle(page)
     expect(page.locator(".message.tool summary")).to_have_text("read_file was stopped")
     expect(page.locator(".message.tool .tool-output")).to_have_text("Stopped before the tool answered.")

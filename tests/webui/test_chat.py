@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page, Request, expect
 
 from tests.conftest import ServerThread
-from tests.webui.pages import PREFIX, open_chat, rendered, send, set_settings, stat, stored, wait_idle
+from tests.webui.pages import PREFIX, open_chat, rendered, send, set_settings, stat, stop_by, stored, wait_idle
 
 #: A greedy, fixed-length request: the page and the server must agree on every token.
 GREEDY = {"temperature": "0", "top_k": "1", "max_tokens": "24"}
@@ -84,10 +84,7 @@ def test_stop_aborts_the_stream_and_the_server_frees_the_slot(page: Page, endles
     assert body["ignore_eos"] is True and "max_tokens" not in body
     expect(page.locator(".message.assistant [data-stat=completionTokens]")).to_be_visible()  # tokens arrive
     assert page.locator("#stop").is_visible()
-    if how == "Stop":
-        page.get_by_role("button", name="Stop").click()
-    else:
-        page.keyboard.press("Escape")
+    stop_by(page, how)
     wait_idle(page)
     expect(page.locator(".message.assistant .stat.stopped")).to_have_text("stopped")
     assert stat(page, "completionTokens") >= 1
