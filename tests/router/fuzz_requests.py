@@ -398,6 +398,12 @@ def router_requests(paths: list[str]) -> st.SearchStrategy[WireRequest]:
             st.just("/models"),
             st.one_of(named, st.fixed_dictionaries({"model": HUB_NAMES})),
         ),
+        st.builds(  # Ollama's pull and delete of a hub model, in Ollama's form of its name
+            json_request,
+            st.sampled_from(["POST", "DELETE"]),
+            st.sampled_from(["/api/pull", "/api/delete"]),
+            st.one_of(named, st.fixed_dictionaries({"model": HUB_NAMES.map(lambda name: f"hf.co/{name}")})),
+        ),
         st.builds(
             WireRequest,
             st.sampled_from(["GET", "POST"]),
