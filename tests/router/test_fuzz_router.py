@@ -308,6 +308,8 @@ def fuzz_everything(fuzzer: RouterFuzzer, budget: Budget, clip: bytes, report: C
     for request in sampler_sweep(every_value=budget.every_value):
         fuzzer.check(request)
     fuzzer.run(sampling_requests(), budget.sampling)
+    # One request onto a child's route whatever the draw: /upstream/ is one branch of ten, which 50 draws can miss.
+    fuzzer.check(WireRequest("GET", f"/upstream/{MODELS[0]}/props"))
     fuzzer.run(router_requests(sorted({path for label in OPERATIONS for path in label.split()[1:]})), budget.router)
 
     figures = fuzzer.figures
