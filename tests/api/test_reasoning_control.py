@@ -6,6 +6,7 @@ the control lands while the model still thinks; the template opens the thinking 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,20 @@ def test_a_completion_not_armed_or_gone_or_unknown_is_a_failure_with_llama_serve
         break
     assert cid is not None and cid.startswith("chatcmpl-")
     for gone in (cid, "chatcmpl-unknown"):
-        assert _control(server, {"id": gone, "action": "reasoning_end", "model": "m"}).json() == {
+        assert _control_once_settled(server, {"id": gone, "action": "reasoning_end", "model": "m"}) == {
             "success": False,
             "message": "no active completion for this id",
         }
+
+
+def _control_once_settled(server: ServerThread, body: dict[str, Any]) -> Any:
+    """The control's answer once the server has seen a closed stream end: until then the completion it cancels
+    is still listed, and its answer is the one of a completion not armed."""
+    deadline = time.monotonic() + 30
+    while (answer := _control(server, body).json())["message"] == "reasoning control not enabled for this completion":
+        assert time.monotonic() < deadline, "the closed stream's completion was never dropped"
+        time.sleep(0.01)
+    return answer
 
 
 @pytest.mark.parametrize(
