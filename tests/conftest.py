@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
+import certifi
 import httpx
 import openai
 import pytest
@@ -69,6 +70,22 @@ def no_machine_config_files(tmp_path_factory: pytest.TempPathFactory) -> Iterato
         patch.setenv("XDG_CONFIG_HOME", str(home))
         patch.setattr(config_files, "SYSTEM_CONFIG", str(home / "missing" / "config.ini"))
         yield home
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_trusted_certificate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every HTTP client the suite makes (``httpx.get``, the openai, anthropic and ollama clients, a router's
+    proxy) builds an SSL context, and by default reads certifi's whole CA bundle into it: 30 ms of CPU each,
+    about a fifth of the suite's own time. The suite speaks plain HTTP on loopback, so ``SSL_CERT_FILE`` (which
+    httpx reads, and processes started with ``os.environ`` inherit) names a file of the bundle's first
+    certificate. A test of TLS passes its own ``verify=`` context."""
+    bundle = Path(certifi.where()).read_text()
+    end = "-----END CERTIFICATE-----"
+    first = tmp_path_factory.mktemp("trusted") / "one.pem"
+    first.write_text(bundle[bundle.index("-----BEGIN CERTIFICATE-----") : bundle.index(end) + len(end)] + "\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SSL_CERT_FILE", str(first))
+        yield first
 
 
 @pytest.fixture(scope="session")
