@@ -164,10 +164,11 @@ class ServerThread:
 
     def wait_ready(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
-        while httpx.get(self.url + "/health").status_code != 200:
-            if time.monotonic() > deadline:
-                raise RuntimeError("model did not load")
-            time.sleep(0.02)
+        with httpx.Client() as client:
+            while client.get(self.url + "/health").status_code != 200:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("model did not load")
+                time.sleep(0.02)
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -218,16 +219,17 @@ def vl_settings(vl_gguf: Path, mmproj_gguf: Path, **options: Any) -> Settings:
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, (
-            process.stderr.read().decode() if process.stderr else f"exited with {process.returncode}"
-        )
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    with httpx.Client(timeout=2) as client:
+        while time.monotonic() < deadline:
+            assert process.poll() is None, (
+                process.stderr.read().decode() if process.stderr else f"exited with {process.returncode}"
+            )
+            try:
+                if client.get(url + "/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
     raise TimeoutError(url)
 
 
