@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,11 +190,13 @@ def tiny_reranker(seed: int = 0, *, template: bool = True) -> TinyLfm2:
     )
 
 
-def _learn_merges(n_merges: int) -> list[tuple[str, str]]:
-    """Byte-level BPE training on the fixed corpus: the most frequent pair wins, ties by order."""
+@functools.cache
+def _learn_merges(n_merges: int) -> tuple[tuple[str, str], ...]:
+    """Byte-level BPE training on the fixed corpus: the most frequent pair wins, ties by order. Learnt once per
+    size (0.1 s each: a test session writes dozens of models)."""
     alphabet = byte_alphabet()
     words = [tuple(alphabet[b] for b in (" " + w if i else w).encode()) for i, w in enumerate(_MERGE_CORPUS.split(" "))]
-    return learn_merges(words, n_merges)
+    return tuple(learn_merges(words, n_merges))
 
 
 def vocabulary(spec: TinyLfm2) -> tuple[list[str], list[int], list[str]]:
