@@ -58,7 +58,7 @@ _SAMPLING_FIELDS = set(SAMPLING_NAMES - {"logit_bias"})
 class Body(BaseModel):
     """Strict types, unknown fields ignored."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", defer_build=True)
 
 
 class StreamOptions(Body):
