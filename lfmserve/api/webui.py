@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from types import MappingProxyType
 
 from starlette.datastructures import Headers
 from starlette.responses import Response
@@ -67,8 +69,10 @@ class Asset:
         return cls(body, gzip.compress(body, compresslevel=9, mtime=0), media_type, f'W/"{digest}"')
 
 
-def load_assets(root: Path = STATIC_DIR) -> dict[str, Asset]:
-    """Every file under ``root`` by its URL path, ``index.html`` also at ``/``, and ``/_app/version.json``."""
+@functools.cache
+def load_assets(root: Path = STATIC_DIR) -> Mapping[str, Asset]:
+    """Every file under ``root`` by its URL path, ``index.html`` also at ``/``, and ``/_app/version.json``. Read and
+    compressed once per process (20 ms): a process that builds several apps (tests, the embedding API) shares them."""
     assets = {
         "/" + path.relative_to(root).as_posix(): Asset.of(path.read_bytes(), _MEDIA_TYPES.get(path.suffix, _TEXT))
         for path in sorted(root.rglob("*"))
@@ -76,7 +80,7 @@ def load_assets(root: Path = STATIC_DIR) -> dict[str, Asset]:
     }
     assets["/"] = assets["/index.html"]
     assets["/_app/version.json"] = Asset.of(json.dumps({"version": version("lfmserve")}).encode(), "application/json")
-    return assets
+    return MappingProxyType(assets)
 
 
 class WebUI:
