@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import gc
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -13,11 +15,14 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-import certifi
 import httpx
 import openai
 import pytest
 import uvicorn
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from starlette.types import ASGIApp
 
 from lfmserve.api.app import create_app
@@ -85,15 +90,36 @@ def one_trusted_certificate(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """Every HTTP client the suite makes (``httpx.get``, the openai, anthropic and ollama clients, a router's
     proxy) builds an SSL context, and by default reads certifi's whole CA bundle into it: 30 ms of CPU each,
     about a fifth of the suite's own time. The suite speaks plain HTTP on loopback, so ``SSL_CERT_FILE`` (which
-    httpx reads, and processes started with ``os.environ`` inherit) names a file of the bundle's first
-    certificate. A test of TLS passes its own ``verify=`` context."""
-    bundle = Path(certifi.where()).read_text()
-    end = "-----END CERTIFICATE-----"
-    first = tmp_path_factory.mktemp("trusted") / "one.pem"
-    first.write_text(bundle[bundle.index("-----BEGIN CERTIFICATE-----") : bundle.index(end) + len(end)] + "\n")
+    httpx reads, and processes started with ``os.environ`` inherit) names one self-signed certificate: no real
+    server is trusted. A test of TLS passes its own ``verify=`` context."""
+    cert, _ = self_signed_certificate(tmp_path_factory.mktemp("trusted"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SSL_CERT_FILE", str(first))
-        yield first
+        patch.setenv("SSL_CERT_FILE", str(cert))
+        yield cert
+
+
+def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files in ``folder``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
 
 
 @pytest.fixture(scope="session")

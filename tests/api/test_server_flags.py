@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import json
 import os
 import re
@@ -20,10 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,7 +26,7 @@ from starlette.routing import Route
 from lfmserve.api.sockets import listen
 from lfmserve.api.sse import sse
 from lfmserve.settings import ServerSettings, Settings
-from tests.conftest import Running, ServerThread, serve, wait_healthy
+from tests.conftest import Running, ServerThread, self_signed_certificate, serve, wait_healthy
 from tests.router.test_catalog import _cache_model
 from tests.test_cli import LFMSERVE
 
@@ -69,30 +63,6 @@ def test_cache_list_names_the_cached_models_as_hf_takes_them_then_exits_0(tmp_pa
     )
 
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 def _trusting(cert: Path) -> httpx.Client:
     return httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=60)
 
@@ -112,7 +82,7 @@ def _wait_https(server: Running, client: httpx.Client, url: str, timeout_s: floa
 
 
 def test_https_with_the_certificate_and_key_files(running: list[Running], tiny_gguf: Path, tmp_path: Path) -> None:
-    cert, key = _certificate(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     assert LFMSERVE is not None
     server = Running([LFMSERVE, "-m", str(tiny_gguf), *TINY, "--ssl-cert-file", str(cert), "--ssl-key-file", str(key)])
     running.append(server)
@@ -140,7 +110,7 @@ def test_https_with_the_certificate_and_key_files(running: list[Running], tiny_g
 def test_a_bad_tls_key_or_ui_config_flag_fails_at_start_with_one_line(
     flags: list[str], message: str, tiny_gguf: Path, tmp_path: Path
 ) -> None:
-    cert, _ = _certificate(tmp_path)
+    cert, _ = self_signed_certificate(tmp_path)
     names = {"CERT": str(cert), "MISSING": str(tmp_path / "missing")}
     result = _lfmserve("-m", str(tiny_gguf), "--port", "0", *[names.get(f, f) for f in flags])
     expected = message.replace("CERT", str(cert)).replace("MISSING", str(tmp_path / "missing"))
@@ -267,7 +237,7 @@ def test_a_silent_stream_gets_llama_servers_ping_until_its_next_event() -> None:
 def test_the_router_serves_https_under_the_prefix_and_calls_its_children_plainly_at_their_root(
     running: list[Running], tiny_gguf: Path, tmp_path: Path
 ) -> None:
-    cert, key = _certificate(tmp_path)
+    cert, key = self_signed_certificate(tmp_path)
     (tmp_path / "models").mkdir()
     shutil.copy(tiny_gguf, tmp_path / "models" / "tiny.gguf")
     assert LFMSERVE is not None
