@@ -72,7 +72,8 @@ class Asset:
 @functools.cache
 def load_assets(root: Path = STATIC_DIR) -> Mapping[str, Asset]:
     """Every file under ``root`` by its URL path, ``index.html`` also at ``/``, and ``/_app/version.json``. Read and
-    compressed once per process (20 ms): a process that builds several apps (tests, the embedding API) shares them."""
+    compressed once per process (10-20 ms): a process that builds several apps (tests, the embedding API) shares
+    them."""
     assets = {
         "/" + path.relative_to(root).as_posix(): Asset.of(path.read_bytes(), _MEDIA_TYPES.get(path.suffix, _TEXT))
         for path in sorted(root.rglob("*"))
