@@ -4,11 +4,12 @@ and generic fuzzers and client generators then see every field."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fastapi import FastAPI
-    from pydantic import BaseModel
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 
 #: Every model a route declared, by name (the name is its schema's place in ``components.schemas``).
 _BODIES: dict[str, type[BaseModel]] = {}
@@ -26,10 +27,6 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            # Here, not at the top: FastAPI's schema builder brings pydantic.v1 along, and few servers are asked.
-            from fastapi.openapi.utils import get_openapi
-            from pydantic.json_schema import models_json_schema
-
             spec = get_openapi(title=app.title, version=app.version, routes=app.routes)
             _, definitions = models_json_schema(
                 [(model, "validation") for model in _BODIES.values()], ref_template="#/components/schemas/{model}"
