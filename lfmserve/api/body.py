@@ -10,6 +10,7 @@ into the chat layer's neutral records (``max_completion_tokens`` / ``max_tokens`
 from __future__ import annotations
 
 import math
+import threading
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
@@ -56,7 +57,9 @@ _SAMPLING_FIELDS = set(SAMPLING_NAMES - {"logit_bias"})
 
 
 class Body(BaseModel):
-    """Strict types, unknown fields ignored."""
+    """Strict types, unknown fields ignored. A model builds its validator when it first parses a body
+    (:func:`built`), not when it is imported: a server starts without building the models of the API families it is
+    never asked for."""
 
     model_config = ConfigDict(strict=True, extra="ignore", defer_build=True)
 
@@ -207,6 +210,19 @@ class SamplingFields(Body):
 BodyT = TypeVar("BodyT", bound=BaseModel)
 
 
+#: Held while a body model builds its validator: pydantic's build is not safe in two threads at once, and a large
+#: body is parsed off the event loop (:mod:`.offload`) while a small one may be parsed on it.
+_BUILDING = threading.Lock()
+
+
+def built(model: type[BodyT]) -> type[BodyT]:
+    """``model`` with its validator and schema built (once, whichever thread asks first)."""
+    if not model.__pydantic_complete__:
+        with _BUILDING:
+            model.model_rebuild()  # nothing to do when another thread built it meanwhile
+    return model
+
+
 def parse_body(model: type[BodyT], raw: bytes) -> BodyT:
     """Validate a raw JSON body; the most specific problem becomes an :class:`InvalidRequest` naming the field.
 
@@ -214,7 +230,7 @@ def parse_body(model: type[BodyT], raw: bytes) -> BodyT:
     (the list item whose part type is unknown, rather than "not a string" for the whole list).
     """
     try:
-        return model.model_validate_json(raw)
+        return built(model).model_validate_json(raw)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         raise invalid_request(max(errors, key=lambda error: len(error["loc"]))) from None

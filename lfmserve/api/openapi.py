@@ -11,6 +11,8 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from .body import built
+
 #: Every model a route declared, by name (the name is its schema's place in ``components.schemas``).
 _BODIES: dict[str, type[BaseModel]] = {}
 
@@ -29,7 +31,8 @@ def install_openapi(app: FastAPI) -> None:
         if app.openapi_schema is None:
             spec = get_openapi(title=app.title, version=app.version, routes=app.routes)
             _, definitions = models_json_schema(
-                [(model, "validation") for model in _BODIES.values()], ref_template="#/components/schemas/{model}"
+                [(built(model), "validation") for model in _BODIES.values()],
+                ref_template="#/components/schemas/{model}",
             )
             spec.setdefault("components", {}).setdefault("schemas", {}).update(definitions["$defs"])
             app.openapi_schema = spec

@@ -3,9 +3,12 @@ generation fields adapted once for the chat layer."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
-from lfmserve.api.body import SamplingFields, parse_body
+from lfmserve.api.body import Body, SamplingFields, built, parse_body
 from lfmserve.chat.request import GenerationOptions
 from lfmserve.engine.records import SAMPLING_NAMES
 from lfmserve.errors import InvalidRequest
@@ -176,3 +179,24 @@ def test_each_sampler_field_out_of_range_is_a_400_naming_it(raw: bytes, field: s
     error = _error(raw)
     assert error.param == field
     assert str(error).startswith(f"Invalid value for '{field}': ") and message in str(error)
+
+
+def test_a_body_model_builds_once_when_bodies_are_parsed_in_several_threads_at_once() -> None:
+    """A model builds its validator on its first body (not at import); bodies parsed on the event loop and off it
+    at the same moment all parse, and the model ends up built once."""
+
+    class Probe(Body):
+        name: str
+        size: int = 0
+
+    assert not Probe.__pydantic_complete__
+    start = threading.Barrier(8)
+
+    def parse(i: int) -> Probe:
+        start.wait()
+        return parse_body(Probe, f'{{"name": "n{i}", "size": {i}}}'.encode())
+
+    with ThreadPoolExecutor(8) as pool:
+        parsed = list(pool.map(parse, range(8)))
+    assert [(body.name, body.size) for body in parsed] == [(f"n{i}", i) for i in range(8)]
+    assert Probe.__pydantic_complete__ and built(Probe) is Probe
