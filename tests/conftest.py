@@ -66,9 +66,10 @@ def missing_fixture(reason: str) -> NoReturn:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Everything imported and collected so far (lfmserve, the API clients' types, hypothesis, every test module)
-    lives as long as the worker: frozen out of the cyclic collector's reach, each full collection during the run
-    no longer walks it (0.3 s each, a dozen per worker), as ``lfmserve``'s own command does for its process."""
+    """Freeze what collection made. The modules, the API clients' types, hypothesis and every test module live
+    as long as the worker, and a full collection during the run walks every object it tracks: after the freeze it
+    walks only what the tests made (``lfmserve.router.preload`` freezes a fork server's imports the same way).
+    docs/testing.md has the figures."""
     gc.freeze()
 
 
@@ -87,11 +88,12 @@ def no_machine_config_files(tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture(scope="session", autouse=True)
 def one_trusted_certificate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Every HTTP client the suite makes (``httpx.get``, the openai, anthropic and ollama clients, a router's
-    proxy) builds an SSL context, and by default reads certifi's whole CA bundle into it: 30 ms of CPU each,
-    about a fifth of the suite's own time. The suite speaks plain HTTP on loopback, so ``SSL_CERT_FILE`` (which
-    httpx reads, and processes started with ``os.environ`` inherit) names one self-signed certificate: no real
-    server is trusted. A test of TLS passes its own ``verify=`` context."""
+    """Trust one self-signed certificate. Each HTTP client builds an SSL context (``httpx.get`` makes a client
+    per call, and so do the openai, anthropic and ollama clients and a router's proxy), and by default it reads
+    certifi's whole CA bundle, which costs more CPU than a request on loopback. The tests speak plain HTTP, so
+    ``SSL_CERT_FILE`` names one certificate instead. httpx reads the variable in clients that trust the
+    environment (its default) made after this fixture starts, and processes the tests start inherit it. No real
+    server is trusted. A test of TLS passes its own ``verify=`` context. docs/testing.md has the figures."""
     cert, _ = self_signed_certificate(tmp_path_factory.mktemp("trusted"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SSL_CERT_FILE", str(cert))

@@ -71,9 +71,9 @@ class Asset:
 
 @functools.cache
 def load_assets(root: Path = STATIC_DIR) -> Mapping[str, Asset]:
-    """Every file under ``root`` by its URL path, ``index.html`` also at ``/``, and ``/_app/version.json``. Read and
-    compressed once per process (10-20 ms): a process that builds several apps (tests, the embedding API) shares
-    them."""
+    """Every file under ``root`` by its URL path, ``index.html`` also at ``/``, and ``/_app/version.json``. The
+    files are read and gzipped once per process, and every app the process builds (tests, in-process use through
+    ``import lfmserve``) shares them."""
     assets = {
         "/" + path.relative_to(root).as_posix(): Asset.of(path.read_bytes(), _MEDIA_TYPES.get(path.suffix, _TEXT))
         for path in sorted(root.rglob("*"))

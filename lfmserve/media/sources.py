@@ -145,7 +145,7 @@ async def _fetch(url: str, policy: MediaPolicy, param: str) -> bytes:
 
     try:
         async with httpx.AsyncClient(
-            timeout=policy.timeout_s, follow_redirects=False, trust_env=False, verify=_certificates()
+            timeout=policy.timeout_s, follow_redirects=False, trust_env=False, verify=_ssl_context()
         ) as client:
             return await asyncio.wait_for(_follow(client, url, policy, param), policy.timeout_s)
     except TimeoutError:
@@ -155,9 +155,9 @@ async def _fetch(url: str, policy: MediaPolicy, param: str) -> bytes:
 
 
 @functools.cache
-def _certificates() -> ssl.SSLContext:
-    """certifi's CA bundle, read once: a client of its own reads it again (20-30 ms of CPU, and on the event
-    loop: every request waits)."""
+def _ssl_context() -> ssl.SSLContext:
+    """The SSL context of every media fetch, with certifi's CA bundle read into it once. A client builds its own
+    context otherwise and reads the bundle again, on the event loop, where every other request waits for it."""
     import httpx
 
     return httpx.create_ssl_context(trust_env=False)

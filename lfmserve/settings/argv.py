@@ -49,8 +49,9 @@ def all_fields() -> Iterator[tuple[str, dataclasses.Field[Any]]]:
 def parser() -> StrictParser:
     """lfmserve's argument parser: one section per group, then llama-server's options ignored on this build, then
     those refused. A flag not given is left out of the parsed values (the environment fills it in
-    :func:`parse_groups`). Built once (its 280 options take 2 ms, more than a parse), as parsing leaves it as it
-    was (the actions write only to the namespace): every parse (a router's presets, each child's argv) shares it."""
+    :func:`parse_groups`). It is built once and shared by every parse (a router's presets, each child's argv),
+    because building it costs more than a parse and parsing leaves it unchanged: the actions write only to the
+    namespace."""
     built = StrictParser(
         prog="lfmserve",
         usage="lfmserve [options]",

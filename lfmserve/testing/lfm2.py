@@ -192,8 +192,8 @@ def tiny_reranker(seed: int = 0, *, template: bool = True) -> TinyLfm2:
 
 @functools.cache
 def _learn_merges(n_merges: int) -> tuple[tuple[str, str], ...]:
-    """Byte-level BPE training on the fixed corpus: the most frequent pair wins, ties by order. Learnt once per
-    size (30 ms each, and a test session writes over a hundred models)."""
+    """Byte-level BPE training on the fixed corpus: the most frequent pair wins, ties by order. The merges are
+    learnt once per size, since a test session writes over a hundred models."""
     alphabet = byte_alphabet()
     words = [tuple(alphabet[b] for b in (" " + w if i else w).encode()) for i, w in enumerate(_MERGE_CORPUS.split(" "))]
     return tuple(learn_merges(words, n_merges))
