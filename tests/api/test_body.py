@@ -181,9 +181,9 @@ def test_each_sampler_field_out_of_range_is_a_400_naming_it(raw: bytes, field: s
     assert str(error).startswith(f"Invalid value for '{field}': ") and message in str(error)
 
 
-def test_a_body_model_builds_once_when_bodies_are_parsed_in_several_threads_at_once() -> None:
-    """A model builds its validator on its first body (not at import); bodies parsed on the event loop and off it
-    at the same moment all parse, and the model ends up built once."""
+def test_a_new_body_model_parses_bodies_from_several_threads_at_once_and_is_then_built() -> None:
+    """A model builds its validator on its first body, not at import. First bodies parsed in several threads at the
+    same moment (a large body is parsed off the event loop) all parse, and the model is built afterwards."""
 
     class Probe(Body):
         name: str
