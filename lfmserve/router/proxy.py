@@ -31,14 +31,25 @@ from ..api.ndjson import error_line
 from ..api.server import settle
 from ..api.sse import error_frame
 from ..errors import LfmError, Unavailable
-from .child import Child
+from .child import CHILD_HOST, Child
 from .instance import Instance
 from .pool import Pool
+from .upstream import Upstream, UpstreamError, send
 
 logger = logging.getLogger(__name__)
 #: Headers that describe one connection, not the message: never passed on.
 _HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-authorization", "host"}
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "host",
+        "expect",
+    }
 )
 _CREDENTIALS = frozenset({"authorization", "x-api-key", "content-length"})
 #: How long a child that refused a connection has to be seen exiting before the request is given up.
@@ -62,7 +73,7 @@ class Proxy:
         #: the deadline the drain moves to now once its grace is over.
         self._waiting: set[asyncio.Timeout] = set()
         #: The answers being relayed, closed under their relays once the grace is over.
-        self._relaying: set[httpx.Response] = set()
+        self._relaying: set[Upstream] = set()
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -78,7 +89,8 @@ class Proxy:
         for deadline in self._waiting:
             deadline.reschedule(now)
         # Closed under its relay, an answer's next read fails as a dead child's would: the relay sends the event.
-        await asyncio.gather(*(upstream.aclose() for upstream in list(self._relaying)), return_exceptions=True)
+        for upstream in self._relaying:
+            upstream.close()
 
     async def forward(
         self,
@@ -97,18 +109,10 @@ class Proxy:
         async with self._until_drained():
             while True:
                 child = await self.pool.acquire(instance, autoload=autoload, touch=method == "POST")
+                target = quote(path, safe=_PATH_SAFE) + (f"?{query}" if query else "")
                 try:
-                    upstream = await self.client.send(
-                        self.client.build_request(
-                            method,
-                            f"{child.url}{quote(path, safe=_PATH_SAFE)}",
-                            params=query,
-                            headers=_for_child(headers, child),
-                            content=body,
-                        ),
-                        stream=True,
-                    )
-                except httpx.TransportError as exc:
+                    upstream = await send(CHILD_HOST, child.port, method, target, _for_child(headers, child), body)
+                except UpstreamError as exc:
                     self.pool.release(instance)
                     if not retried and await _exited(child):
                         logger.warning("model %s stopped before answering; sending it to a new child", child.name)
@@ -120,7 +124,12 @@ class Proxy:
                     raise
                 break
         self._relaying.add(upstream)  # before the relay starts, so a drain that ends now cuts it too
-        return _Relayed(self._relay(instance, upstream, path), lambda: self._end(instance, upstream), upstream)
+        return _Relayed(
+            self._relay(instance, upstream, path),
+            lambda: self._end(instance, upstream),
+            upstream.status_code,
+            _for_client(upstream.headers),
+        )
 
     @contextlib.asynccontextmanager
     async def _until_drained(self) -> AsyncIterator[None]:
@@ -140,28 +149,27 @@ class Proxy:
                 raise
             raise Unavailable(_SHUTTING_DOWN) from exc
 
-    async def _relay(self, instance: Instance, upstream: httpx.Response, path: str) -> AsyncIterator[bytes]:
+    async def _relay(self, instance: Instance, upstream: Upstream, path: str) -> AsyncIterator[bytes]:
         try:
-            async for chunk in upstream.aiter_raw():
+            async for chunk in upstream.body():
                 yield chunk
-        except httpx.TransportError as exc:
+        except UpstreamError as exc:
             error: LfmError
             if self._ended:
                 error = Unavailable(_SHUTTING_DOWN)
             else:
                 logger.warning("model %s stopped while answering: %s", instance.name, exc)
                 error = LfmError(f"model '{instance.name}' stopped while answering")
-            yield _stream_error(upstream.headers.get("content-type", ""), path, error)
+            yield _stream_error(dict(upstream.headers).get("content-type", ""), path, error)
         finally:
             await self._end(instance, upstream)
 
-    async def _end(self, instance: Instance, upstream: httpx.Response) -> None:
+    async def _end(self, instance: Instance, upstream: Upstream) -> None:
         """The answer is over, read or not: its connection to the child closes and its model is released, once."""
         if upstream not in self._relaying:
             return
         self._relaying.discard(upstream)
-        with contextlib.suppress(Exception):
-            await upstream.aclose()
+        upstream.close()
         self.pool.release(instance)
 
     async def get_json(self, child: Child, path: str) -> Any:
@@ -196,9 +204,13 @@ class _Relayed(StreamingResponse):
     first chunk is read cancels the stream before the relay's own ``finally`` could run."""
 
     def __init__(
-        self, chunks: AsyncIterator[bytes], end: Callable[[], Awaitable[None]], upstream: httpx.Response
+        self,
+        chunks: AsyncIterator[bytes],
+        end: Callable[[], Awaitable[None]],
+        status_code: int,
+        headers: dict[str, str],
     ) -> None:
-        super().__init__(chunks, status_code=upstream.status_code, headers=_for_client(upstream.headers))
+        super().__init__(chunks, status_code=status_code, headers=headers)
         self._end = end
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -219,8 +231,8 @@ def _for_child(headers: list[tuple[str, str]], child: Child) -> list[tuple[str, 
     return [*kept, ("authorization", f"Bearer {child.api_key}")]
 
 
-def _for_client(headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+def _for_client(headers: list[tuple[str, str]]) -> dict[str, str]:
+    return {k: v for k, v in headers if k not in _HOP_BY_HOP}
 
 
 def _stream_error(content_type: str, path: str, error: LfmError) -> bytes:

@@ -169,9 +169,8 @@ def test_an_answer_whose_client_left_before_its_first_chunk_still_releases_its_m
         async def send(message: dict[str, Any]) -> None:
             await asyncio.Event().wait()  # the client is gone: nothing is ever written
 
-        upstream = httpx.Response(200, headers={"content-type": "text/event-stream"})
         scope = {"type": "http", "asgi": {"spec_version": "2.3"}, "method": "POST", "path": "/v1/chat/completions"}
-        await _Relayed(chunks(), end, upstream)(scope, receive, send)
+        await _Relayed(chunks(), end, 200, {"content-type": "text/event-stream"})(scope, receive, send)
 
     asyncio.run(scenario())
     assert (started, ended) == ([], [True])

@@ -1,0 +1,170 @@
+"""The router's connection to a child (lfmserve/router/upstream.py), against a scripted child on loopback: the exact
+request it writes, the answer's pieces as they arrive, and every way the answer can end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from lfmserve.router import upstream
+from lfmserve.router.upstream import Upstream, UpstreamError, send
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Seen: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _child(script: Script) -> tuple[asyncio.Server, int]:
+    """A child on loopback that answers each connection with ``script``, then closes it."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await script(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.startswith(b"content-length"))
+    return head + await reader.readexactly(length)
+
+
+async def _pieces(answer: Upstream) -> list[bytes]:
+    return [piece async for piece in answer.body()]
+
+
+def test_the_request_is_written_whole_with_its_length_and_a_close() -> None:
+    seen: list[bytes] = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await _request(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async def scenario() -> tuple[int, int, list[tuple[str, str]], list[bytes]]:
+        server, port = await _child(script)
+        async with server:
+            headers = [("authorization", "Bearer k"), ("content-type", "application/json")]
+            answer = await send("127.0.0.1", port, "POST", "/v1/chat/completions?x=%3F", headers, b'{"a":1}')
+            return port, answer.status_code, answer.headers, await _pieces(answer)
+
+    port, *answer = asyncio.run(scenario())
+    assert answer == [200, [("content-length", "2")], [b"ok"]]
+    assert seen == [
+        b"POST /v1/chat/completions?x=%3F HTTP/1.1\r\n"
+        + f"host: 127.0.0.1:{port}\r\n".encode()
+        + b"authorization: Bearer k\r\ncontent-type: application/json\r\n"
+        + b"content-length: 7\r\nconnection: close\r\n\r\n"
+        + b'{"a":1}'
+    ]
+
+
+def test_chunks_that_arrive_together_are_one_piece_without_their_framing() -> None:
+    first_read = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+        writer.write(CHUNKED_HEAD + b"6\r\ndata: \r\n")
+        await writer.drain()
+        await first_read.wait()  # what follows arrives in one write
+        writer.write(b"3\r\na\n\n\r\n3\r\nb\n\n\r\n0\r\n\r\n")
+        await writer.drain()
+
+    async def scenario() -> tuple[list[tuple[str, str]], list[bytes]]:
+        server, port = await _child(script)
+        async with server:
+            answer = await send("127.0.0.1", port, "GET", "/v1/stream", [], b"")
+            pieces = answer.body()
+            first = await anext(pieces)
+            first_read.set()
+            return answer.headers, [first, *[piece async for piece in pieces]]
+
+    headers, pieces = asyncio.run(scenario())
+    assert headers == [("content-type", "text/event-stream"), ("x-seen", "1"), ("transfer-encoding", "chunked")]
+    assert pieces == [b"data: ", b"a\n\nb\n\n"]
+
+
+def test_an_answer_cut_short_gives_what_arrived_then_fails() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+        writer.write(CHUNKED_HEAD + b"4\r\nhalf\r\n")
+        await writer.drain()
+
+    async def scenario() -> list[bytes]:
+        server, port = await _child(script)
+        async with server:
+            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+            pieces: list[bytes] = []
+            with pytest.raises(UpstreamError, match="the child closed the connection"):
+                async for piece in answer.body():
+                    pieces.append(piece)
+            return pieces
+
+    assert asyncio.run(scenario()) == [b"half"]
+
+
+def test_a_child_that_closes_before_answering_or_cannot_be_reached_is_an_upstream_error() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+
+    async def scenario() -> None:
+        server, port = await _child(script)
+        async with server:
+            with pytest.raises(UpstreamError, match="^the child closed the connection$"):
+                await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+        with pytest.raises(UpstreamError, match="^the child could not be reached: "):
+            await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+
+    asyncio.run(scenario())
+
+
+def test_a_head_answer_ends_at_its_headers_whatever_its_length_says() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # held open: only the router's close ends it
+
+    async def scenario() -> tuple[int, list[bytes]]:
+        server, port = await _child(script)
+        async with server:
+            answer = await send("127.0.0.1", port, "HEAD", "/health", [], b"")
+            return answer.status_code, await _pieces(answer)
+
+    assert asyncio.run(scenario()) == (200, [])
+
+
+def test_a_closed_answer_fails_its_reader_and_a_slow_reader_pauses_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upstream, "_HELD_BYTES", 4)
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+        writer.write(CHUNKED_HEAD + b"5\r\nfirst\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async def scenario() -> tuple[bytes, bool]:
+        server, port = await _child(script)
+        async with server:
+            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+            pieces = answer.body()
+            await _until(lambda: answer._paused)  # 5 bytes held, over the limit: the child is no longer read
+            first = await anext(pieces)
+            paused_after = answer._paused
+            answer.close()
+            with pytest.raises(UpstreamError, match="^the child closed the connection$"):
+                await anext(pieces)
+            return first, paused_after
+
+    assert asyncio.run(scenario()) == (b"first", False)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.001)
