@@ -7,10 +7,14 @@ Measured, each median of ``--repeats`` runs alternating which server goes first:
 - **cold start**: a model is unloaded (``POST /models/unload``, then polled until ``unloaded``), then the time from
   sending a streamed chat for it to its first content token, the load included (after one unmeasured cold start
   per router: the first load after lfmserve's router starts also waits for its fork server's imports);
-- **decode**: tokens per second of one 128-token stream (``ignore_eos``), measured at the client, through each
+- **decode**: tokens per second of one 128-token stream (``ignore_eos``; 1,024 tokens on the tiny model, whose 128
+  take under a tenth of a second, too short to time), measured at the client, through each
   router and from the same model served alone by the same program (``-m``), so the router's cost shows; the
   router's cost is the median of the per-run ratios (router and alone run back to back in each run, so the
   machine's drift between runs, often 20% here, cancels);
+- **the relay's CPU**: the CPU time (user and system) of the router's own process, not its children's, over each
+  timed stream through it, per token: what the relay of a token costs, which on 2 cores is taken from the child's
+  decode, and which the machine's drift moves far less than it moves a speed;
 - **memory**: with all three models loaded, the resident (RSS) and proportional (PSS, shared pages split among
   the processes that map them) memory of the router and every process under it.
 
@@ -35,6 +39,7 @@ from common import (
     Server,
     bench_arguments,
     bench_model,
+    cpu_seconds,
     lfmserve_command,
     llama_server_binary,
     results_log,
@@ -43,7 +48,8 @@ from common import (
 )
 
 MODELS = ("a", "b", "c")
-DECODE_TOKENS = 128
+#: Tokens per timed stream, by model: long enough (half a second and more) that the scheduler's jitter averages out.
+DECODE_TOKENS = {"lfm2-350m-shaped": 128, "tiny": 1024}
 
 
 def write_preset(folder: Path, model: Path, ctx_size: int, threads: int) -> Path:
@@ -93,10 +99,12 @@ def cold_start(url: str) -> float:
     return stream(url, "a", 4)[0]
 
 
-def decode(url: str, model: str | None) -> float:
+def decode(url: str, model: str | None, tokens: int, pid: int) -> tuple[float, float]:
+    """Tokens per second of one stream, and the CPU microseconds process ``pid`` (the router) spent per token."""
     stream(url, model, 8)  # warm: loaded, prompt cached
-    _, arrivals = stream(url, model, DECODE_TOKENS)
-    return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+    cpu_before = cpu_seconds(pid)
+    _, arrivals = stream(url, model, tokens)
+    return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]), (cpu_seconds(pid) - cpu_before) / len(arrivals) * 1e6
 
 
 def main() -> int:
@@ -136,9 +144,15 @@ def main() -> int:
                 record(name, "cold_start_s", cold_start(urls[name]))
         for rep in range(args.repeats):
             names = list(urls) if rep % 2 == 0 else list(urls)[::-1]
-            speeds = {name: decode(urls[name], "a" if name in routers else None) for name in names}
-            for name, speed in speeds.items():
+            servers = {**routers, **alone}
+            speeds: dict[str, float] = {}
+            for name in names:
+                model_name = "a" if name in routers else None
+                speed, cpu_us = decode(urls[name], model_name, DECODE_TOKENS[args.model], servers[name].process.pid)
                 record(name, "decode_tok_s", speed)
+                if name in routers:
+                    record(name, "router_cpu_us_per_token", cpu_us)
+                speeds[name] = speed
             for program in ("llama-server", "lfmserve"):  # within one run: the drift between runs cancels
                 ratio = speeds[f"{program} router"] / speeds[f"{program} alone"]
                 record(f"{program} router", "decode_vs_alone", ratio)
@@ -157,6 +171,7 @@ def report(medians: dict[str, dict[str, float]]) -> str:
     rows = [
         ("cold start s (request for an unloaded model to its first token)", "cold_start_s"),
         ("decode tok/s through the router", "decode_tok_s"),
+        ("router process's CPU µs per relayed token", "router_cpu_us_per_token"),
         ("RSS MiB, router and three loaded children", "rss_mib"),
         ("PSS MiB, router and three loaded children", "pss_mib"),
     ]
