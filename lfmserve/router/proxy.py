@@ -1,8 +1,9 @@
 """A request's way to its model's child and the answer's way back, unbuffered.
 
 The body goes to the child as it came (the router reads the model's name from it, but never rewrites it); the
-child's answer streams back chunk by chunk as the child writes it, so a token reaches the client as soon as the
-child sends it. The client's API key stays at the router: the child gets the router's own key for it.
+child's answer streams back as the child writes it: a token reaches the client when the child sends it, or, when
+tokens come faster than one every few milliseconds, together with the others of the same few milliseconds. The
+client's API key stays at the router: the child gets the router's own key for it.
 
 When the child dies under a request: if nothing of the answer had arrived, the request is sent again to a fresh
 child (the model loads again); once the answer has begun, a stream ends with an error event in the shape its
@@ -55,6 +56,11 @@ _CREDENTIALS = frozenset({"authorization", "x-api-key", "content-length"})
 #: How long a child that refused a connection has to be seen exiting before the request is given up.
 _EXIT_NOTICE_S = 2.0
 _SHUTTING_DOWN = "the server is shutting down"
+#: The least time between two writes of a streamed answer (SSE, NDJSON): tokens that come faster leave together,
+#: each at most two gaps late, so the relay wakes once a gap instead of once a token (invisible to a reader, and
+#: a model slower than a token a gap is relayed token by token as before).
+_STREAM_GAP_S = 0.004
+_SSE = "text/event-stream"
 #: What a path keeps unescaped on its way to a child, RFC 3986's path characters: the path arrives decoded, so a
 #: control character, a ``?`` or a ``#`` the client sent escaped is escaped again (``/upstream/m/%3F`` is ``/%3F``).
 _PATH_SAFE = "/:@!$&'()*+,;=~"
@@ -150,8 +156,10 @@ class Proxy:
             raise Unavailable(_SHUTTING_DOWN) from exc
 
     async def _relay(self, instance: Instance, upstream: Upstream, path: str) -> AsyncIterator[bytes]:
+        content_type = dict(upstream.headers).get("content-type", "")
+        streamed = content_type.startswith((_SSE, NDJSON))
         try:
-            async for chunk in upstream.body():
+            async for chunk in upstream.body(_STREAM_GAP_S if streamed else 0.0):
                 yield chunk
         except UpstreamError as exc:
             error: LfmError
@@ -160,7 +168,7 @@ class Proxy:
             else:
                 logger.warning("model %s stopped while answering: %s", instance.name, exc)
                 error = LfmError(f"model '{instance.name}' stopped while answering")
-            yield _stream_error(dict(upstream.headers).get("content-type", ""), path, error)
+            yield _stream_error(content_type, path, error)
         finally:
             await self._end(instance, upstream)
 
@@ -241,7 +249,7 @@ def _stream_error(content_type: str, path: str, error: LfmError) -> bytes:
     API's ``data: {"error": ...}``, else llama-server's ``error:`` event."""
     if content_type.startswith(NDJSON):
         return error_line(error.message)
-    if not content_type.startswith("text/event-stream"):
+    if not content_type.startswith(_SSE):
         return b""
     route = path.removeprefix("/v1")
     responses = route.startswith("/responses")

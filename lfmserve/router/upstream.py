@@ -1,11 +1,11 @@
 """A request the router passes to a child, on a connection of its own, and the child's answer as it arrives.
 
-The router relays every token a child streams, so what it spends on a chunk is spent on every token. Read through
-httpx, a chunk passed through httpcore, h11 and an anyio cancel scope, then Starlette and uvicorn on the way out:
-about 150 µs of the router's CPU each, on a core the child's decode also needs. Here the answer is read by an
-asyncio protocol whose parser is httptools (llhttp, in C): the chunked framing is undone in C, and everything that
-arrived since the relay's last write goes out in one write, so a relay that falls behind catches up in one step
-instead of one step per token.
+The router relays every token a child streams, so what it spends on a chunk is spent on every token, on a core the
+child's decode also needs (docs/benchmarks.md, Router, has the figures). Read through httpx, each chunk passed
+through httpcore, h11 and an anyio cancel scope. Here the answer is read by an asyncio protocol whose parser is
+httptools (llhttp, in C): the chunked framing is undone in C, and everything that arrived since the relay's last
+write goes out in one write. A stream whose tokens come faster than the relay's gap is read once a gap: the child's
+writes wait in the socket meanwhile, so one wake-up of the router carries several tokens.
 
 Each request gets a fresh loopback connection, closed when its answer ends (``Connection: close``): no pool of
 idle connections to keep, to find closed by the child, or to retry on. A loopback connect is a few tens of µs.
@@ -94,11 +94,20 @@ class Upstream(asyncio.Protocol):
         """Wait for the answer's status and headers; :class:`UpstreamError` if the connection ends first."""
         await self._head
 
-    async def body(self) -> AsyncIterator[bytes]:
+    async def body(self, gap_s: float = 0.0) -> AsyncIterator[bytes]:
         """The answer's body, each piece everything that arrived since the last; :class:`UpstreamError` once what
-        arrived before the connection failed has been given."""
+        arrived before the connection failed has been given.
+
+        Pieces at least ``gap_s`` apart: one that arrives sooner waits out the gap with the child unread, so what
+        the child writes meanwhile comes in one read for the next piece. A piece waits at most two gaps."""
+        loop = asyncio.get_running_loop()
+        last = -gap_s
         while True:
             if self._held:
+                wait = last + gap_s - loop.time()
+                if wait > 0 and self._reading():
+                    await self._unread_for(wait)
+                last = loop.time()
                 piece = b"".join(self._held) if len(self._held) > 1 else self._held[0]
                 self._held.clear()
                 self._held_bytes = 0
@@ -116,6 +125,19 @@ class Upstream(asyncio.Protocol):
                     await self._waiter
                 finally:
                     self._waiter = None
+
+    def _reading(self) -> bool:
+        """Still reading the answer: not ended, not failed, not paused for a slow client."""
+        return not (self._ended or self._error or self._paused)
+
+    async def _unread_for(self, seconds: float) -> None:
+        assert self._transport is not None
+        self._transport.pause_reading()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if not self._transport.is_closing():
+                self._transport.resume_reading()
 
     def close(self) -> None:
         """Close the connection; a body still being read then fails as if the child had closed it."""

@@ -90,6 +90,50 @@ def test_chunks_that_arrive_together_are_one_piece_without_their_framing() -> No
     assert pieces == [b"data: ", b"a\n\nb\n\n"]
 
 
+def test_pieces_sooner_than_the_gap_wait_with_the_child_unread_and_what_it_wrote_meanwhile_comes_in_one() -> None:
+    gap_s = 0.2
+    first_read = asyncio.Event()
+    unread = asyncio.Event()
+    third_read = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+        writer.write(CHUNKED_HEAD + b"1\r\na\r\n")
+        await first_read.wait()
+        writer.write(b"1\r\nb\r\n")  # read at once, then held until the gap is over
+        await unread.wait()
+        writer.write(b"1\r\nc\r\n")
+        writer.write(b"1\r\nd\r\n")
+        await third_read.wait()
+        writer.write(b"1\r\ne\r\n0\r\n\r\n")  # the end leaves at once
+
+    async def scenario() -> tuple[list[bytes], list[float]]:
+        server, port = await _child(script)
+        async with server:
+            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+            transport = answer._transport
+            assert transport is not None
+
+            async def unread_in_the_gap() -> None:
+                await _until(lambda: not transport.is_reading())  # "b" came within the gap
+                unread.set()
+
+            watch = asyncio.create_task(unread_in_the_gap())
+            pieces, times = [], []
+            async for piece in answer.body(gap_s):
+                pieces.append(piece)
+                times.append(asyncio.get_running_loop().time())
+                first_read.set()
+                if len(pieces) == 3:
+                    third_read.set()
+            await watch
+            return pieces, times
+
+    pieces, times = asyncio.run(scenario())
+    assert pieces == [b"a", b"b", b"cd", b"e"]
+    assert [later - earlier >= gap_s - 0.001 for earlier, later in zip(times, times[1:3], strict=False)] == [True, True]
+
+
 def test_an_answer_cut_short_gives_what_arrived_then_fails() -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
