@@ -3,8 +3,9 @@
 multiprocessing's fork server imports the modules of its preload list once, when it starts, and each child it forks
 shares those pages with it (:mod:`.spawn`). This module is that list's one entry: importing it imports what every
 child imports (its entry point, the app, the loader, and what uvicorn and a first request load only once they run),
-then calls :func:`gc.freeze`. It exists because the freeze has to come after the imports, and a preload list can only
-name modules to import, not a call to make after them.
+builds what each child would build first (the request bodies' validators, the flags' parser), then calls
+:func:`gc.freeze`. It exists because the freeze has to come after the imports, and a preload list can only name
+modules to import, not a call to make after them.
 
 Why freeze: each object the garbage collector tracks carries the collector's bookkeeping in its header, and a
 collection of the oldest generation writes that header in every object it walks. A child's first full collection
@@ -47,6 +48,13 @@ def _preload() -> None:
             importlib.import_module(name)
         except ImportError:  # uvloop where it is not installed: the child imports what it uses, as without a preload
             pass
+    from lfmserve.api.openapi import build_bodies
+    from lfmserve.settings.argv import parser
+
+    # Built once here rather than in each child: the request bodies' validators (a single server builds them on
+    # first use) and the command line's parser, which each child's flags go through.
+    build_bodies()
+    parser()
     gc.freeze()
 
 
