@@ -6,7 +6,9 @@ Measured, each median of ``--repeats`` runs alternating which server goes first:
 
 - **cold start**: a model is unloaded (``POST /models/unload``, then polled until ``unloaded``), then the time from
   sending a streamed chat for it to its first content token, the load included (after one unmeasured cold start
-  per router: the first load after lfmserve's router starts also waits for its fork server's imports);
+  per router: the first load after lfmserve's router starts also waits for its fork server's imports), with its
+  phases from the router's ``/models/sse`` events, read as the request runs: to the ``loading`` event (the router
+  started the child) and to the ``loaded`` event (the child is ready);
 - **decode**: tokens per second of one 128-token stream (``ignore_eos``; 1,024 tokens on the tiny model, whose 128
   take under a tenth of a second, too short to time), measured at the client, through each
   router and from the same model served alone by the same program (``-m``), so the router's cost shows; the
@@ -30,6 +32,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -94,9 +97,25 @@ def unload(url: str, model: str) -> None:
             time.sleep(0.05)
 
 
-def cold_start(url: str) -> float:
+def cold_start(url: str) -> dict[str, float]:
+    """Seconds from sending a streamed chat for the unloaded model ``a`` to the router's ``loading`` event (it started
+    the child), to its ``loaded`` event (the child is ready) and to the answer's first content token."""
     unload(url, "a")
-    return stream(url, "a", 4)[0]
+    phases: dict[str, float] = {}
+    with httpx.stream("GET", url + "/models/sse", timeout=60) as events:  # subscribed: its headers are in
+        arrivals: list[float] = []
+        request = threading.Thread(target=lambda: arrivals.extend(stream(url, "a", 4)[1]))
+        start = time.perf_counter()
+        request.start()
+        for line in events.iter_lines():
+            event = json.loads(line[6:]) if line.startswith("data: {") else {}
+            status = event.get("data", {}).get("status") if event.get("model") == "a" else None
+            if status in ("loading", "loaded"):
+                phases.setdefault(f"cold_to_{status}_s", time.perf_counter() - start)
+            if status == "loaded":
+                break
+        request.join()
+    return {**phases, "cold_start_s": arrivals[0] - start}
 
 
 def decode(url: str, model: str | None, tokens: int, pid: int) -> tuple[float, float]:
@@ -141,7 +160,8 @@ def main() -> int:
         for rep in range(args.repeats):
             order = list(routers) if rep % 2 == 0 else list(routers)[::-1]
             for name in order:
-                record(name, "cold_start_s", cold_start(urls[name]))
+                for metric, seconds in cold_start(urls[name]).items():
+                    record(name, metric, seconds)
         for rep in range(args.repeats):
             names = list(urls) if rep % 2 == 0 else list(urls)[::-1]
             servers = {**routers, **alone}
@@ -170,6 +190,8 @@ def report(medians: dict[str, dict[str, float]]) -> str:
     ours, theirs = medians["lfmserve router"], medians["llama-server router"]
     rows = [
         ("cold start s (request for an unloaded model to its first token)", "cold_start_s"),
+        ("cold start: request to the router's `loading` event s (the child started)", "cold_to_loading_s"),
+        ("cold start: request to the router's `loaded` event s (the child ready)", "cold_to_loaded_s"),
         ("decode tok/s through the router", "decode_tok_s"),
         ("router process's CPU µs per relayed token", "router_cpu_us_per_token"),
         ("RSS MiB, router and three loaded children", "rss_mib"),
