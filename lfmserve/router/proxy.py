@@ -38,7 +38,8 @@ from .pool import Pool
 from .upstream import Upstream, UpstreamError, send
 
 logger = logging.getLogger(__name__)
-#: Headers that describe one connection, not the message: never passed on.
+#: Headers that describe one connection, not the message: never passed on. ``expect`` too: the router has read the
+#: whole body already, and a child's ``100 Continue`` would only delay its answer.
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -69,7 +70,8 @@ _PATH_SAFE = "/:@!$&'()*+,;=~"
 class Proxy:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        # No timeout: a generation may take as long as its max_tokens needs (the child has its own limits).
+        #: The router's own calls to its children (:meth:`ask`): no timeout unless the call gives one. Relayed
+        #: requests go on connections of their own (:mod:`.upstream`).
         self.client = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=64))
         #: Shutting down: new requests get a 503 (:meth:`drain`).
         self._draining = False
@@ -240,7 +242,13 @@ def _for_child(headers: list[tuple[str, str]], child: Child) -> list[tuple[str, 
 
 
 def _for_client(headers: list[tuple[str, str]]) -> dict[str, str]:
-    return {k: v for k, v in headers if k not in _HOP_BY_HOP}
+    """The answer's headers for the client: a repeated one's values joined with ", " (one field, as RFC 9110 allows),
+    hop-by-hop ones left out."""
+    kept: dict[str, str] = {}
+    for name, value in headers:
+        if name not in _HOP_BY_HOP:
+            kept[name] = f"{kept[name]}, {value}" if name in kept else value
+    return kept
 
 
 def _stream_error(content_type: str, path: str, error: LfmError) -> bytes:

@@ -8,7 +8,7 @@ write goes out in one write. A stream whose tokens come faster than the relay's 
 writes wait in the socket meanwhile, so one wake-up of the router carries several tokens.
 
 Each request gets a fresh loopback connection, closed when its answer ends (``Connection: close``): no pool of
-idle connections to keep, to find closed by the child, or to retry on. A loopback connect is a few tens of µs.
+idle connections to keep, to find closed by the child, or to retry on.
 """
 
 from __future__ import annotations
@@ -31,13 +31,18 @@ class UpstreamError(ConnectionError):
 class Upstream(asyncio.Protocol):
     """One request's connection to a child: its answer's status and headers once they arrive, then its body."""
 
-    def __init__(self, request: bytes, *, head_only: bool) -> None:
+    def __init__(self, request: list[bytes], *, head_only: bool) -> None:
+        #: The request's head and body, until they are written (a body of images is not kept for the answer's life).
         self._request = request
         self._head_only = head_only
+        #: The answer's head is being read: its header lines are the answer's (a chunked body's trailers are not).
+        self._in_head = True
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         loop = asyncio.get_running_loop()
         self._head: asyncio.Future[None] = loop.create_future()
+        # A request cancelled while it connects leaves the head's failure unawaited: retrieved here, not logged.
+        self._head.add_done_callback(lambda head: head.cancelled() or head.exception())
         self._waiter: asyncio.Future[None] | None = None
         self._held: list[bytes] = []
         self._held_bytes = 0
@@ -52,7 +57,8 @@ class Upstream(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
-        self._transport.write(self._request)
+        self._transport.writelines(self._request)
+        self._request = []
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -72,10 +78,15 @@ class Upstream(asyncio.Protocol):
     # The parser's side, called from feed_data.
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+        if self._in_head:
+            self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
         self.status_code = self._parser.get_status_code()
+        if self.status_code < 200:  # an interim answer (100 Continue): the parser reads the final one next
+            self.headers.clear()
+            return
+        self._in_head = False
         if self._head_only:  # a HEAD's answer has no body, whatever its content-length says
             self._end()
         if not self._head.done():
@@ -86,7 +97,8 @@ class Upstream(asyncio.Protocol):
         self._held_bytes += len(body)
 
     def on_message_complete(self) -> None:
-        self._end()
+        if not self._in_head:  # not an interim answer's end
+            self._end()
 
     # The relay's side.
 
@@ -180,10 +192,10 @@ async def send(host: str, port: int, method: str, target: str, headers: list[tup
     return upstream
 
 
-def _serialize(authority: str, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
-    """The request's bytes, written by h11, which refuses a header or target that would split the message (the
-    router's own server has already refused those in the client's request)."""
-    connection = h11.Connection(h11.CLIENT)
+def _serialize(authority: str, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> list[bytes]:
+    """The request's head, written by h11, which refuses a header or target that would split the message, then its
+    body as it came. Values go as latin-1 bytes, as the router's server read them from the client."""
     fields = [("host", authority), *headers, ("content-length", str(len(body))), ("connection", "close")]
-    parts = (h11.Request(method=method, target=target, headers=fields), h11.Data(data=body), h11.EndOfMessage())
-    return b"".join(connection.send(part) or b"" for part in parts)
+    raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in fields]
+    head = h11.Connection(h11.CLIENT).send(h11.Request(method=method, target=target.encode("latin-1"), headers=raw))
+    return [head or b"", body]

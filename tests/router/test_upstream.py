@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from lfmserve.router import upstream
+from lfmserve.router.proxy import _for_client
 from lfmserve.router.upstream import Upstream, UpstreamError, send
 
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Seen: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -90,11 +91,23 @@ def test_chunks_that_arrive_together_are_one_piece_without_their_framing() -> No
     assert pieces == [b"data: ", b"a\n\nb\n\n"]
 
 
-def test_pieces_sooner_than_the_gap_wait_with_the_child_unread_and_what_it_wrote_meanwhile_comes_in_one() -> None:
-    gap_s = 0.2
-    first_read = asyncio.Event()
-    unread = asyncio.Event()
-    third_read = asyncio.Event()
+def test_a_piece_sooner_than_the_gap_waits_it_out_with_the_child_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gap is held open by the test (asyncio.sleep of the gap's length waits for ``gap_over``): what the child
+    writes while it is open stays unread, then comes in one piece."""
+    gap_s = 3600.0
+    first_read, unread, gap_over, third_read = (asyncio.Event() for _ in range(4))
+    waits: list[float] = []
+    sleep = asyncio.sleep
+
+    async def held_gap(seconds: float) -> None:
+        if seconds < gap_s / 2:
+            await sleep(seconds)
+            return
+        waits.append(seconds)
+        await gap_over.wait()
+        gap_over.clear()
+
+    monkeypatch.setattr(asyncio, "sleep", held_gap)
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
@@ -104,34 +117,35 @@ def test_pieces_sooner_than_the_gap_wait_with_the_child_unread_and_what_it_wrote
         await unread.wait()
         writer.write(b"1\r\nc\r\n")
         writer.write(b"1\r\nd\r\n")
+        gap_over.set()
         await third_read.wait()
-        writer.write(b"1\r\ne\r\n0\r\n\r\n")  # the end leaves at once
+        writer.write(b"1\r\ne\r\n0\r\n\r\n")  # the end: it leaves without a gap
 
-    async def scenario() -> tuple[list[bytes], list[float]]:
+    async def scenario() -> list[bytes]:
         server, port = await _child(script)
         async with server:
             answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
             transport = answer._transport
             assert transport is not None
 
-            async def unread_in_the_gap() -> None:
+            async def hold_the_gaps_open() -> None:
                 await _until(lambda: not transport.is_reading())  # "b" came within the gap
-                unread.set()
+                unread.set()  # the script writes "c" and "d", then ends this gap
+                await _until(lambda: len(waits) == 2)  # "cd" came within the next one
+                gap_over.set()
 
-            watch = asyncio.create_task(unread_in_the_gap())
-            pieces, times = [], []
+            watch = asyncio.create_task(hold_the_gaps_open())
+            pieces = []
             async for piece in answer.body(gap_s):
                 pieces.append(piece)
-                times.append(asyncio.get_running_loop().time())
                 first_read.set()
                 if len(pieces) == 3:
                     third_read.set()
             await watch
-            return pieces, times
+            return pieces
 
-    pieces, times = asyncio.run(scenario())
-    assert pieces == [b"a", b"b", b"cd", b"e"]
-    assert [later - earlier >= gap_s - 0.001 for earlier, later in zip(times, times[1:3], strict=False)] == [True, True]
+    assert asyncio.run(scenario()) == [b"a", b"b", b"cd", b"e"]
+    assert len(waits) == 2 and all(gap_s - 1 < wait <= gap_s for wait in waits)
 
 
 def test_an_answer_cut_short_gives_what_arrived_then_fails() -> None:
@@ -184,7 +198,7 @@ def test_a_head_answer_ends_at_its_headers_whatever_its_length_says() -> None:
     assert asyncio.run(scenario()) == (200, [])
 
 
-def test_a_closed_answer_fails_its_reader_and_a_slow_reader_pauses_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_reader_pauses_the_child_until_it_takes_what_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(upstream, "_HELD_BYTES", 4)
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -197,18 +211,65 @@ def test_a_closed_answer_fails_its_reader_and_a_slow_reader_pauses_the_child(mon
         server, port = await _child(script)
         async with server:
             answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+            transport = answer._transport
+            assert transport is not None
             pieces = answer.body()
-            await _until(lambda: answer._paused)  # 5 bytes held, over the limit: the child is no longer read
+            await _until(lambda: not transport.is_reading())  # 5 bytes held, over the limit: the child is not read
             first = await anext(pieces)
-            paused_after = answer._paused
+            reading = transport.is_reading()
+            answer.close()
+            return first, reading
+
+    assert asyncio.run(scenario()) == (b"first", True)
+
+
+def test_an_answer_closed_under_its_reader_fails_it() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+        writer.write(CHUNKED_HEAD + b"5\r\nfirst\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async def scenario() -> bytes:
+        server, port = await _child(script)
+        async with server:
+            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+            pieces = answer.body()
+            first = await anext(pieces)
             answer.close()
             with pytest.raises(UpstreamError, match="^the child closed the connection$"):
                 await anext(pieces)
-            return first, paused_after
+            return first
 
-    assert asyncio.run(scenario()) == (b"first", False)
+    assert asyncio.run(scenario()) == b"first"
+
+
+def test_an_interim_answer_and_a_bodys_trailers_are_not_the_answers_head() -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" + CHUNKED_HEAD)
+        writer.write(b"2\r\nok\r\n0\r\nX-Trailer: 1\r\n\r\n")
+        await writer.drain()
+
+    async def scenario() -> tuple[int, list[tuple[str, str]], list[bytes]]:
+        server, port = await _child(script)
+        async with server:
+            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+            return answer.status_code, answer.headers, await _pieces(answer)
+
+    status, headers, pieces = asyncio.run(scenario())
+    assert (status, pieces) == (200, [b"ok"])
+    assert headers == [("content-type", "text/event-stream"), ("x-seen", "1"), ("transfer-encoding", "chunked")]
 
 
 async def _until(condition: Callable[[], bool]) -> None:
     while not condition():
         await asyncio.sleep(0.001)
+
+
+def test_the_client_gets_a_repeated_header_as_one_field_and_no_hop_by_hop_header() -> None:
+    headers = [("x-tag", "a"), ("connection", "close"), ("x-tag", "b"), ("transfer-encoding", "chunked")]
+    assert _for_client([*headers, ("content-type", "text/event-stream")]) == {
+        "x-tag": "a, b",
+        "content-type": "text/event-stream",
+    }
