@@ -4,7 +4,8 @@ request it writes, the answer's pieces as they arrive, and every way the answer 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -28,6 +29,16 @@ async def _child(script: Script) -> tuple[asyncio.Server, int]:
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     return server, server.sockets[0].getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def _asked(
+    script: Script, method: str = "POST", target: str = "/completion", body: bytes = b"{}"
+) -> AsyncIterator[Upstream]:
+    """The answer to one request of a child that runs ``script``."""
+    server, port = await _child(script)
+    async with server:
+        yield await send("127.0.0.1", port, method, target, [], body)
 
 
 async def _request(reader: asyncio.StreamReader) -> bytes:
@@ -78,9 +89,7 @@ def test_chunks_that_arrive_together_are_one_piece_without_their_framing() -> No
         await writer.drain()
 
     async def scenario() -> tuple[list[tuple[str, str]], list[bytes]]:
-        server, port = await _child(script)
-        async with server:
-            answer = await send("127.0.0.1", port, "GET", "/v1/stream", [], b"")
+        async with _asked(script, "GET", "/v1/stream", b"") as answer:
             pieces = answer.body()
             first = await anext(pieces)
             first_read.set()
@@ -122,9 +131,7 @@ def test_a_piece_sooner_than_the_gap_waits_it_out_with_the_child_unread(monkeypa
         writer.write(b"1\r\ne\r\n0\r\n\r\n")  # the end: it leaves without a gap
 
     async def scenario() -> list[bytes]:
-        server, port = await _child(script)
-        async with server:
-            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+        async with _asked(script) as answer:
             transport = answer._transport
             assert transport is not None
 
@@ -155,9 +162,7 @@ def test_an_answer_cut_short_gives_what_arrived_then_fails() -> None:
         await writer.drain()
 
     async def scenario() -> list[bytes]:
-        server, port = await _child(script)
-        async with server:
-            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+        async with _asked(script) as answer:
             pieces: list[bytes] = []
             with pytest.raises(UpstreamError, match="the child closed the connection"):
                 async for piece in answer.body():
@@ -190,9 +195,7 @@ def test_a_head_answer_ends_at_its_headers_whatever_its_length_says() -> None:
         await reader.read()  # held open: only the router's close ends it
 
     async def scenario() -> tuple[int, list[bytes]]:
-        server, port = await _child(script)
-        async with server:
-            answer = await send("127.0.0.1", port, "HEAD", "/health", [], b"")
+        async with _asked(script, "HEAD", "/health", b"") as answer:
             return answer.status_code, await _pieces(answer)
 
     assert asyncio.run(scenario()) == (200, [])
@@ -208,9 +211,7 @@ def test_a_slow_reader_pauses_the_child_until_it_takes_what_is_held(monkeypatch:
         await reader.read()
 
     async def scenario() -> tuple[bytes, bool]:
-        server, port = await _child(script)
-        async with server:
-            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+        async with _asked(script) as answer:
             transport = answer._transport
             assert transport is not None
             pieces = answer.body()
@@ -231,9 +232,7 @@ def test_an_answer_closed_under_its_reader_fails_it() -> None:
         await reader.read()
 
     async def scenario() -> bytes:
-        server, port = await _child(script)
-        async with server:
-            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+        async with _asked(script) as answer:
             pieces = answer.body()
             first = await anext(pieces)
             answer.close()
@@ -252,9 +251,7 @@ def test_an_interim_answer_and_a_bodys_trailers_are_not_the_answers_head() -> No
         await writer.drain()
 
     async def scenario() -> tuple[int, list[tuple[str, str]], list[bytes]]:
-        server, port = await _child(script)
-        async with server:
-            answer = await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
+        async with _asked(script) as answer:
             return answer.status_code, answer.headers, await _pieces(answer)
 
     status, headers, pieces = asyncio.run(scenario())
