@@ -11,6 +11,7 @@ the lifespan's (a router stops its children there). What a drain ends is the app
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import time
@@ -24,6 +25,10 @@ from .sockets import tls_files
 
 #: Refuse new requests, give the running ones the seconds given, then end the rest.
 Drain = Callable[[float], Awaitable[None]]
+#: uvicorn's ``on_tick`` counts tenths of a second; it refreshes the ``Date`` header when the count is a multiple of 10.
+_TICKS_PER_SECOND = 10
+#: How often :meth:`Server.main_loop` runs uvicorn's tick when nothing asks it to exit.
+_TICK_S = 1.0
 #: After the drain only the ends of answers remain to be written; a client that does not read them is cut then.
 _WRITE_ENDS_S = 5
 
@@ -49,9 +54,32 @@ class Server(uvicorn.Server):
             ssl_certfile=tls[0],
             ssl_keyfile=tls[1],
         )
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         super().__init__(config)
         self._drain = drain
         self._shutdown_timeout_s = settings.shutdown_timeout
+
+    @property
+    def should_exit(self) -> bool:
+        return self._exit_asked
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        """Asked to exit (a signal, a failed load, from any thread): :meth:`main_loop` wakes now."""
+        self._exit_asked = value
+        if value and self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def main_loop(self) -> None:
+        """uvicorn's loop, woken once a second (to refresh its ``Date`` header) or when asked to exit. uvicorn's own
+        wakes ten times a second to look at ``should_exit``, which a server that serves nothing, or sleeps, pays."""
+        self._wake, self._loop = asyncio.Event(), asyncio.get_running_loop()
+        ticks = 0
+        while not await self.on_tick(ticks):
+            ticks = (ticks + _TICKS_PER_SECOND) % (_TICKS_PER_SECOND * 86_400)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), _TICK_S)
 
     def serve_on(self, sockets: list[socket.socket]) -> bool:
         """Serve on ``sockets`` until SIGTERM / Ctrl-C and the drain; False when the server could not start."""
