@@ -8,7 +8,9 @@ Measured, each median of ``--repeats`` runs alternating which server goes first:
   sending a streamed chat for it to its first content token, the load included (after one unmeasured cold start
   per router: the first load after lfmserve's router starts also waits for its fork server's imports), with its
   phases from the router's ``/models/sse`` events, read as the request runs: to the ``loading`` event (the router
-  started the child) and to the ``loaded`` event (the child is ready);
+  started the child) and to the ``loaded`` event (the child is ready), and for lfmserve from its router's log, to
+  the child's ``listening on`` line (forked, its settings and app built) and ``server is ready`` line (loaded and
+  warmed up);
 - **decode**: tokens per second of one 128-token stream (``ignore_eos``; 1,024 tokens on the tiny model, whose 128
   take under a tenth of a second, too short to time), measured at the client, through each
   router and from the same model served alone by the same program (``-m``), so the router's cost shows; the
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,15 +100,16 @@ def unload(url: str, model: str) -> None:
             time.sleep(0.05)
 
 
-def cold_start(url: str) -> dict[str, float]:
+def cold_start(url: str, log: Path | None = None) -> dict[str, float]:
     """Seconds from sending a streamed chat for the unloaded model ``a`` to the router's ``loading`` event (it started
-    the child), to its ``loaded`` event (the child is ready) and to the answer's first content token."""
+    the child), to its ``loaded`` event (the child is ready) and to the answer's first content token; with the
+    router's ``log`` (lfmserve's), also to the child's ``listening`` and ``server is ready`` lines."""
     unload(url, "a")
     phases: dict[str, float] = {}
     with httpx.stream("GET", url + "/models/sse", timeout=60) as events:  # subscribed: its headers are in
         arrivals: list[float] = []
         request = threading.Thread(target=lambda: arrivals.extend(stream(url, "a", 4)[1]))
-        start = time.perf_counter()
+        start, start_wall = time.perf_counter(), time.time()
         request.start()
         for line in events.iter_lines():
             event = json.loads(line[6:]) if line.startswith("data: {") else {}
@@ -115,7 +119,31 @@ def cold_start(url: str) -> dict[str, float]:
             if status == "loaded":
                 break
         request.join()
+    if log is not None:
+        phases.update(child_lines(log, start_wall))
     return {**phases, "cold_start_s": arrivals[0] - start}
+
+
+#: The child's own lines that mark its start (its log's timestamps have milliseconds).
+CHILD_LINES = {"cold_to_child_listening_s": "[a] lfmserve: listening on", "cold_to_child_ready_s": "server is ready"}
+
+
+def child_lines(log: Path, since: float) -> dict[str, float]:
+    """Seconds from ``since`` (the wall clock) to the first of each of :data:`CHILD_LINES` logged after it."""
+    found: dict[str, float] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if "[a] " not in line:
+            continue
+        try:
+            logged = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        if logged < since - 0.001:  # milliseconds, truncated
+            continue
+        for metric, text in CHILD_LINES.items():
+            if text in line:
+                found.setdefault(metric, logged - since)
+    return found
 
 
 def decode(url: str, model: str | None, tokens: int, pid: int) -> tuple[float, float]:
@@ -139,7 +167,11 @@ def main() -> int:
     direct = ["-m", str(model), "-c", str(args.ctx_size), "-t", str(args.threads), "-np", "1"]
     routers = {
         "llama-server router": Server("llama-server router", [str(binary), "--models-preset", str(preset)]),
-        "lfmserve router": Server("lfmserve router", [lfmserve_command(), "--models-preset", str(preset), "--no-ui"]),
+        "lfmserve router": Server(
+            "lfmserve router",
+            [lfmserve_command(), "--models-preset", str(preset), "--no-ui"],
+            log=folder / "lfmserve-router.log",
+        ),
     }
     alone = {
         "llama-server alone": Server("llama-server alone", [str(binary), *direct]),
@@ -160,7 +192,7 @@ def main() -> int:
         for rep in range(args.repeats):
             order = list(routers) if rep % 2 == 0 else list(routers)[::-1]
             for name in order:
-                for metric, seconds in cold_start(urls[name]).items():
+                for metric, seconds in cold_start(urls[name], routers[name].log).items():
                     record(name, metric, seconds)
         for rep in range(args.repeats):
             names = list(urls) if rep % 2 == 0 else list(urls)[::-1]
@@ -191,6 +223,11 @@ def report(medians: dict[str, dict[str, float]]) -> str:
     rows = [
         ("cold start s (request for an unloaded model to its first token)", "cold_start_s"),
         ("cold start: request to the router's `loading` event s (the child started)", "cold_to_loading_s"),
+        (
+            "cold start: request to the child's `listening on` line s (forked, its settings and app built)",
+            "cold_to_child_listening_s",
+        ),
+        ("cold start: request to the child's `server is ready` line s (loaded, warmed up)", "cold_to_child_ready_s"),
         ("cold start: request to the router's `loaded` event s (the child ready)", "cold_to_loaded_s"),
         ("decode tok/s through the router", "decode_tok_s"),
         ("router process's CPU µs per relayed token", "router_cpu_us_per_token"),
@@ -199,6 +236,9 @@ def report(medians: dict[str, dict[str, float]]) -> str:
     ]
     out = ["| metric | llama-server | lfmserve | lfmserve / llama-server |", "|---|---|---|---|"]
     for label, key in rows:
+        if key not in theirs:  # lfmserve's child's own lines: llama-server's router has none to match
+            out.append(f"| {label} | — | {ours[key]:.3f} | — |")
+            continue
         out.append(f"| {label} | {theirs[key]:.3f} | {ours[key]:.3f} | {ours[key] / theirs[key]:.2f} |")
     ratios = [medians[f"{program} router"]["decode_vs_alone"] for program in ("llama-server", "lfmserve")]
     label = "decode through the router / the same program alone (median of per-run ratios)"
