@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -13,9 +14,27 @@ from lfmserve.router import upstream
 from lfmserve.router.proxy import _for_client
 from lfmserve.router.upstream import Upstream, UpstreamError, send
 
+T = TypeVar("T")
 CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Seen: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+#: Runs a test's scenario to its end on one event loop and gives its result.
+Run = Callable[[Coroutine[Any, Any, T]], T]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Run[Any]:
+    """asyncio's own loop, and uvloop's, which the router runs on (its transports are not asyncio's classes)."""
+    factory = None
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        factory = uvloop.new_event_loop
+
+    def run_on_loop(scenario: Coroutine[Any, Any, T]) -> T:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(scenario)
+
+    return run_on_loop
 
 
 async def _child(script: Script) -> tuple[asyncio.Server, int]:
@@ -51,7 +70,7 @@ async def _pieces(answer: Upstream) -> list[bytes]:
     return [piece async for piece in answer.body()]
 
 
-def test_the_request_is_written_whole_with_its_length_and_a_close() -> None:
+def test_the_request_is_written_whole_with_its_length_and_a_close(run: Run[Any]) -> None:
     seen: list[bytes] = []
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -66,7 +85,7 @@ def test_the_request_is_written_whole_with_its_length_and_a_close() -> None:
             answer = await send("127.0.0.1", port, "POST", "/v1/chat/completions?x=%3F", headers, b'{"a":1}')
             return port, answer.status_code, answer.headers, await _pieces(answer)
 
-    port, *answer = asyncio.run(scenario())
+    port, *answer = run(scenario())
     assert answer == [200, [("content-length", "2")], [b"ok"]]
     assert seen == [
         b"POST /v1/chat/completions?x=%3F HTTP/1.1\r\n"
@@ -77,7 +96,7 @@ def test_the_request_is_written_whole_with_its_length_and_a_close() -> None:
     ]
 
 
-def test_chunks_that_arrive_together_are_one_piece_without_their_framing() -> None:
+def test_chunks_that_arrive_together_are_one_piece_without_their_framing(run: Run[Any]) -> None:
     first_read = asyncio.Event()
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -95,12 +114,14 @@ def test_chunks_that_arrive_together_are_one_piece_without_their_framing() -> No
             first_read.set()
             return answer.headers, [first, *[piece async for piece in pieces]]
 
-    headers, pieces = asyncio.run(scenario())
+    headers, pieces = run(scenario())
     assert headers == [("content-type", "text/event-stream"), ("x-seen", "1"), ("transfer-encoding", "chunked")]
     assert pieces == [b"data: ", b"a\n\nb\n\n"]
 
 
-def test_a_piece_sooner_than_the_gap_waits_it_out_with_the_child_unread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_piece_sooner_than_the_gap_waits_it_out_with_the_child_unread(
+    run: Run[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The gap is held open by the test (asyncio.sleep of the gap's length waits for ``gap_over``): what the child
     writes while it is open stays unread, then comes in one piece."""
     gap_s = 3600.0
@@ -151,11 +172,11 @@ def test_a_piece_sooner_than_the_gap_waits_it_out_with_the_child_unread(monkeypa
             await watch
             return pieces
 
-    assert asyncio.run(scenario()) == [b"a", b"b", b"cd", b"e"]
+    assert run(scenario()) == [b"a", b"b", b"cd", b"e"]
     assert len(waits) == 2 and all(gap_s - 1 < wait <= gap_s for wait in waits)
 
 
-def test_an_answer_cut_short_gives_what_arrived_then_fails() -> None:
+def test_an_answer_cut_short_gives_what_arrived_then_fails(run: Run[Any]) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
         writer.write(CHUNKED_HEAD + b"4\r\nhalf\r\n")
@@ -169,10 +190,10 @@ def test_an_answer_cut_short_gives_what_arrived_then_fails() -> None:
                     pieces.append(piece)
             return pieces
 
-    assert asyncio.run(scenario()) == [b"half"]
+    assert run(scenario()) == [b"half"]
 
 
-def test_a_child_that_closes_before_answering_or_cannot_be_reached_is_an_upstream_error() -> None:
+def test_a_child_that_closes_before_answering_or_cannot_be_reached_is_an_upstream_error(run: Run[Any]) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
 
@@ -184,10 +205,10 @@ def test_a_child_that_closes_before_answering_or_cannot_be_reached_is_an_upstrea
         with pytest.raises(UpstreamError, match="^the child could not be reached: "):
             await send("127.0.0.1", port, "POST", "/completion", [], b"{}")
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
-def test_a_head_answer_ends_at_its_headers_whatever_its_length_says() -> None:
+def test_a_head_answer_ends_at_its_headers_whatever_its_length_says(run: Run[Any]) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 42\r\n\r\n")
@@ -198,10 +219,12 @@ def test_a_head_answer_ends_at_its_headers_whatever_its_length_says() -> None:
         async with _asked(script, "HEAD", "/health", b"") as answer:
             return answer.status_code, await _pieces(answer)
 
-    assert asyncio.run(scenario()) == (200, [])
+    assert run(scenario()) == (200, [])
 
 
-def test_a_slow_reader_pauses_the_child_until_it_takes_what_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_reader_pauses_the_child_until_it_takes_what_is_held(
+    run: Run[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(upstream, "_HELD_BYTES", 4)
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -221,10 +244,10 @@ def test_a_slow_reader_pauses_the_child_until_it_takes_what_is_held(monkeypatch:
             answer.close()
             return first, reading
 
-    assert asyncio.run(scenario()) == (b"first", True)
+    assert run(scenario()) == (b"first", True)
 
 
-def test_an_answer_closed_under_its_reader_fails_it() -> None:
+def test_an_answer_closed_under_its_reader_fails_it(run: Run[Any]) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
         writer.write(CHUNKED_HEAD + b"5\r\nfirst\r\n")
@@ -240,10 +263,10 @@ def test_an_answer_closed_under_its_reader_fails_it() -> None:
                 await anext(pieces)
             return first
 
-    assert asyncio.run(scenario()) == b"first"
+    assert run(scenario()) == b"first"
 
 
-def test_an_interim_answer_and_a_bodys_trailers_are_not_the_answers_head() -> None:
+def test_an_interim_answer_and_a_bodys_trailers_are_not_the_answers_head(run: Run[Any]) -> None:
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)
         writer.write(b"HTTP/1.1 100 Continue\r\nX-Interim: 1\r\n\r\n" + CHUNKED_HEAD)
@@ -254,7 +277,7 @@ def test_an_interim_answer_and_a_bodys_trailers_are_not_the_answers_head() -> No
         async with _asked(script) as answer:
             return answer.status_code, answer.headers, await _pieces(answer)
 
-    status, headers, pieces = asyncio.run(scenario())
+    status, headers, pieces = run(scenario())
     assert (status, pieces) == (200, [b"ok"])
     assert headers == [("content-type", "text/event-stream"), ("x-seen", "1"), ("transfer-encoding", "chunked")]
 
