@@ -132,7 +132,7 @@ class Upstream(asyncio.Protocol):
             elif self._error is not None:
                 raise self._error
             else:
-                self._waiter = asyncio.get_running_loop().create_future()
+                self._waiter = loop.create_future()
                 try:
                     await self._waiter
                 finally:
