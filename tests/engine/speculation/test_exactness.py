@@ -19,6 +19,7 @@ from lfmserve.engine.records import EngineConfig, EngineRequest
 from lfmserve.engine.speculation import SPEC_TYPES, SpeculationConfig
 from lfmserve.engine.speculation.exactness import exact_batch_size
 from lfmserve.engine.speculation.worth import BatchCosts
+from lfmserve.llama.batch import Batch
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from tests.engine.conftest import GREEDY, run, tokens_of
@@ -134,6 +135,26 @@ def test_without_spec_exact_nothing_is_measured_or_said(
     with caplog.at_level(logging.INFO, logger="lfmserve.engine"):
         _, drafted = _greedy(plain_gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 48)
     assert drafted > 0 and _engine_lines(caplog) == []
+
+
+def test_by_default_a_repacking_cpu_verifies_drafts_in_batches_larger_than_its_exact_size(
+    gemma: NativeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Here only batches of up to 3 compute as single decodes (the test above); without ``--spec-exact`` the
+    engine verifies longer drafts anyway, as llama-server does."""
+    give_batch_costs(gemma, monkeypatch)
+    sizes: list[int] = []
+    decode = NativeContext.decode
+
+    def counted(ctx: NativeContext, batch: Batch | None = None) -> None:
+        sizes.append((batch or ctx.batch).n_tokens)
+        decode(ctx, batch)
+
+    monkeypatch.setattr(NativeContext, "decode", counted)
+    _, drafted = _greedy(gemma, SpeculationConfig(types=("ngram-simple",)), CODE, 48)
+    prompt = len(gemma.tokenize(CODE, add_special=True, parse_special=False))
+    steps = sizes[sizes.index(prompt) + 1 :]  # after the prompt's decode
+    assert drafted > 0 and max(steps) > 3, steps
 
 
 def _never_called(*_: object, **__: object) -> int:
