@@ -25,6 +25,7 @@ from collections import deque
 import numpy as np
 
 from ...llama.context import NativeContext
+from ..threads import WINS_BELOW
 from .worth import BatchCosts, best_draft_length
 
 logger = logging.getLogger(__name__)
@@ -57,11 +58,12 @@ def measured_counts(n_max: int) -> list[int]:
 def measure_batch_costs(ctx: NativeContext, *, seq_id: int, n_max: int, budget_s: float = BUDGET_S) -> BatchCosts:
     """Decode batches of up to ``n_max`` tokens on ``seq_id`` (empty, and left empty), each a verified batch."""
     counts = measured_counts(max(1, min(n_max, ctx.n_batch)))
+    threads = max(ctx.n_threads, ctx.n_threads_batch)
     start = time.perf_counter()
     deadline = start + budget_s
     for n in (counts[-1], 1):  # untimed: the weights paged in, every kernel run once
-        _timed_decode(ctx, seq_id, n)
-    best: dict[int, float] = {1: min(_timed_decode(ctx, seq_id, 1) for _ in range(UNIT_REPEATS))}
+        _timed_decode(ctx, seq_id, n, threads)
+    best: dict[int, float] = {1: min(_timed_decode(ctx, seq_id, 1, threads) for _ in range(UNIT_REPEATS))}
     if best[1] < MEASURABLE_S:
         logger.info("speculation: a decode takes %.2f ms, too little to measure: linear costs", best[1] * 1000)
         return BatchCosts()
@@ -70,8 +72,8 @@ def measure_batch_costs(ctx: NativeContext, *, seq_id: int, n_max: int, budget_s
             if time.perf_counter() > deadline:
                 break
             # A single decode beside each count: the unit is the fastest of them all, not of a slow moment.
-            best[1] = min(best[1], _timed_decode(ctx, seq_id, 1))
-            best[n] = min(best.get(n, float("inf")), _timed_decode(ctx, seq_id, n))
+            best[1] = min(best[1], _timed_decode(ctx, seq_id, 1, threads))
+            best[n] = min(best.get(n, float("inf")), _timed_decode(ctx, seq_id, n, threads))
     costs = BatchCosts(best)
     logger.info(
         "speculation: decode costs of 1..%d tokens measured in %.1f s (1 token %.1f ms; in single decodes: %s)",
@@ -89,67 +91,111 @@ class CostMeter:
 
     Until the first pass ends the linear model stands in. Passes go on (each count's fastest time kept, as noise
     only ever adds) until one changes no time by more than 3%, six are done, or their decodes have taken
-    :data:`BUDGET_S` (a pass ends first). The engine's own decodes then refine the figures
+    :data:`BUDGET_S` (then at once, with the counts timed so far). They decode on the thread count that decodes a
+    token faster (:meth:`_choose_threads`). The engine's own decodes then refine the figures
     (:meth:`.worth.BatchCosts.refined`), so figures measured while the machine was busy do not last.
     """
 
     def __init__(self, n_max: int) -> None:
         self.counts = measured_counts(max(1, n_max))
-        # Untimed first, as below, but small: a request that comes meanwhile waits for one of these decodes.
-        self._queue: deque[tuple[int, bool]] = deque([(1, False), (min(8, self.counts[-1]), False)])
-        self._queue.extend([(1, True)] * UNIT_REPEATS)
-        self._queue.extend(self._pass())
+        #: What is left to decode: a count, whether its time counts, and on how many threads (None: the count
+        #: :meth:`_choose_threads` chose). Planned at the first step, which knows the context's threads.
+        self._queue: deque[tuple[int, bool, int | None]] = deque()
         self._best: dict[int, float] = {}
         self._last_pass: dict[int, float] = {}
         self._passes = 0
         self._seconds = 0.0
+        #: The threads the measurement decodes on, once chosen, and the fastest single decode on each count tried.
+        self._threads: int | None = None
+        self._unit_on: dict[int, float] = {}
         self.done = False
 
     def step(self, ctx: NativeContext, seq_id: int) -> BatchCosts | None:
-        """One decode on ``seq_id`` (empty, and left empty); the costs measured so far when it ended a pass."""
-        n, timed = self._queue.popleft()
-        seconds = _timed_decode(ctx, seq_id, min(n, ctx.n_batch))
+        """One decode on ``seq_id`` (empty, and left empty); the costs measured so far when it ended a pass, or
+        when the decodes have taken :data:`BUDGET_S` (mid-pass: the counts timed by then)."""
+        if not self._queue and not self._passes:
+            self._queue.extend(self._first(max(ctx.n_threads, ctx.n_threads_batch)))
+        n, timed, threads = self._queue.popleft()
+        if threads is None and self._threads is None:
+            self._choose_threads(max(ctx.n_threads, ctx.n_threads_batch))
+        seconds = _timed_decode(ctx, seq_id, min(n, ctx.n_batch), threads or self._threads or 1)
+        if timed and threads is not None:
+            self._unit_on[threads] = min(self._unit_on.get(threads, float("inf")), seconds)
+            return None
         self._seconds += seconds
         if timed:
             self._best[n] = min(self._best.get(n, float("inf")), seconds)
-        if self._queue:
+        # Beside another busy process a pass can take ten times as long, and its decodes slow that process down.
+        over_budget = self._seconds >= BUDGET_S and 1 in self._best
+        if self._queue and not over_budget:
             return None
-        if self._best[1] < MEASURABLE_S:
+        if self._best[1] < MEASURABLE_S or len(self._best) < 2:
             self.done = True
-            logger.info("speculation: a decode takes %.2f ms, too little to measure: linear costs", self._best[1] * 1e3)
+            # Too quick to time, or the budget spent before a second count was timed.
+            why = "little" if self._best[1] < MEASURABLE_S else "long"
+            unit_ms = self._best[1] * 1e3
+            logger.info("speculation: a decode takes %.2f ms, too %s to measure: linear costs", unit_ms, why)
             return BatchCosts()
         self._passes += 1
-        if self._last_pass:
+        if self._last_pass and not over_budget:
             moved = max(1 - self._best[n] / self._last_pass[n] for n in self._best)
             self.done = moved <= STABLE or self._passes >= MAX_PASSES
-        # Beside another busy process a pass can take ten times as long, and its decodes slow that process down.
-        self.done |= self._seconds >= BUDGET_S
+        self.done |= over_budget
         self._last_pass = dict(self._best)
         costs = BatchCosts(self._best)
         if self.done:
-            logger.info(
-                "speculation: decode costs of 1..%d tokens measured between requests in %d passes, %.1f s of decoding "
-                "(1 token %.1f ms; in single decodes: %s); drafts worth verifying for one stream at acceptance "
-                "0.5 / 0.8 / 0.95: %s tokens",
-                self.counts[-1],
-                self._passes,
-                self._seconds,
-                self._best[1] * 1e3,
-                " ".join(f"{n}:{u:.2f}" for n, u in zip(costs.counts, costs.units, strict=True)),
-                " / ".join(str(best_draft_length(q, self.counts[-1] - 1, costs=costs)) for q in (0.5, 0.8, 0.95)),
-            )
+            self._log(costs)
         else:
             self._queue.extend(self._pass())
         return costs
 
-    def _pass(self) -> list[tuple[int, bool]]:
+    def _first(self, threads: int) -> list[tuple[int, bool, int | None]]:
+        """Two untimed decodes, as above but small (a request that comes meanwhile waits for one of them); with
+        several threads, single decodes on all of them and on one in turn (:meth:`_choose_threads`); the unit;
+        the first pass."""
+        warm: list[tuple[int, bool, int | None]] = [(1, False, threads), (min(8, self.counts[-1]), False, threads)]
+        choice: list[tuple[int, bool, int | None]] = (
+            [(1, True, count) for _ in range(UNIT_REPEATS) for count in (threads, 1)] if threads > 1 else []
+        )
+        unit: list[tuple[int, bool, int | None]] = [(1, True, None)] * UNIT_REPEATS
+        return [*warm, *choice, *unit, *self._pass()]
+
+    def _choose_threads(self, threads: int) -> None:
+        """Measure on all the threads, or on one where one decodes a token faster by the thread tuner's margin.
+        Beside busy processes every barrier of a decode on all the threads waits for a core (a hundred times
+        slower than quiet, measured: docs/benchmarks.md), the figures are noise, and the engine's own decodes
+        run on one thread then (:mod:`..threads`)."""
+        one, every = self._unit_on.get(1, float("inf")), self._unit_on.get(threads, float("inf"))
+        self._threads = 1 if one < WINS_BELOW * every else threads
+        if self._threads != threads:
+            logger.info(
+                "speculation: a token decodes in %.1f ms on one thread and %.1f ms on %d: costs measured on one",
+                one * 1e3,
+                every * 1e3,
+                threads,
+            )
+
+    def _log(self, costs: BatchCosts) -> None:
+        logger.info(
+            "speculation: decode costs of 1..%d tokens measured between requests in %d passes, %.1f s of decoding "
+            "(1 token %.1f ms; in single decodes: %s); drafts worth verifying for one stream at acceptance "
+            "0.5 / 0.8 / 0.95: %s tokens",
+            self.counts[-1],
+            self._passes,
+            self._seconds,
+            self._best[1] * 1e3,
+            " ".join(f"{n}:{u:.2f}" for n, u in zip(costs.counts, costs.units, strict=True)),
+            " / ".join(str(best_draft_length(q, self.counts[-1] - 1, costs=costs)) for q in (0.5, 0.8, 0.95)),
+        )
+
+    def _pass(self) -> list[tuple[int, bool, int | None]]:
         """Each count timed once, beside a single decode (the unit is the fastest of them all, as above)."""
-        return [item for n in self.counts[1:] for item in ((1, True), (n, True))]
+        return [item for n in self.counts[1:] for item in ((1, True, None), (n, True, None))]
 
 
-def _timed_decode(ctx: NativeContext, seq_id: int, n: int) -> float:
-    """One decode of ``n`` tokens on all the threads (the engine's last decode may have tried fewer)."""
-    ctx.use_threads(max(ctx.n_threads, ctx.n_threads_batch))
+def _timed_decode(ctx: NativeContext, seq_id: int, n: int, threads: int) -> float:
+    """One decode of ``n`` tokens on ``threads`` (the engine's last decode may have used another count)."""
+    ctx.use_threads(threads)
     batch = ctx.batch
     batch.clear()
     batch.add(np.arange(n, dtype=np.int32) % ctx.model.n_vocab, 0, seq_id, want_last_logits=True)

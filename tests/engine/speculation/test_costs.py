@@ -49,21 +49,27 @@ def test_costs_are_measured_on_an_empty_sequence_and_leave_it_empty(
 class _Ctx:
     n_batch = 64
 
+    def __init__(self, threads: int) -> None:
+        self.n_threads = self.n_threads_batch = threads
+
 
 def _meter_run(
-    monkeypatch: pytest.MonkeyPatch, n_max: int, ms: Callable[[int, int], float]
+    monkeypatch: pytest.MonkeyPatch, n_max: int, ms: Callable[[int, int, int], float], *, threads: int = 1
 ) -> tuple[CostMeter, list[BatchCosts | None]]:
-    """A meter driven to its end; ``ms(n, decode)`` is the scripted time of the ``decode``-th decode, of ``n``."""
+    """A meter of a context of ``threads`` driven to its end; ``ms(n, decode, threads)`` is the scripted time of
+    the ``decode``-th decode, of ``n`` tokens on ``threads``."""
     decodes = itertools.count()
-    monkeypatch.setattr(costs_module, "_timed_decode", lambda ctx, seq_id, n: ms(n, next(decodes)) / 1e3)
+    monkeypatch.setattr(
+        costs_module, "_timed_decode", lambda ctx, seq_id, n, threads: ms(n, next(decodes), threads) / 1e3
+    )
     meter, results = CostMeter(n_max), []
     while not meter.done:
-        results.append(meter.step(_Ctx(), 1))  # type: ignore[arg-type]
+        results.append(meter.step(_Ctx(threads), 1))  # type: ignore[arg-type]
     return meter, results
 
 
 def test_a_model_too_quick_to_time_gets_the_linear_costs_after_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, results = _meter_run(monkeypatch, 12, lambda n, _: 0.5 * n)
+    _, results = _meter_run(monkeypatch, 12, lambda n, *_: 0.5 * n)
     # 2 untimed decodes, 3 units, then 1 .. 8 and 12 each beside a unit: 2 + 3 + 2 * 8
     assert len(results) == 21 and results[:-1] == [None] * 20
     last = results[-1]
@@ -74,7 +80,7 @@ def test_passes_go_on_until_one_moves_no_time_and_the_fastest_time_of_each_count
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The first pass on a busy machine (every decode twice as slow), then quiet ones: 10 ms a token, 4 at 25 ms.
-    def ms(n: int, decode: int) -> float:
+    def ms(n: int, decode: int, _: int) -> float:
         return (2.0 if decode < 21 else 1.0) * (25.0 if n == 4 else 10.0 * n)
 
     with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
@@ -91,11 +97,65 @@ def test_passes_go_on_until_one_moves_no_time_and_the_fastest_time_of_each_count
 
 
 def test_a_machine_that_never_settles_is_measured_six_passes_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, results = _meter_run(monkeypatch, 4, lambda n, decode: 10.0 * n * (1 - decode / 100))  # ever faster
+    _, results = _meter_run(monkeypatch, 4, lambda n, decode, _: 10.0 * n * (1 - decode / 100))  # ever faster
     assert len([costs for costs in results if costs is not None]) == 6
 
 
-def test_no_pass_begins_after_five_seconds_of_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Beside a busy process: 21 decodes of the first pass at 300 ms each, 6.3 s.
-    meter, results = _meter_run(monkeypatch, 12, lambda n, decode: 300.0 * (1 - decode / 100))
-    assert meter.done and len(results) == 21 and results[-1] is not None
+def test_the_measurement_ends_mid_pass_once_its_decodes_have_taken_five_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Beside a busy process, 300 ms a decode (less 3 ms each time): after 19 decodes, 5.19 s (18: 4.94 s). The
+    # first pass had timed 2 untimed, 3 units, then 1 .. 8 each beside a unit; 12 was not reached.
+    meter, results = _meter_run(monkeypatch, 12, lambda n, decode, _: 300.0 * (1 - decode / 100))
+    last = results[-1]
+    assert meter.done and len(results) == 19 and results[:-1] == [None] * 18
+    assert last is not None and last.counts == (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+def test_a_budget_spent_before_a_second_count_is_timed_leaves_the_linear_costs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
+        meter, results = _meter_run(monkeypatch, 12, lambda *_: 2000.0)  # 2 untimed and a unit: 6 s
+    last = results[-1]
+    assert meter.done and len(results) == 3 and last is not None and last.units == ()
+    assert caplog.messages == ["speculation: a decode takes 2000.00 ms, too long to measure: linear costs"]
+
+
+def _decodes_on(
+    monkeypatch: pytest.MonkeyPatch, one_thread_ms: float, caplog: pytest.LogCaptureFixture
+) -> tuple[list[int], BatchCosts | None]:
+    """A two-thread context whose single decodes take 20 ms on two threads, ``one_thread_ms`` on one, and whose
+    batches cost as many single decodes as their tokens: the threads of each decode, and the costs measured."""
+    threads: list[int] = []
+
+    def ms(n: int, _: int, on: int) -> float:
+        threads.append(on)
+        return n * (20.0 if on == 2 else one_thread_ms)
+
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
+        _, results = _meter_run(monkeypatch, 4, ms, threads=2)
+    return threads, results[-1]
+
+
+def test_a_quiet_machine_is_measured_on_all_the_threads(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One thread decodes a token in 34 ms: not faster than two (20 ms) by the thread tuner's margin.
+    threads, costs = _decodes_on(monkeypatch, 34.0, caplog)
+    # 2 untimed, single decodes on two threads and on one in turn three times, 3 units, then 2 .. 4 beside a unit
+    # in a pass, and a second pass that moves nothing.
+    assert threads == [2, 2, 2, 1, 2, 1, 2, 1] + [2] * (3 + 6 + 6)
+    assert costs is not None and costs.units == (1.0, 2.0, 3.0, 4.0)
+    assert "on one thread" not in caplog.text
+
+
+def test_beside_busy_processes_costs_are_measured_on_the_one_thread_the_engine_then_decodes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    threads, costs = _decodes_on(monkeypatch, 16.0, caplog)  # one thread: 16 ms, below 0.85 of 20
+    assert threads == [2, 2, 2, 1, 2, 1, 2, 1] + [1] * (3 + 6 + 6)
+    assert costs is not None and costs.units == (1.0, 2.0, 3.0, 4.0)
+    assert caplog.messages[0] == (
+        "speculation: a token decodes in 16.0 ms on one thread and 20.0 ms on 2: costs measured on one"
+    )
