@@ -108,6 +108,8 @@ class CostMeter:
         #: The threads the measurement decodes on, once chosen, and the fastest single decode on each count tried.
         self._threads: int | None = None
         self._unit_on: dict[int, float] = {}
+        #: Whether the costs are measured on one thread of several (the engine's decodes on one refine them).
+        self.one_thread = False
         self.done = False
 
     def step(self, ctx: NativeContext, seq_id: int) -> BatchCosts | None:
@@ -167,7 +169,8 @@ class CostMeter:
         run on one thread then (:mod:`..threads`)."""
         one, every = self._unit_on.get(1, float("inf")), self._unit_on.get(threads, float("inf"))
         self._threads = 1 if one < WINS_BELOW * every else threads
-        if self._threads != threads:
+        self.one_thread = self._threads != threads
+        if self.one_thread:
             logger.info(
                 "speculation: a token decodes in %.1f ms on one thread and %.1f ms on %d: costs measured on one",
                 one * 1e3,

@@ -99,6 +99,7 @@ class Speculator:
         self._config = config
         self._costs = costs
         self._meter = meter
+        self._costs_on_one_thread = False
         self._exact_batch = exact_batch
         self._n_ctx_slot = n_ctx_slot
         self._mod_table = NgramModTable(config.ngram_mod) if "ngram-mod" in config.types else None
@@ -214,17 +215,20 @@ class Speculator:
         if costs is not None:
             self._costs = costs
         if self._meter.done:
+            self._costs_on_one_thread = self._meter.one_thread
             self._meter = None
         return self._meter is not None
 
     def observe(self, ctx: NativeContext, threads: int, seconds: float) -> None:
         """The generations' decode in ``ctx.batch`` took ``seconds`` on ``threads``. When every position asked for
-        logits, as a verified draft's do, and it ran on all the threads, its time refines the measured costs
-        (:meth:`.worth.BatchCosts.refined`): figures measured between requests while the machine was busy
-        elsewhere come back to what it does when free. Not while the measurement runs: its figures stand."""
+        logits, as a verified draft's do, and it ran on the threads the costs were measured on (all of them, or one
+        beside busy processes), its time refines the measured costs (:meth:`.worth.BatchCosts.refined`): figures
+        measured between requests while the machine was busy elsewhere come back to what it does now. Not while
+        the measurement runs: its figures stand."""
         batch = ctx.batch
         n = batch.n_tokens
-        if self._meter is not None or threads < (ctx.n_threads if n == 1 else ctx.n_threads_batch):
+        measured_on = 1 if self._costs_on_one_thread else (ctx.n_threads if n == 1 else ctx.n_threads_batch)
+        if self._meter is not None or threads != measured_on:
             return
         if batch.logits[:n].all() and (refined := self._costs.refined(n, seconds)) is not None:
             logger.debug("speculation: a decode of %d tokens took %.1f ms, the fastest yet", n, seconds * 1e3)

@@ -64,6 +64,7 @@ class GivenCosts:
     def __init__(self, costs: BatchCosts) -> None:
         self.costs = costs
         self.done = False
+        self.one_thread = False
 
     def step(self, ctx: object, seq_id: int) -> BatchCosts:
         self.done = True

@@ -223,14 +223,16 @@ class _IdleSlot:
 class _Meter:
     """Done after two decodes; records the sequences it decoded on."""
 
-    def __init__(self) -> None:
+    def __init__(self, costs: BatchCosts | None = None, *, one_thread: bool = False) -> None:
         self.seq_ids: list[int] = []
         self.done = False
+        self.one_thread = one_thread
+        self._costs = costs or BatchCosts({1: 1.0, 2: 1.5})
 
     def step(self, ctx: object, seq_id: int) -> BatchCosts | None:
         self.seq_ids.append(seq_id)
         self.done = len(self.seq_ids) == 2
-        return BatchCosts({1: 1.0, 2: 1.5}) if self.done else None
+        return self._costs if self.done else None
 
 
 def test_costs_are_measured_between_requests_on_an_empty_slot_only() -> None:
@@ -268,4 +270,24 @@ def test_the_engines_own_decodes_correct_costs_measured_in_a_busy_moment() -> No
     speculator.observe(_decoded(4, logits=4), 2, 40.0)  # type: ignore[arg-type]
     speculator.plan([gen], capacity=64)
     # A batch of 4 now costs 4 decodes: 3 drafted would yield 0.86 tokens a decode, 2 (a batch of 3 in 1.2) 2.26.
+    assert gen.draft == (4, 5)
+
+
+def test_costs_measured_on_one_thread_beside_busy_processes_are_refined_by_decodes_on_one_thread() -> None:
+    # As above, but the measurement ran on one of the two threads (the machine was busy): the engine's decodes on
+    # one thread are the ones that correct it, and those on two, the count it did not measure on, do not.
+    config = SpeculationConfig(types=("ngram-simple",), ngram_simple=NgramSizes(size_n=3, size_m=4))
+    meter = _Meter(BatchCosts({1: 30.0, 2: 33.0, 3: 36.0, 4: 40.0, 5: 70.0}), one_thread=True)
+    speculator, gen = Speculator(config, n_ctx_slot=1024, meter=meter), _Generation()  # type: ignore[arg-type]
+    while speculator.measure_idle(None, [_IdleSlot(0)]):  # type: ignore[arg-type]
+        pass
+    speculator.plan([gen], capacity=64)
+    assert gen.draft == (4, 5, 6)
+    speculator.observe(_decoded(1, logits=1), 2, 10.0)  # type: ignore[arg-type]
+    speculator.observe(_decoded(4, logits=4), 2, 40.0)  # type: ignore[arg-type]
+    speculator.plan([gen], capacity=64)
+    assert gen.draft == (4, 5, 6)
+    speculator.observe(_decoded(1, logits=1), 1, 10.0)  # type: ignore[arg-type]
+    speculator.observe(_decoded(4, logits=4), 1, 40.0)  # type: ignore[arg-type]
+    speculator.plan([gen], capacity=64)
     assert gen.draft == (4, 5)
