@@ -16,6 +16,7 @@ import llama_cpp.mtmd_cpp as mtmd
 import pytest
 
 from lfmserve.engine import core
+from lfmserve.llama import mapped_weights
 from lfmserve.llama.context import NativeContext
 from lfmserve.llama.model import NativeModel
 from lfmserve.loading import loader
@@ -31,20 +32,34 @@ class Injected(RuntimeError):
 
 class NativeCounts:
     """Live llama.cpp models and contexts and mtmd contexts, counted through the bindings' own functions; the
-    ``fail`` acquisitions answer NULL, as llama.cpp does when it cannot make one."""
+    ``fail`` acquisitions answer NULL, as llama.cpp does when it cannot make one. The context that observes a
+    model's graph, for ``-lm auto`` to give back the pages of the weights llama.cpp repacked (on CPUs where it
+    repacks, one per model), is an ``observer``: its failure costs memory, not the start."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.live: collections.Counter[str] = collections.Counter()
         self.calls: collections.Counter[str] = collections.Counter()
         self.fail: set[tuple[str, int]] = set()
+        self._observing = False
         self._count(monkeypatch, llama, "llama_model_load_from_file", "llama_model_free", "model")
         self._count(monkeypatch, llama, "llama_init_from_model", "llama_free", "context")
         self._count(monkeypatch, mtmd, "mtmd_init_from_file", "mtmd_free", "projector")
+        observe = mapped_weights._graph_weights
 
-    def _count(self, monkeypatch: pytest.MonkeyPatch, module: Any, make: str, free: str, kind: str) -> None:
+        def observing(model: Any) -> Any:
+            self._observing = True
+            try:
+                return observe(model)
+            finally:
+                self._observing = False
+
+        monkeypatch.setattr(mapped_weights, "_graph_weights", observing)
+
+    def _count(self, monkeypatch: pytest.MonkeyPatch, module: Any, make: str, free: str, made_kind: str) -> None:
         made, freed = getattr(module, make), getattr(module, free)
 
         def counted_make(*args: Any) -> Any:
+            kind = "observer" if made_kind == "context" and self._observing else made_kind
             self.calls[kind] += 1
             if (kind, self.calls[kind]) in self.fail:
                 return None
@@ -53,7 +68,7 @@ class NativeCounts:
             return handle
 
         def counted_free(handle: Any) -> None:
-            self.live[kind] -= bool(handle)
+            self.live["observer" if made_kind == "context" and self._observing else made_kind] -= bool(handle)
             freed(handle)
 
         monkeypatch.setattr(module, make, counted_make)
@@ -118,14 +133,19 @@ def everything(vl_gguf: Path, mmproj_gguf: Path, draft_gguf: Path, tmp_path: Pat
 
 
 def test_a_whole_start_acquires_each_thing_the_failures_below_cut_short(
-    everything: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+    everything: Callable[[], None], monkeypatch: pytest.MonkeyPatch, vl_gguf: Path
 ) -> None:
     """What the steps are counted against: a start that succeeds makes 2 models, 3 contexts and 2 projector
-    contexts, and frees them all when it closes."""
+    contexts (and an observer per model where llama.cpp may repack weights: not with AMX), and frees them all
+    when it closes."""
+    model = NativeModel(str(vl_gguf), load_mode="mmap")
+    repacked = 2 * model.repack  # the model and its draft
+    model.close()
     counts = NativeCounts(monkeypatch)
     fds, threads = _open_fds(), threading.active_count()
     everything()
-    assert dict(counts.calls) == {"model": 2, "projector": 2, "context": 3}
+    observers = {"observer": repacked} if repacked else {}
+    assert dict(counts.calls) == {"model": 2, "projector": 2, "context": 3, **observers}
     assert set(counts.live.values()) == {0}
     assert (_open_fds(), threading.active_count()) == (fds, threads)
 
