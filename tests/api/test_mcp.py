@@ -58,8 +58,10 @@ def server(
 ) -> ServerThread:
     script = tmp_path_factory.mktemp("mcp") / "echo_server.py"
     script.write_text(SERVER)
-    servers = {  # "read": its tool "file" would be the built-in read_file
-        "read": {"command": sys.executable, "args": [str(script)], "timeout_ms": 1000},
+    # "read": its tool "file" would be the built-in read_file. A failing tool's traceback is rendered by the SDK
+    # (rich) before it answers, which took over a second in a full run of the suite: the hang waits 5 s.
+    servers = {
+        "read": {"command": sys.executable, "args": [str(script)], "timeout_ms": 5000},
         "missing": {"command": "this_executable_does_not_exist_12345"},
     }
     settings = Settings.of(
@@ -99,7 +101,7 @@ def test_a_tool_is_called_and_a_crash_or_a_hang_answers_an_error_the_next_call_d
     assert call(server, "read_add", a=3, b=5) == {"plain_text_response": "8"}
     assert call(server, "read_fail") == {"error": "Error executing tool fail"}  # the tool's own failure
     assert call(server, "read_crash") == {"error": "MCP server unavailable: read"}
-    assert call(server, "read_hang") == {"error": "MCP tool call timed out after 1000 ms"}
+    assert call(server, "read_hang") == {"error": "MCP tool call timed out after 5000 ms"}
     assert call(server, "read_add", a=1, b=2) == {"plain_text_response": "3"}
     assert call(server, "read_file", path=__file__)["plain_text_response"].startswith('"""MCP servers')
     refused = httpx.post(server.url + "/tools", json={"tool": "missing_x"}, timeout=30)
