@@ -211,7 +211,12 @@ class Speculator:
         free = next((slot.id for slot in slots if not slot.busy and not slot.tokens), None)
         if self._meter is None or free is None:
             return False
-        costs = self._meter.step(ctx, free)
+        try:
+            costs = self._meter.step(ctx, free)
+        except Exception:  # measuring only tunes drafting: its failure may not end the engine's thread
+            logger.exception("speculation: measuring what a batch costs failed; the costs so far stand")
+            self._meter = None
+            return False
         if costs is not None:
             self._costs = costs
         if self._meter.done:

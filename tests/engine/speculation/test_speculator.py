@@ -4,6 +4,7 @@ real vocabulary."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,3 +292,21 @@ def test_costs_measured_on_one_thread_beside_busy_processes_are_refined_by_decod
     speculator.observe(_decoded(4, logits=4), 1, 40.0)  # type: ignore[arg-type]
     speculator.plan([gen], capacity=64)
     assert gen.draft == (4, 5)
+
+
+class _FailingMeter(_Meter):
+    def step(self, ctx: object, seq_id: int) -> BatchCosts | None:
+        super().step(ctx, seq_id)
+        raise RuntimeError("injected")
+
+
+def test_a_measurement_that_fails_ends_and_leaves_the_costs_it_had(caplog: pytest.LogCaptureFixture) -> None:
+    """It runs on the engine's thread, outside any request: a failure must not end that thread (the requests after
+    it would wait forever)."""
+    meter = _FailingMeter()
+    speculator = Speculator(SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=meter)  # type: ignore[arg-type]
+    with caplog.at_level(logging.ERROR, logger="lfmserve.engine.speculation.speculator"):
+        assert not speculator.measure_idle(None, [_IdleSlot(0)])  # type: ignore[arg-type]
+    assert not speculator.measure_idle(None, [_IdleSlot(0)])  # type: ignore[arg-type]
+    assert meter.seq_ids == [0]  # measured once, then no more
+    assert caplog.messages == ["speculation: measuring what a batch costs failed; the costs so far stand"]
