@@ -115,14 +115,15 @@ class CostMeter:
     def step(self, ctx: NativeContext, seq_id: int) -> BatchCosts | None:
         """One decode on ``seq_id`` (empty, and left empty); the costs measured so far when it ended a pass, or
         when the decodes have taken :data:`BUDGET_S` (mid-pass: the counts timed by then)."""
+        all_threads = max(ctx.n_threads, ctx.n_threads_batch)
         if not self._queue and not self._passes:
-            self._queue.extend(self._first(max(ctx.n_threads, ctx.n_threads_batch)))
-        n, timed, threads = self._queue.popleft()
-        if threads is None and self._threads is None:
-            self._choose_threads(max(ctx.n_threads, ctx.n_threads_batch))
-        seconds = _timed_decode(ctx, seq_id, min(n, ctx.n_batch), threads or self._threads or 1)
-        if timed and threads is not None:
-            self._unit_on[threads] = min(self._unit_on.get(threads, float("inf")), seconds)
+            self._queue.extend(self._first(all_threads))
+        n, timed, choice = self._queue.popleft()
+        if choice is None and self._threads is None:
+            self._threads = self._choose_threads(all_threads)
+        seconds = _timed_decode(ctx, seq_id, min(n, ctx.n_batch), choice or self._threads or all_threads)
+        if timed and choice is not None:
+            self._unit_on[choice] = min(self._unit_on.get(choice, float("inf")), seconds)
             return None
         self._seconds += seconds
         if timed:
@@ -162,14 +163,13 @@ class CostMeter:
         unit: list[tuple[int, bool, int | None]] = [(1, True, None)] * UNIT_REPEATS
         return [*warm, *choice, *unit, *self._pass()]
 
-    def _choose_threads(self, threads: int) -> None:
+    def _choose_threads(self, threads: int) -> int:
         """Measure on all the threads, or on one where one decodes a token faster by the thread tuner's margin.
         Beside busy processes every barrier of a decode on all the threads waits for a core (a hundred times
         slower than quiet, measured: docs/benchmarks.md), the figures are noise, and the engine's own decodes
         run on one thread then (:mod:`..threads`)."""
         one, every = self._unit_on.get(1, float("inf")), self._unit_on.get(threads, float("inf"))
-        self._threads = 1 if one < WINS_BELOW * every else threads
-        self.one_thread = self._threads != threads
+        self.one_thread = one < WINS_BELOW * every
         if self.one_thread:
             logger.info(
                 "speculation: a token decodes in %.1f ms on one thread and %.1f ms on %d: costs measured on one",
@@ -177,6 +177,7 @@ class CostMeter:
                 every * 1e3,
                 threads,
             )
+        return 1 if self.one_thread else threads
 
     def _log(self, costs: BatchCosts) -> None:
         logger.info(
