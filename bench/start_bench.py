@@ -4,7 +4,10 @@ llama-server, lfmserve, and lfmserve with ``--spec-type ngram-simple`` (which me
 serves), each started ``--repeats`` times in turn, quiet and then with ``--busy N`` CPU-bound Python processes
 beside it. The speculation run is then left running until it has measured its batch costs (between requests),
 and that line (the costs, the draft lengths they make worth verifying) is printed as the server wrote it, so a run
-shows whether a busy machine settles on the same policy. Last, quiet, the wake from ``--sleep-idle-seconds 1``:
+shows whether a busy machine settles on the same policy. In a busy run the busy processes then end, and the server
+decodes a few replies until it has measured its costs again (its single decodes went back to all the threads), and
+that line is printed too: the policy a server started on a busy machine settles on. Last, quiet, the wake from
+``--sleep-idle-seconds 1``:
 seconds from ``/props`` saying the server sleeps to the answer of a 1-token completion, llama-server and lfmserve.
 
 Example::
@@ -14,11 +17,13 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -29,9 +34,9 @@ from lfmserve.testing import gemma3_270m_path, llama_server_weight_flags
 SPEC = ["--spec-type", "ngram-simple"]
 
 
-def time_to_first_answer(argv: list[str], log: Path, *, then_wait_for: str | None = None) -> float:
+def time_to_first_answer(argv: list[str], log: Path, *, then: Callable[[str], None] | None = None) -> float:
     """Start ``argv`` on a free port and post a 1-token completion every 10 ms until one is answered; then, if
-    ``then_wait_for`` is given, wait until the server's output has a line with it (speculation's costs measured)."""
+    given, ``then(url)`` before the server stops."""
     port = free_port()
     with log.open("wb") as output:
         started = time.perf_counter()
@@ -49,15 +54,26 @@ def time_to_first_answer(argv: list[str], log: Path, *, then_wait_for: str | Non
                 if process.poll() is not None:
                     raise RuntimeError(f"{argv[0]} exited with {process.returncode}: see {log}")
                 time.sleep(0.01)
-            deadline = time.monotonic() + 300
-            while then_wait_for and then_wait_for not in log.read_text(errors="replace"):
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"no line with {then_wait_for!r}: see {log}")
-                time.sleep(0.05)
+            if then is not None:
+                then(f"http://127.0.0.1:{port}")
             return took
         finally:
             process.terminate()
             process.wait(timeout=30)
+
+
+def wait_for_lines(log: Path, count: int, *, poke: str | None = None, timeout_s: float = 300) -> bool:
+    """Whether the server's output came to have ``count`` lines of measured costs within ``timeout_s``; with ``poke``
+    (its URL), a 64-token completion at a time meanwhile, so that it decodes (and its thread tuner tries counts)."""
+    deadline = time.monotonic() + timeout_s
+    while log.read_text(errors="replace").count(COSTS_LINE) < count:
+        if time.monotonic() > deadline:
+            return False
+        if poke:
+            httpx.post(poke + "/completion", json={"prompt": "Once upon a time", "n_predict": 64}, timeout=60)
+        else:
+            time.sleep(0.05)
+    return True
 
 
 def wake_times(servers: dict[str, list[str]], repeats: int) -> dict[str, list[float]]:
@@ -101,6 +117,43 @@ def _answer(url: str) -> None:
         time.sleep(0.01)
 
 
+#: What the lines of speculation's measured costs, and of a measurement begun again, say.
+COSTS_LINE = "decode costs"
+AGAIN_LINE = "measuring them again"
+
+
+class BusyProcesses:
+    """``n`` CPU-bound processes while the block runs, or until :meth:`end`."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._processes: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> BusyProcesses:
+        self._processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self._n)]
+        return self
+
+    def end(self) -> bool:
+        """Ends them; whether there were any."""
+        for process in self._processes:
+            process.kill()
+            process.wait()
+        ended, self._processes = bool(self._processes), []
+        return ended
+
+    def __exit__(self, *_: object) -> None:
+        self.end()
+
+
+def _settle(log: Path, busy: BusyProcesses, url: str) -> None:
+    """Until the server has measured its costs; beside busy processes, then also until it has measured them again
+    once they ended (the server decoding replies meanwhile), or a minute has passed."""
+    if not wait_for_lines(log, 1):
+        raise RuntimeError(f"no line with {COSTS_LINE!r}: see {log}")
+    if busy.end() and not wait_for_lines(log, 2, poke=url, timeout_s=60):
+        print("    (not measured again within a minute of the busy processes' end)")
+
+
 def main() -> int:
     parser = bench_arguments(__doc__ or "", ctx_size=4096, repeats=5)
     parser.add_argument("--busy", type=int, default=2, help="CPU-bound processes beside the servers in the busy runs")
@@ -115,28 +168,21 @@ def main() -> int:
     seconds: dict[str, dict[str, list[float]]] = {}
     with results_log(args, "start") as results, tempfile.TemporaryDirectory() as tmp:
         for load in ("quiet", "busy"):
-            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
-            if load == "quiet":
-                for process in busy:
-                    process.kill()
-                busy = []
-            try:
-                for rep in range(args.repeats):
-                    names = list(servers) if rep % 2 == 0 else list(servers)[::-1]
-                    for name in names:
-                        log = Path(tmp) / f"{load}-{rep}-{name.replace(' ', '_')}.log"
-                        spec = name.endswith("ngram-simple")
-                        took = time_to_first_answer(servers[name], log, then_wait_for="decode costs" if spec else None)
-                        seconds.setdefault(load, {}).setdefault(name, []).append(took)
-                        results.write(f'{{"load": "{load}", "server": "{name}", "rep": {rep}, "seconds": {took}}}\n')
-                        print(f"{load} {name} {took:.2f} s", flush=True)
-                        if spec:
-                            for line in log.read_text(errors="replace").splitlines():
-                                if "decode costs" in line:
-                                    print("   ", line.strip())
-            finally:
-                for process in busy:
-                    process.kill()
+            for rep in range(args.repeats):
+                names = list(servers) if rep % 2 == 0 else list(servers)[::-1]
+                for name in names:
+                    log = Path(tmp) / f"{load}-{rep}-{name.replace(' ', '_')}.log"
+                    spec = name.endswith("ngram-simple")
+                    with BusyProcesses(args.busy if load == "busy" else 0) as busy:
+                        then = functools.partial(_settle, log, busy) if spec else None
+                        took = time_to_first_answer(servers[name], log, then=then)
+                    seconds.setdefault(load, {}).setdefault(name, []).append(took)
+                    results.write(f'{{"load": "{load}", "server": "{name}", "rep": {rep}, "seconds": {took}}}\n')
+                    print(f"{load} {name} {took:.2f} s", flush=True)
+                    if spec:
+                        for line in log.read_text(errors="replace").splitlines():
+                            if COSTS_LINE in line or AGAIN_LINE in line:
+                                print("   ", line.strip())
     woken = wake_times({name: servers[name] for name in ("llama-server", "lfmserve")}, args.repeats)
     print("\n| load | " + " | ".join(servers) + " | spec / plain lfmserve |")
     print("| --- | " + " | ".join("---:" for _ in servers) + " | ---: |")

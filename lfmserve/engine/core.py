@@ -471,7 +471,13 @@ def _speculator(
         )
     try:
         speculator = Speculator(
-            spec, n_ctx_slot=n_ctx_slot, draft_model=draft_model, costs=costs, meter=meter, exact_batch=exact
+            spec,
+            n_ctx_slot=n_ctx_slot,
+            draft_model=draft_model,
+            costs=costs,
+            meter=meter,
+            measure_again=lambda: CostMeter(n_max),
+            exact_batch=exact,
         )
     except BaseException:
         if draft_model is not None:

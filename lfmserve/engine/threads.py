@@ -115,6 +115,12 @@ class ThreadTuner:
         """The count kept for batches of ``n_tokens`` (the most until a try says otherwise)."""
         return self._record(n_tokens).kept
 
+    def chosen(self, n_tokens: int) -> int | None:
+        """:meth:`kept`, once it is a choice: a decode on another count has been timed against it, or no other count
+        is tried (None before: ``-t`` or ``-tb`` as given, which says nothing yet of how busy the machine is)."""
+        record = self._record(n_tokens)
+        return record.kept if record.tried or len(record.counts) == 1 else None
+
     def _record(self, n_tokens: int) -> _Record:
         key = size_class(n_tokens)
         record = self._records.get(key)

@@ -85,3 +85,15 @@ def test_batches_take_the_batch_thread_count_and_keep_their_own_measurements() -
     assert tuner.kept(100) == 3  # the same size class
     assert tuner.kept(1) == 2  # single tokens: untouched, from -t
     assert tuner.kept(8) == 4  # another size class: from -tb
+
+
+def test_a_count_is_chosen_once_another_was_timed_against_it() -> None:
+    tuner = ThreadTuner(2, 2)
+    drive(tuner, 8, QUIET)
+    assert (tuner.kept(1), tuner.chosen(1)) == (2, None)  # -t as given: no other count timed yet
+    drive(tuner, 1, QUIET)  # the first try, of one thread, loses
+    assert tuner.chosen(1) == 2
+    busy = ThreadTuner(2, 2)
+    drive(busy, 9, BUSY)
+    assert busy.chosen(1) == 1 and busy.chosen(8) is None
+    assert ThreadTuner(2, 2, adaptive=False).chosen(1) == 2  # nothing else is ever tried: -t is the choice

@@ -240,12 +240,12 @@ def test_costs_are_measured_between_requests_on_an_empty_slot_only() -> None:
     meter = _Meter()
     speculator = Speculator(SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=meter)  # type: ignore[arg-type]
     held, running = _IdleSlot(0, tokens=[1, 2]), _IdleSlot(1, busy=True)
-    assert not speculator.measure_idle(None, [held, running])  # type: ignore[arg-type]
+    assert not speculator.measure_idle(None, [held, running], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == []  # no empty slot: not now
-    assert speculator.measure_idle(None, [held, running, _IdleSlot(2)])  # type: ignore[arg-type]
-    assert not speculator.measure_idle(None, [_IdleSlot(3)])  # type: ignore[arg-type]
+    assert speculator.measure_idle(None, [held, running, _IdleSlot(2)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(None, [_IdleSlot(3)], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == [2, 3]
-    assert not speculator.measure_idle(None, [_IdleSlot(3)])  # type: ignore[arg-type]
+    assert not speculator.measure_idle(None, [_IdleSlot(3)], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == [2, 3]  # measured: nothing more
 
 
@@ -280,7 +280,7 @@ def test_costs_measured_on_one_thread_beside_busy_processes_are_refined_by_decod
     config = SpeculationConfig(types=("ngram-simple",), ngram_simple=NgramSizes(size_n=3, size_m=4))
     meter = _Meter(BatchCosts({1: 30.0, 2: 33.0, 3: 36.0, 4: 40.0, 5: 70.0}), one_thread=True)
     speculator, gen = Speculator(config, n_ctx_slot=1024, meter=meter), _Generation()  # type: ignore[arg-type]
-    while speculator.measure_idle(None, [_IdleSlot(0)]):  # type: ignore[arg-type]
+    while speculator.measure_idle(None, [_IdleSlot(0)], single_decodes_on=2):  # type: ignore[arg-type]
         pass
     speculator.plan([gen], capacity=64)
     assert gen.draft == (4, 5, 6)
@@ -292,6 +292,80 @@ def test_costs_measured_on_one_thread_beside_busy_processes_are_refined_by_decod
     speculator.observe(_decoded(4, logits=4), 1, 40.0)  # type: ignore[arg-type]
     speculator.plan([gen], capacity=64)
     assert gen.draft == (4, 5)
+
+
+def test_costs_measured_beside_busy_processes_are_measured_again_once_single_decodes_run_on_all_threads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Measured on one of the two threads (the machine was busy), then the machine went quiet and the thread tuner
+    # went back to both for single decodes: the costs are measured again, and what that measures is what counts.
+    config = SpeculationConfig(types=("ngram-simple",), ngram_simple=NgramSizes(size_n=3, size_m=4))
+    busy = _Meter(BatchCosts({1: 30.0, 2: 33.0, 3: 36.0, 4: 40.0, 5: 70.0}), one_thread=True)
+    quiet = [_Meter(BatchCosts({1: 10.0, 2: 20.0, 3: 30.0, 4: 40.0, 5: 50.0}))]
+    made: list[_Meter] = []
+
+    def measure_again() -> _Meter:
+        made.append(quiet[0] if not made else _Meter(one_thread=len(made) % 2 == 1))
+        return made[-1]
+
+    speculator = Speculator(config, n_ctx_slot=1024, meter=busy, measure_again=measure_again)  # type: ignore[arg-type]
+    ctx, gen = SimpleNamespace(n_threads=2), _Generation()
+    while speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=1):  # type: ignore[arg-type]
+        pass
+    assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=None)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=1)  # type: ignore[arg-type]
+    assert made == []  # measured on one thread; single decodes not compared yet, then still on one
+    speculator.plan([gen], capacity=64)
+    assert gen.draft == (4, 5, 6)
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.speculator"):
+        while speculator.measure_idle(ctx, [_IdleSlot(1)], single_decodes_on=2):  # type: ignore[arg-type]
+            pass
+    assert made == quiet and quiet[0].seq_ids == [1, 1]
+    assert caplog.messages == [
+        "speculation: single tokens decode on 2 threads now, the costs were measured on 1: measuring them again "
+        "between requests"
+    ]
+    speculator.plan([gen], capacity=64)
+    assert gen.draft == ()  # no draft pays at the costs measured again: each token costs a whole decode
+    assert not speculator.measure_idle(ctx, [_IdleSlot(1)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert len(made) == 1  # measured on the threads single decodes run on: nothing more to measure
+    # A machine whose load comes and goes: measured again at each move, four measurements in all at most.
+    for threads in (1, 1, 1, 2, 2, 2, 1, 1, 1, 2, 2, 2):
+        speculator.measure_idle(ctx, [_IdleSlot(1)], single_decodes_on=threads)  # type: ignore[arg-type]
+    assert len(made) == 3 and [m.seq_ids for m in made] == [[1, 1]] * 3
+
+
+def test_costs_measured_in_a_busy_moment_on_every_thread_are_measured_again_once_a_token_decodes_much_faster(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Beside busy processes the measurement may still find every thread as quick as one, and measure on both: its
+    # single decode then takes 30 ms where the quiet machine decodes a token in 10.
+    config = SpeculationConfig(types=("ngram-simple",))
+    made: list[_Meter] = []
+
+    def measure_again() -> _Meter:
+        made.append(_Meter())
+        return made[-1]
+
+    busy = _Meter(BatchCosts({1: 0.030, 2: 0.033, 4: 0.040}))
+    speculator = Speculator(config, n_ctx_slot=1024, meter=busy, measure_again=measure_again)  # type: ignore[arg-type]
+    ctx = _decoded(1, logits=1)
+    while speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2):  # type: ignore[arg-type]
+        pass
+    speculator.observe(ctx, 2, 0.021)  # type: ignore[arg-type]  # faster, but not by half
+    speculator.observe(ctx, 1, 0.005)  # type: ignore[arg-type]  # a try of one thread: not what was measured
+    assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert made == []
+    speculator.observe(ctx, 2, 0.010)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.speculator"):
+        assert speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert len(made) == 1 and caplog.messages == [
+        "speculation: a token decodes in 10.0 ms now, in 30.0 ms when the costs were measured: measuring them again "
+        "between requests"
+    ]
+    assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert len(made) == 1  # measured again: its single decode is the one to compare with now
 
 
 class _FailingMeter(_Meter):
@@ -306,7 +380,7 @@ def test_a_measurement_that_fails_ends_and_leaves_the_costs_it_had(caplog: pytes
     meter = _FailingMeter()
     speculator = Speculator(SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=meter)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="lfmserve.engine.speculation.speculator"):
-        assert not speculator.measure_idle(None, [_IdleSlot(0)])  # type: ignore[arg-type]
-    assert not speculator.measure_idle(None, [_IdleSlot(0)])  # type: ignore[arg-type]
+        assert not speculator.measure_idle(None, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(None, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == [0]  # measured once, then no more
     assert caplog.messages == ["speculation: measuring what a batch costs failed; the costs so far stand"]
