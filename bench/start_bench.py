@@ -34,9 +34,11 @@ from lfmserve.testing import gemma3_270m_path, llama_server_weight_flags
 SPEC = ["--spec-type", "ngram-simple"]
 
 
-def time_to_first_answer(argv: list[str], log: Path, *, then: Callable[[str], None] | None = None) -> float:
+def time_to_first_answer(
+    argv: list[str], log: Path, *, then: Callable[[str, subprocess.Popen[bytes]], None] | None = None
+) -> float:
     """Start ``argv`` on a free port and post a 1-token completion every 10 ms until one is answered; then, if
-    given, ``then(url)`` before the server stops."""
+    given, ``then(url, process)`` before the server stops."""
     port = free_port()
     with log.open("wb") as output:
         started = time.perf_counter()
@@ -55,24 +57,31 @@ def time_to_first_answer(argv: list[str], log: Path, *, then: Callable[[str], No
                     raise RuntimeError(f"{argv[0]} exited with {process.returncode}: see {log}")
                 time.sleep(0.01)
             if then is not None:
-                then(f"http://127.0.0.1:{port}")
+                then(f"http://127.0.0.1:{port}", process)
             return took
         finally:
             process.terminate()
             process.wait(timeout=30)
 
 
-def wait_for_lines(log: Path, count: int, *, poke: str | None = None, timeout_s: float = 300) -> bool:
-    """Whether the server's output came to have ``count`` lines of measured costs within ``timeout_s``; with ``poke``
-    (its URL), a 64-token completion at a time meanwhile, so that it decodes (and its thread tuner tries counts)."""
+def wait_for_lines(
+    log: Path, count: int, process: subprocess.Popen[bytes], *, poke: str | None = None, timeout_s: float = 300
+) -> bool:
+    """Whether the server's output came to have ``count`` lines of measured costs (a table, or linear costs) within
+    ``timeout_s`` while it ran; with ``poke`` (its URL), a 64-token completion at a time meanwhile, so that it
+    decodes (and its thread tuner tries counts)."""
     deadline = time.monotonic() + timeout_s
-    while log.read_text(errors="replace").count(COSTS_LINE) < count:
-        if time.monotonic() > deadline:
+    while sum(log.read_text(errors="replace").count(line) for line in COSTS_LINES) < count:
+        if time.monotonic() > deadline or process.poll() is not None:
             return False
-        if poke:
-            httpx.post(poke + "/completion", json={"prompt": "Once upon a time", "n_predict": 64}, timeout=60)
-        else:
+        if not poke:
             time.sleep(0.05)
+            continue
+        try:
+            body = {"prompt": "Once upon a time", "n_predict": 64}
+            httpx.post(poke + "/completion", json=body, timeout=max(deadline - time.monotonic(), 1.0))
+        except httpx.HTTPError:
+            time.sleep(0.05)  # a timeout, or the server gone: the loop's checks tell
     return True
 
 
@@ -117,8 +126,8 @@ def _answer(url: str) -> None:
         time.sleep(0.01)
 
 
-#: What the lines of speculation's measured costs, and of a measurement begun again, say.
-COSTS_LINE = "decode costs"
+#: What the lines of speculation's measured costs (a table, or linear costs) and of a measurement begun again say.
+COSTS_LINES = ("decode costs", "to measure: linear costs")
 AGAIN_LINE = "measuring them again"
 
 
@@ -130,7 +139,12 @@ class BusyProcesses:
         self._processes: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> BusyProcesses:
-        self._processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self._n)]
+        try:
+            for _ in range(self._n):
+                self._processes.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        except BaseException:
+            self.end()
+            raise
         return self
 
     def end(self) -> bool:
@@ -145,13 +159,13 @@ class BusyProcesses:
         self.end()
 
 
-def _settle(log: Path, busy: BusyProcesses, url: str) -> None:
+def _settle(log: Path, busy: BusyProcesses, url: str, process: subprocess.Popen[bytes]) -> None:
     """Until the server has measured its costs; beside busy processes, then also until it has measured them again
-    once they ended (the server decoding replies meanwhile), or a minute has passed."""
-    if not wait_for_lines(log, 1):
-        raise RuntimeError(f"no line with {COSTS_LINE!r}: see {log}")
-    if busy.end() and not wait_for_lines(log, 2, poke=url, timeout_s=60):
-        print("    (not measured again within a minute of the busy processes' end)")
+    once they ended (the server decoding replies meanwhile), or two minutes have passed."""
+    if not wait_for_lines(log, 1, process):
+        raise RuntimeError(f"no line of measured costs: see {log}")
+    if busy.end() and not wait_for_lines(log, 2, process, poke=url, timeout_s=120):
+        print("    (not measured again within two minutes of the busy processes' end)")
 
 
 def main() -> int:
@@ -181,7 +195,7 @@ def main() -> int:
                     print(f"{load} {name} {took:.2f} s", flush=True)
                     if spec:
                         for line in log.read_text(errors="replace").splitlines():
-                            if COSTS_LINE in line or AGAIN_LINE in line:
+                            if any(text in line for text in (*COSTS_LINES, AGAIN_LINE)):
                                 print("   ", line.strip())
     woken = wake_times({name: servers[name] for name in ("llama-server", "lfmserve")}, args.repeats)
     print("\n| load | " + " | ".join(servers) + " | spec / plain lfmserve |")

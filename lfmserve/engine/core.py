@@ -446,7 +446,9 @@ def _speculator(
     n_max = config.n_slots + spec.max_draft
     # --spec-exact decides from the costs whether to draft at all: measured now; else between requests.
     costs, meter = (
-        (measure_batch_costs(ctx, seq_id=0, n_max=n_max), None) if spec.exact else (LINEAR_COSTS, CostMeter(n_max))
+        (measure_batch_costs(ctx, seq_id=0, n_max=n_max), None)
+        if spec.exact
+        else (LINEAR_COSTS, CostMeter(n_max, adaptive=config.adaptive_threads))
     )
     verification = _verification(ctx, spec, costs)
     if not verification.drafting:
@@ -476,7 +478,7 @@ def _speculator(
             draft_model=draft_model,
             costs=costs,
             meter=meter,
-            measure_again=lambda: CostMeter(n_max),
+            measure_again=lambda: CostMeter(n_max, adaptive=config.adaptive_threads),
             exact_batch=exact,
         )
     except BaseException:

@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
 from ...llama.context import NativeContext
-from ..threads import WINS_BELOW
+from ..threads import SLOWED_DOWN, WINS_BELOW
 from .worth import BatchCosts, best_draft_length
 
 logger = logging.getLogger(__name__)
@@ -96,8 +97,11 @@ class CostMeter:
     (:meth:`.worth.BatchCosts.refined`), so figures measured while the machine was busy do not last.
     """
 
-    def __init__(self, n_max: int) -> None:
+    def __init__(self, n_max: int, *, adaptive: bool = True) -> None:
+        """``adaptive``: whether the engine may decode on fewer threads than it has (the thread tuner's; without,
+        ``--no-adaptive-threads``, it decodes on all of them, and the costs are measured there)."""
         self.counts = measured_counts(max(1, n_max))
+        self._adaptive = adaptive
         #: What is left to decode: a count, whether its time counts, and on how many threads (None: the count
         #: :meth:`_choose_threads` chose). Planned at the first step, which knows the context's threads.
         self._queue: deque[tuple[int, bool, int | None]] = deque()
@@ -158,7 +162,9 @@ class CostMeter:
         the first pass."""
         warm: list[tuple[int, bool, int | None]] = [(1, False, threads), (min(8, self.counts[-1]), False, threads)]
         choice: list[tuple[int, bool, int | None]] = (
-            [(1, True, count) for _ in range(UNIT_REPEATS) for count in (threads, 1)] if threads > 1 else []
+            [(1, True, count) for _ in range(UNIT_REPEATS) for count in (threads, 1)]
+            if threads > 1 and self._adaptive
+            else []
         )
         unit: list[tuple[int, bool, int | None]] = [(1, True, None)] * UNIT_REPEATS
         return [*warm, *choice, *unit, *self._pass()]
@@ -195,6 +201,71 @@ class CostMeter:
     def _pass(self) -> list[tuple[int, bool, int | None]]:
         """Each count timed once, beside a single decode (the unit is the fastest of them all, as above)."""
         return [item for n in self.counts[1:] for item in ((1, True, None), (n, True, None))]
+
+
+#: Measurements between requests in a server's life at most: the first, and one each time the machine has changed
+#: since the last (:class:`Remeasurement`), up to this many in all.
+MEASUREMENTS = 4
+
+
+class Remeasurement:
+    """When the costs measured between requests no longer describe the machine, and a new measurement is due.
+
+    A server started beside busy processes measures them there (on one thread, or on all in a busy moment), and
+    refining by its own decodes cannot undo that: costs measured on one thread are not refined by decodes on two,
+    and a count no draft is verified at is never timed again. So once the machine has changed, the costs are
+    measured again: when the thread tuner's choice for single decodes differs from the threads measured on (or, once
+    it had chosen, from its choice then), or a single decode on the measured threads runs :data:`SLOWED_DOWN` times
+    faster than the measurement's. At most :data:`MEASUREMENTS` in all, so a machine whose load comes and goes does
+    not keep the server measuring; none after a measurement fails.
+    """
+
+    def __init__(self, make_meter: Callable[[], CostMeter] | None) -> None:
+        self._make_meter = make_meter
+        self._left = MEASUREMENTS - 1 if make_meter is not None else 0
+        #: The last measurement's threads, the tuner's choice when it ended, its single decode; a faster one since.
+        self._threads: int | None = None
+        self._tuner_then: int | None = None
+        self._unit: float | None = None
+        self._faster: float | None = None
+
+    def measured(self, threads: int, tuner_choice: int | None, unit_seconds: float | None) -> None:
+        """A measurement ended, on ``threads``, while the tuner chose ``tuner_choice`` (None: it had not yet)."""
+        self._threads, self._tuner_then, self._unit, self._faster = threads, tuner_choice, unit_seconds, None
+
+    def decoded_single(self, seconds: float) -> None:
+        """A single decode on the measured threads took ``seconds``."""
+        if self._unit is not None and seconds * SLOWED_DOWN < self._unit:
+            self._faster = seconds  # the measurement's decodes waited for a busy machine
+
+    def failed(self) -> None:
+        self._left = 0
+
+    def due(self, tuner_choice: int | None) -> CostMeter | None:
+        """A new measurement's meter, if the machine has changed since the last (None: it has not, none was made,
+        or none is left). ``tuner_choice``: the thread tuner's count for single decodes (None: not chosen yet)."""
+        if self._make_meter is None or not self._left or self._threads is None:
+            return None
+        reference = self._tuner_then if self._tuner_then is not None else self._threads
+        if tuner_choice is not None and tuner_choice != reference:
+            logger.info(
+                "speculation: single tokens decode on %d thread%s now, on %d when the costs were measured: measuring "
+                "them again between requests",
+                tuner_choice,
+                "" if tuner_choice == 1 else "s",
+                reference,
+            )
+        elif self._faster is not None and self._unit is not None:
+            logger.info(
+                "speculation: a token decodes in %.1f ms now, in %.1f ms when the costs were measured: measuring them "
+                "again between requests",
+                self._faster * 1e3,
+                self._unit * 1e3,
+            )
+        else:
+            return None
+        self._left -= 1
+        return self._make_meter()
 
 
 def _timed_decode(ctx: NativeContext, seq_id: int, n: int, threads: int) -> float:

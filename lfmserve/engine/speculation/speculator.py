@@ -17,9 +17,8 @@ from typing import Protocol
 
 from ...errors import EngineError
 from ...llama.context import NativeContext
-from ..threads import SLOWED_DOWN
 from .config import SPEC_TYPES, SpeculationConfig
-from .costs import CostMeter
+from .costs import CostMeter, Remeasurement
 from .draft_model import DraftModel, DraftRequest
 from .ngram import Drafter, NgramMap, NgramSimple
 from .ngram_cache import NgramCache
@@ -27,10 +26,6 @@ from .ngram_mod import NgramMod, NgramModTable
 from .worth import LINEAR_COSTS, Acceptance, BatchCosts, best_draft_length, expected_kept
 
 logger = logging.getLogger(__name__)
-
-#: Cost measurements between requests in a server's life at most: the first, and one each time the engine's single
-#: decodes have moved to another thread count since (a machine that went quiet, or busy), up to this many in all.
-MEASUREMENTS = 4
 
 
 class _Constraint(Protocol):
@@ -106,13 +101,9 @@ class Speculator:
         self._config = config
         self._costs = costs
         self._meter = meter
-        self._measure_again = measure_again
-        self._measurements_left = MEASUREMENTS - 1 if meter is not None else 0
+        self._again = Remeasurement(measure_again if meter is not None else None)
         #: Whether the costs were measured on one thread of several (None: not measured between requests).
         self._costs_on_one_thread: bool | None = None
-        #: A single decode's time when they were measured, and a decode since much faster than that (None: none).
-        self._measured_unit: float | None = None
-        self._faster_since: float | None = None
         self._exact_batch = exact_batch
         self._n_ctx_slot = n_ctx_slot
         self._mod_table = NgramModTable(config.ngram_mod) if "ngram-mod" in config.types else None
@@ -220,76 +211,49 @@ class Speculator:
 
     def measure_idle(self, ctx: NativeContext, slots: Sequence[_IdleSlot], *, single_decodes_on: int | None) -> bool:
         """While no request runs: one decode of the cost measurement on an empty slot's sequence (none empty: not
-        now); whether more are due.
+        now, and a server whose every slot holds a prompt measures no more); whether more are due.
 
-        ``single_decodes_on``: the threads the engine now decodes one token on, as the thread tuner chose them (None:
-        it has not compared counts yet). When those are no longer the threads the costs were measured on (one
-        beside busy processes, all of them on a quiet machine), or a single decode on them has run much faster
-        than when they were measured (:meth:`observe`), the machine has changed since: the costs are measured
-        again, :data:`MEASUREMENTS` times in all at most, so a server started beside busy processes does not keep
-        their figures once they are gone.
+        ``single_decodes_on``: the thread tuner's count for single decodes (None: not chosen yet). Once the machine
+        has changed since the costs were measured, they are measured again (:class:`.costs.Remeasurement`); such a
+        measurement's costs replace the ones in use only when it ends, so a failure leaves those as they were.
         """
         free = next((slot.id for slot in slots if not slot.busy and not slot.tokens), None)
-        if self._meter is None:
-            self._meter = self._meter_again(ctx, single_decodes_on)
-        if self._meter is None or free is None:
+        if free is None:
             return False
+        meter = self._meter or self._again.due(single_decodes_on)
+        if meter is None:
+            return False
+        self._meter = meter
         try:
-            costs = self._meter.step(ctx, free)
+            costs = meter.step(ctx, free)
         except Exception:  # measuring only tunes drafting: its failure may not end the engine's thread
             logger.exception("speculation: measuring what a batch costs failed; the costs so far stand")
             self._meter = None
+            self._again.failed()
             return False
-        if costs is not None:
+        if costs is not None and (meter.done or self._costs_on_one_thread is None):
             self._costs = costs
-        if self._meter.done:
-            self._costs_on_one_thread = self._meter.one_thread
-            self._measured_unit, self._faster_since = self._costs.unit_seconds, None
+        if meter.done:
+            self._costs_on_one_thread = meter.one_thread
+            threads = 1 if meter.one_thread else ctx.n_threads
+            self._again.measured(threads, single_decodes_on, self._costs.unit_seconds)
             self._meter = None
         return self._meter is not None
-
-    def _meter_again(self, ctx: NativeContext, single_decodes_on: int | None) -> CostMeter | None:
-        """A new measurement's meter where the machine has changed since the costs were measured: single decodes
-        have left the threads the costs were measured on, or run much faster on them (None: neither, or the costs
-        were not measured between requests, or no measurement is left)."""
-        measured = self._costs_on_one_thread is not None
-        if self._measure_again is None or not self._measurements_left or not measured:
-            return None
-        measured_on = 1 if self._costs_on_one_thread else ctx.n_threads
-        if single_decodes_on is not None and single_decodes_on != measured_on:
-            logger.info(
-                "speculation: single tokens decode on %d thread%s now, the costs were measured on %d: measuring them "
-                "again between requests",
-                single_decodes_on,
-                "" if single_decodes_on == 1 else "s",
-                measured_on,
-            )
-        elif self._faster_since is not None and self._measured_unit is not None:
-            logger.info(
-                "speculation: a token decodes in %.1f ms now, in %.1f ms when the costs were measured: measuring them "
-                "again between requests",
-                self._faster_since * 1e3,
-                self._measured_unit * 1e3,
-            )
-        else:
-            return None
-        self._measurements_left -= 1
-        return self._measure_again()
 
     def observe(self, ctx: NativeContext, threads: int, seconds: float) -> None:
         """The generations' decode in ``ctx.batch`` took ``seconds`` on ``threads``. When every position asked for
         logits, as a verified draft's do, and it ran on the threads the costs were measured on (all of them, or one
         beside busy processes), its time refines the measured costs (:meth:`.worth.BatchCosts.refined`): figures
         measured between requests while the machine was busy elsewhere come back to what it does now. A single
-        decode :data:`..threads.SLOWED_DOWN` times faster than when they were measured has them measured again
-        (:meth:`measure_idle`). Not while the measurement runs: its figures stand."""
+        decode much faster than when they were measured has them measured again (:class:`.costs.Remeasurement`).
+        Not while the measurement runs: its figures stand."""
         batch = ctx.batch
         n = batch.n_tokens
         measured_on = 1 if self._costs_on_one_thread else (ctx.n_threads if n == 1 else ctx.n_threads_batch)
         if self._meter is not None or threads != measured_on:
             return
-        if n == 1 and self._measured_unit is not None and seconds * SLOWED_DOWN < self._measured_unit:
-            self._faster_since = seconds  # the measurement's decodes waited for a busy machine
+        if n == 1:
+            self._again.decoded_single(seconds)
         if batch.logits[:n].all() and (refined := self._costs.refined(n, seconds)) is not None:
             logger.debug("speculation: a decode of %d tokens took %.1f ms, the fastest yet", n, seconds * 1e3)
             self._costs = refined

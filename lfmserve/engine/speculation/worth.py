@@ -5,7 +5,8 @@ cost of a batch is a step function of its size, because llama.cpp's matrix kerne
 time (docs/benchmarks.md has the measured table). A CPU verifies a few tokens cheaply only while it is
 memory-bound. A batch that other slots' tokens already fill is compute-bound before any draft joins it, so
 there a draft pays only when nearly all of it is kept, and speculation backs off by itself. The engine
-measures the costs once, when it starts (:mod:`.costs`); without a measurement, a linear model stands in.
+measures the costs between requests, and again when the machine has changed (with ``--spec-exact``, at start):
+:mod:`.costs`; until then, a linear model stands in.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def give_batch_costs(model: NativeModel, monkeypatch: pytest.MonkeyPatch) -> Non
     decodes, as measured costs are."""
     costs = FixedCosts(GEMMA_MS) if model.info.architecture == "gemma3" else FixedCosts()
     monkeypatch.setattr(core_module, "measure_batch_costs", lambda *_, **__: costs)
-    monkeypatch.setattr(core_module, "CostMeter", lambda n_max: GivenCosts(costs))
+    monkeypatch.setattr(core_module, "CostMeter", lambda n_max, **_: GivenCosts(costs))
 
 
 class FixedCosts(BatchCosts):

@@ -54,7 +54,12 @@ class _Ctx:
 
 
 def _meter_run(
-    monkeypatch: pytest.MonkeyPatch, n_max: int, ms: Callable[[int, int, int], float], *, threads: int = 1
+    monkeypatch: pytest.MonkeyPatch,
+    n_max: int,
+    ms: Callable[[int, int, int], float],
+    *,
+    threads: int = 1,
+    adaptive: bool = True,
 ) -> tuple[CostMeter, list[BatchCosts | None]]:
     """A meter of a context of ``threads`` driven to its end; ``ms(n, decode, threads)`` is the scripted time of
     the ``decode``-th decode, of ``n`` tokens on ``threads``."""
@@ -62,7 +67,7 @@ def _meter_run(
     monkeypatch.setattr(
         costs_module, "_timed_decode", lambda ctx, seq_id, n, threads: ms(n, next(decodes), threads) / 1e3
     )
-    meter, results = CostMeter(n_max), []
+    meter, results = CostMeter(n_max, adaptive=adaptive), []
     while not meter.done:
         results.append(meter.step(_Ctx(threads), 1))  # type: ignore[arg-type]
     return meter, results
@@ -123,7 +128,7 @@ def test_a_budget_spent_before_a_second_count_is_timed_leaves_the_linear_costs(
 
 
 def _decodes_on(
-    monkeypatch: pytest.MonkeyPatch, one_thread_ms: float, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, one_thread_ms: float, caplog: pytest.LogCaptureFixture, *, adaptive: bool = True
 ) -> tuple[list[int], BatchCosts | None]:
     """A two-thread context whose single decodes take 20 ms on two threads, ``one_thread_ms`` on one, and whose
     batches cost as many single decodes as their tokens: the threads of each decode, and the costs measured."""
@@ -134,7 +139,7 @@ def _decodes_on(
         return n * (20.0 if on == 2 else one_thread_ms)
 
     with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
-        _, results = _meter_run(monkeypatch, 4, ms, threads=2)
+        _, results = _meter_run(monkeypatch, 4, ms, threads=2, adaptive=adaptive)
     return threads, results[-1]
 
 
@@ -159,3 +164,12 @@ def test_beside_busy_processes_costs_are_measured_on_the_one_thread_the_engine_t
     assert caplog.messages[0] == (
         "speculation: a token decodes in 16.0 ms on one thread and 20.0 ms on 2: costs measured on one"
     )
+
+
+def test_without_adaptive_threads_the_costs_are_measured_on_all_of_them_however_busy(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # --no-adaptive-threads: the engine decodes on both threads whatever one would do, so the costs are measured there.
+    threads, costs = _decodes_on(monkeypatch, 16.0, caplog, adaptive=False)
+    assert threads == [2, 2] + [2] * (3 + 6 + 6)
+    assert costs is not None and costs.units == (1.0, 2.0, 3.0, 4.0) and "on one thread" not in caplog.text

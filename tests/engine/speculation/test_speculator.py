@@ -221,6 +221,10 @@ class _IdleSlot:
     tokens: list[int] = field(default_factory=list)
 
 
+#: A context of two threads, as the speculator reads one between requests.
+_CTX = SimpleNamespace(n_threads=2)
+
+
 class _Meter:
     """Done after two decodes; records the sequences it decoded on."""
 
@@ -240,12 +244,12 @@ def test_costs_are_measured_between_requests_on_an_empty_slot_only() -> None:
     meter = _Meter()
     speculator = Speculator(SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=meter)  # type: ignore[arg-type]
     held, running = _IdleSlot(0, tokens=[1, 2]), _IdleSlot(1, busy=True)
-    assert not speculator.measure_idle(None, [held, running], single_decodes_on=2)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(_CTX, [held, running], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == []  # no empty slot: not now
-    assert speculator.measure_idle(None, [held, running, _IdleSlot(2)], single_decodes_on=2)  # type: ignore[arg-type]
-    assert not speculator.measure_idle(None, [_IdleSlot(3)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert speculator.measure_idle(_CTX, [held, running, _IdleSlot(2)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(_CTX, [_IdleSlot(3)], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == [2, 3]
-    assert not speculator.measure_idle(None, [_IdleSlot(3)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(_CTX, [_IdleSlot(3)], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == [2, 3]  # measured: nothing more
 
 
@@ -280,7 +284,7 @@ def test_costs_measured_on_one_thread_beside_busy_processes_are_refined_by_decod
     config = SpeculationConfig(types=("ngram-simple",), ngram_simple=NgramSizes(size_n=3, size_m=4))
     meter = _Meter(BatchCosts({1: 30.0, 2: 33.0, 3: 36.0, 4: 40.0, 5: 70.0}), one_thread=True)
     speculator, gen = Speculator(config, n_ctx_slot=1024, meter=meter), _Generation()  # type: ignore[arg-type]
-    while speculator.measure_idle(None, [_IdleSlot(0)], single_decodes_on=2):  # type: ignore[arg-type]
+    while speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=2):  # type: ignore[arg-type]
         pass
     speculator.plan([gen], capacity=64)
     assert gen.draft == (4, 5, 6)
@@ -317,12 +321,12 @@ def test_costs_measured_beside_busy_processes_are_measured_again_once_single_dec
     assert made == []  # measured on one thread; single decodes not compared yet, then still on one
     speculator.plan([gen], capacity=64)
     assert gen.draft == (4, 5, 6)
-    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.speculator"):
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
         while speculator.measure_idle(ctx, [_IdleSlot(1)], single_decodes_on=2):  # type: ignore[arg-type]
             pass
     assert made == quiet and quiet[0].seq_ids == [1, 1]
     assert caplog.messages == [
-        "speculation: single tokens decode on 2 threads now, the costs were measured on 1: measuring them again "
+        "speculation: single tokens decode on 2 threads now, on 1 when the costs were measured: measuring them again "
         "between requests"
     ]
     speculator.plan([gen], capacity=64)
@@ -357,7 +361,7 @@ def test_costs_measured_in_a_busy_moment_on_every_thread_are_measured_again_once
     assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
     assert made == []
     speculator.observe(ctx, 2, 0.010)  # type: ignore[arg-type]
-    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.speculator"):
+    with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
         assert speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
     assert len(made) == 1 and caplog.messages == [
         "speculation: a token decodes in 10.0 ms now, in 30.0 ms when the costs were measured: measuring them again "
@@ -366,6 +370,52 @@ def test_costs_measured_in_a_busy_moment_on_every_thread_are_measured_again_once
     assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
     assert not speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
     assert len(made) == 1  # measured again: its single decode is the one to compare with now
+
+
+def test_a_measurement_again_waits_for_an_empty_slot_and_one_that_fails_leaves_the_costs_in_use() -> None:
+    config = SpeculationConfig(types=("ngram-simple",), ngram_simple=NgramSizes(size_n=3, size_m=4))
+    made: list[_Meter] = []
+
+    def measure_again() -> _Meter:
+        made.append(_FailingMeter(BatchCosts({1: 10.0, 2: 20.0, 3: 30.0, 4: 40.0, 5: 50.0})))
+        return made[-1]
+
+    busy = _Meter(BatchCosts({1: 30.0, 2: 33.0, 3: 36.0, 4: 40.0, 5: 70.0}), one_thread=True)
+    speculator, gen = Speculator(config, n_ctx_slot=1024, meter=busy, measure_again=measure_again), _Generation()  # type: ignore[arg-type]
+    while speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=None):  # type: ignore[arg-type]
+        pass
+    held = _IdleSlot(0, tokens=[1, 2])  # the last request's prompt, kept for the next
+    assert not speculator.measure_idle(_CTX, [held], single_decodes_on=2)  # type: ignore[arg-type]
+    assert made == []  # due, but no empty sequence to measure on: not begun, not counted
+    assert not speculator.measure_idle(_CTX, [held, _IdleSlot(1)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert len(made) == 1 and made[0].seq_ids == [1]  # its first decode failed
+    speculator.plan([gen], capacity=64)
+    assert gen.draft == (4, 5, 6)  # the costs in use before it
+    for _ in range(3):
+        assert not speculator.measure_idle(_CTX, [_IdleSlot(1)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert len(made) == 1  # a failed measurement is not tried again
+
+
+def test_single_decodes_on_the_threads_the_tuner_chose_when_the_costs_were_measured_are_no_change() -> None:
+    # Measured on one thread while the tuner, having compared, decoded single tokens on both: a borderline machine
+    # where the two choices differ. Only a move of the tuner's choice since is a change.
+    made: list[_Meter] = []
+
+    def measure_again() -> _Meter:
+        made.append(_Meter(one_thread=True))
+        return made[-1]
+
+    first = _Meter(one_thread=True)
+    speculator = Speculator(
+        SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=first, measure_again=measure_again
+    )  # type: ignore[arg-type]
+    while speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=2):  # type: ignore[arg-type]
+        pass
+    for _ in range(3):
+        speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert made == []
+    speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=1)  # type: ignore[arg-type]
+    assert len(made) == 1
 
 
 class _FailingMeter(_Meter):
@@ -380,7 +430,7 @@ def test_a_measurement_that_fails_ends_and_leaves_the_costs_it_had(caplog: pytes
     meter = _FailingMeter()
     speculator = Speculator(SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=meter)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="lfmserve.engine.speculation.speculator"):
-        assert not speculator.measure_idle(None, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
-    assert not speculator.measure_idle(None, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+        assert not speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
+    assert not speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=2)  # type: ignore[arg-type]
     assert meter.seq_ids == [0]  # measured once, then no more
     assert caplog.messages == ["speculation: measuring what a batch costs failed; the costs so far stand"]
