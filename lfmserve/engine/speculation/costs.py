@@ -43,6 +43,9 @@ UNIT_REPEATS = 3
 PASSES = 2
 
 
+#: A single decode on all the threads this many times slower than on one decides the measurement's threads at once.
+DECIDED_ABOVE = 2.0
+
 #: Passes an idle-time measurement makes at most; it ends sooner once a pass changes no count's time by more
 #: than :data:`STABLE`.
 MAX_PASSES = 6
@@ -128,6 +131,9 @@ class CostMeter:
         seconds = _timed_decode(ctx, seq_id, min(n, ctx.n_batch), choice or self._threads or all_threads)
         if timed and choice is not None:
             self._unit_on[choice] = min(self._unit_on.get(choice, float("inf")), seconds)
+            if choice > 1 and seconds > DECIDED_ABOVE * self._unit_on.get(1, float("inf")):
+                # Beside busy processes one such decode can take seconds, which a request that comes waits out.
+                self._queue = deque(item for item in self._queue if item[2] is None)
             return None
         self._seconds += seconds
         if timed:
@@ -158,16 +164,16 @@ class CostMeter:
 
     def _first(self, threads: int) -> list[tuple[int, bool, int | None]]:
         """Two untimed decodes, as above but small (a request that comes meanwhile waits for one of them); with
-        several threads, single decodes on all of them and on one in turn (:meth:`_choose_threads`); the unit;
-        the first pass."""
-        warm: list[tuple[int, bool, int | None]] = [(1, False, threads), (min(8, self.counts[-1]), False, threads)]
+        several threads, the first on one, then single decodes on one and on all of them in turn
+        (:meth:`_choose_threads`; one on all of them slower than one thread by :data:`DECIDED_ABOVE` decides at
+        once), then the second on the threads chosen; the unit; the first pass."""
+        choosing = threads > 1 and self._adaptive
         choice: list[tuple[int, bool, int | None]] = (
-            [(1, True, count) for _ in range(UNIT_REPEATS) for count in (threads, 1)]
-            if threads > 1 and self._adaptive
-            else []
+            [(1, True, count) for _ in range(UNIT_REPEATS) for count in (1, threads)] if choosing else []
         )
+        warm_up = (min(8, self.counts[-1]), False, None)
         unit: list[tuple[int, bool, int | None]] = [(1, True, None)] * UNIT_REPEATS
-        return [*warm, *choice, *unit, *self._pass()]
+        return [(1, False, 1 if choosing else threads), *choice, warm_up, *unit, *self._pass()]
 
     def _choose_threads(self, threads: int) -> int:
         """Measure on all the threads, or on one where one decodes a token faster by the thread tuner's margin.

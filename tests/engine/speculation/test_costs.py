@@ -128,15 +128,21 @@ def test_a_budget_spent_before_a_second_count_is_timed_leaves_the_linear_costs(
 
 
 def _decodes_on(
-    monkeypatch: pytest.MonkeyPatch, one_thread_ms: float, caplog: pytest.LogCaptureFixture, *, adaptive: bool = True
+    monkeypatch: pytest.MonkeyPatch,
+    one_thread_ms: float,
+    caplog: pytest.LogCaptureFixture,
+    *,
+    adaptive: bool = True,
+    two_threads_ms: float = 20.0,
 ) -> tuple[list[int], BatchCosts | None]:
-    """A two-thread context whose single decodes take 20 ms on two threads, ``one_thread_ms`` on one, and whose
-    batches cost as many single decodes as their tokens: the threads of each decode, and the costs measured."""
+    """A two-thread context whose single decodes take ``two_threads_ms`` on two threads, ``one_thread_ms`` on one,
+    and whose batches cost as many single decodes as their tokens: the threads of each decode, and the costs
+    measured."""
     threads: list[int] = []
 
     def ms(n: int, _: int, on: int) -> float:
         threads.append(on)
-        return n * (20.0 if on == 2 else one_thread_ms)
+        return n * (two_threads_ms if on == 2 else one_thread_ms)
 
     with caplog.at_level(logging.INFO, logger="lfmserve.engine.speculation.costs"):
         _, results = _meter_run(monkeypatch, 4, ms, threads=2, adaptive=adaptive)
@@ -148,9 +154,9 @@ def test_a_quiet_machine_is_measured_on_all_the_threads(
 ) -> None:
     # One thread decodes a token in 34 ms: not faster than two (20 ms) by the thread tuner's margin.
     threads, costs = _decodes_on(monkeypatch, 34.0, caplog)
-    # 2 untimed, single decodes on two threads and on one in turn three times, 3 units, then 2 .. 4 beside a unit
-    # in a pass, and a second pass that moves nothing.
-    assert threads == [2, 2, 2, 1, 2, 1, 2, 1] + [2] * (3 + 6 + 6)
+    # 1 untimed on one thread, single decodes on one and on two threads in turn three times, 1 untimed, 3 units,
+    # then 2 .. 4 beside a unit in a pass, and a second pass that moves nothing.
+    assert threads == [1, 1, 2, 1, 2, 1, 2] + [2] * (1 + 3 + 6 + 6)
     assert costs is not None and costs.units == (1.0, 2.0, 3.0, 4.0)
     assert "on one thread" not in caplog.text
 
@@ -159,7 +165,7 @@ def test_beside_busy_processes_costs_are_measured_on_the_one_thread_the_engine_t
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     threads, costs = _decodes_on(monkeypatch, 16.0, caplog)  # one thread: 16 ms, below 0.85 of 20
-    assert threads == [2, 2, 2, 1, 2, 1, 2, 1] + [1] * (3 + 6 + 6)
+    assert threads == [1, 1, 2, 1, 2, 1, 2] + [1] * (1 + 3 + 6 + 6)
     assert costs is not None and costs.units == (1.0, 2.0, 3.0, 4.0)
     assert caplog.messages[0] == (
         "speculation: a token decodes in 16.0 ms on one thread and 20.0 ms on 2: costs measured on one"
@@ -173,3 +179,16 @@ def test_without_adaptive_threads_the_costs_are_measured_on_all_of_them_however_
     threads, costs = _decodes_on(monkeypatch, 16.0, caplog, adaptive=False)
     assert threads == [2, 2] + [2] * (3 + 6 + 6)
     assert costs is not None and costs.units == (1.0, 2.0, 3.0, 4.0) and "on one thread" not in caplog.text
+
+
+def test_one_decode_on_every_thread_far_slower_than_on_one_decides_at_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Beside busy processes a decode on both threads waits for a core at every barrier: measured, 2,152 ms against
+    # 28 ms on one. A request that comes meanwhile waits for it: the measurement does not try a second.
+    threads, costs = _decodes_on(monkeypatch, 20.0, caplog, two_threads_ms=2000.0)
+    assert threads == [1, 1, 2] + [1] * (1 + 3 + 6 + 6)
+    assert costs is not None and costs.units == (1.0, 2.0, 3.0, 4.0)
+    assert caplog.messages[0] == (
+        "speculation: a token decodes in 20.0 ms on one thread and 2000.0 ms on 2: costs measured on one"
+    )
