@@ -117,6 +117,8 @@ class CostMeter:
         self._unit_on: dict[int, float] = {}
         #: Whether the costs are measured on one thread of several (the engine's decodes on one refine them).
         self.one_thread = False
+        #: False once a decode took too little time to measure (the linear model then stands, however measured).
+        self.measurable = True
         self.done = False
 
     def step(self, ctx: NativeContext, seq_id: int) -> BatchCosts | None:
@@ -145,7 +147,8 @@ class CostMeter:
         if self._best[1] < MEASURABLE_S or len(self._best) < 2:
             self.done = True
             # Too quick to time, or the budget spent before a second count was timed.
-            why = "little" if self._best[1] < MEASURABLE_S else "long"
+            self.measurable = self._best[1] >= MEASURABLE_S
+            why = "long" if self.measurable else "little"
             unit_ms = self._best[1] * 1e3
             logger.info("speculation: a decode takes %.2f ms, too %s to measure: linear costs", unit_ms, why)
             return BatchCosts()
@@ -235,9 +238,12 @@ class Remeasurement:
         self._unit: float | None = None
         self._faster: float | None = None
 
-    def measured(self, threads: int, tuner_choice: int | None, unit_seconds: float | None) -> None:
-        """A measurement ended, on ``threads``, while the tuner chose ``tuner_choice`` (None: it had not yet)."""
+    def measured(self, meter: CostMeter, threads: int, tuner_choice: int | None, unit_seconds: float | None) -> None:
+        """``meter``'s measurement ended, on ``threads``, while the tuner chose ``tuner_choice`` (None: it had not
+        yet). A model whose decodes are too quick to time is not measured again: it would be too quick again."""
         self._threads, self._tuner_then, self._unit, self._faster = threads, tuner_choice, unit_seconds, None
+        if not meter.measurable:
+            self._left = 0
 
     def decoded_single(self, seconds: float) -> None:
         """A single decode on the measured threads took ``seconds``."""

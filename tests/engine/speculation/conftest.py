@@ -65,6 +65,7 @@ class GivenCosts:
         self.costs = costs
         self.done = False
         self.one_thread = False
+        self.measurable = True
 
     def step(self, ctx: object, seq_id: int) -> BatchCosts:
         self.done = True

@@ -74,11 +74,11 @@ def _meter_run(
 
 
 def test_a_model_too_quick_to_time_gets_the_linear_costs_after_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, results = _meter_run(monkeypatch, 12, lambda n, *_: 0.5 * n)
+    meter, results = _meter_run(monkeypatch, 12, lambda n, *_: 0.5 * n)
     # 2 untimed decodes, 3 units, then 1 .. 8 and 12 each beside a unit: 2 + 3 + 2 * 8
     assert len(results) == 21 and results[:-1] == [None] * 20
     last = results[-1]
-    assert last is not None and last.units == ()
+    assert last is not None and last.units == () and not meter.measurable  # measuring again would not help
 
 
 def test_passes_go_on_until_one_moves_no_time_and_the_fastest_time_of_each_count_is_kept(
@@ -125,6 +125,7 @@ def test_a_budget_spent_before_a_second_count_is_timed_leaves_the_linear_costs(
     last = results[-1]
     assert meter.done and len(results) == 3 and last is not None and last.units == ()
     assert caplog.messages == ["speculation: a decode takes 2000.00 ms, too long to measure: linear costs"]
+    assert meter.measurable  # a busy moment: a later measurement may time it
 
 
 def _decodes_on(

@@ -228,10 +228,11 @@ _CTX = SimpleNamespace(n_threads=2)
 class _Meter:
     """Done after two decodes; records the sequences it decoded on."""
 
-    def __init__(self, costs: BatchCosts | None = None, *, one_thread: bool = False) -> None:
+    def __init__(self, costs: BatchCosts | None = None, *, one_thread: bool = False, measurable: bool = True) -> None:
         self.seq_ids: list[int] = []
         self.done = False
         self.one_thread = one_thread
+        self.measurable = measurable
         self._costs = costs or BatchCosts({1: 1.0, 2: 1.5})
 
     def step(self, ctx: object, seq_id: int) -> BatchCosts | None:
@@ -416,6 +417,22 @@ def test_single_decodes_on_the_threads_the_tuner_chose_when_the_costs_were_measu
     assert made == []
     speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=1)  # type: ignore[arg-type]
     assert len(made) == 1
+
+
+def test_a_model_too_quick_to_time_is_not_measured_again() -> None:
+    made: list[_Meter] = []
+
+    def measure_again() -> _Meter:
+        made.append(_Meter())
+        return made[-1]
+
+    quick = _Meter(BatchCosts(), one_thread=True, measurable=False)  # the linear model: 1 ms decodes are noise
+    speculator = Speculator(
+        SpeculationConfig(types=("ngram-simple",)), n_ctx_slot=256, meter=quick, measure_again=measure_again
+    )  # type: ignore[arg-type]
+    for on in (None, 2, 2, 1, 2):
+        speculator.measure_idle(_CTX, [_IdleSlot(0)], single_decodes_on=on)  # type: ignore[arg-type]
+    assert quick.seq_ids == [0, 0] and made == []
 
 
 class _FailingMeter(_Meter):
