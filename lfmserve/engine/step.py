@@ -74,10 +74,9 @@ class BatchStep:
 
     def measure_idle(self) -> bool:
         """Between requests: the speculator's cost measurement goes on by one decode; whether more is due."""
-        on = self._threads.chosen(1)
-        return self.speculator is not None and self.speculator.measure_idle(
-            self._ctx, self._memory.slots, single_decodes_on=on
-        )
+        if self.speculator is None:
+            return False
+        return self.speculator.measure_idle(self._ctx, self._memory.slots, single_decodes_on=self._threads.chosen(1))
 
     def run(self, running: Sequence[Generation]) -> bool:
         """Decode one batch for ``running`` and move each generation on (a chunk prefilled, a token sampled).

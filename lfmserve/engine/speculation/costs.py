@@ -165,6 +165,11 @@ class CostMeter:
             self._queue.extend(self._pass())
         return costs
 
+    @property
+    def unit_seconds(self) -> float | None:
+        """The fastest single decode timed on the threads measured on (None: none yet), linear costs or not."""
+        return self._best.get(1)
+
     def _first(self, threads: int) -> list[tuple[int, bool, int | None]]:
         """Two untimed decodes, as above but small (a request that comes meanwhile waits for one of them); with
         several threads, the first on one, then single decodes on one and on all of them in turn
@@ -238,10 +243,11 @@ class Remeasurement:
         self._unit: float | None = None
         self._faster: float | None = None
 
-    def measured(self, meter: CostMeter, threads: int, tuner_choice: int | None, unit_seconds: float | None) -> None:
-        """``meter``'s measurement ended, on ``threads``, while the tuner chose ``tuner_choice`` (None: it had not
-        yet). A model whose decodes are too quick to time is not measured again: it would be too quick again."""
-        self._threads, self._tuner_then, self._unit, self._faster = threads, tuner_choice, unit_seconds, None
+    def measured(self, meter: CostMeter, all_threads: int, tuner_choice: int | None) -> None:
+        """``meter``'s measurement ended, while the tuner chose ``tuner_choice`` (None: it had not yet). A model
+        whose decodes are too quick to time is not measured again: it would be too quick again."""
+        self._threads = 1 if meter.one_thread else all_threads
+        self._tuner_then, self._unit, self._faster = tuner_choice, meter.unit_seconds, None
         if not meter.measurable:
             self._left = 0
 

@@ -235,8 +235,7 @@ class Speculator:
             self._costs = costs
         if meter.done:
             self._costs_on_one_thread = meter.one_thread
-            threads = 1 if meter.one_thread else ctx.n_threads
-            self._again.measured(meter, threads, single_decodes_on, self._costs.unit_seconds)
+            self._again.measured(meter, ctx.n_threads, single_decodes_on)
             self._meter = None
         return self._meter is not None
 

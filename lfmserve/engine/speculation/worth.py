@@ -59,11 +59,6 @@ class BatchCosts:
             rise = self.units[-1] - self.units[-2]
             self._slope = max(rise / (self.counts[-1] - self.counts[-2]), 0.0)
 
-    @property
-    def unit_seconds(self) -> float | None:
-        """The single decode's time (None: the linear model)."""
-        return self._seconds.get(1)
-
     def refined(self, n_tokens: int, seconds: float) -> BatchCosts | None:
         """These costs with a decode of ``n_tokens`` the engine ran for its generations counted (None: unchanged,
         and for the linear model).

@@ -66,6 +66,7 @@ class GivenCosts:
         self.done = False
         self.one_thread = False
         self.measurable = True
+        self.unit_seconds: float | None = None
 
     def step(self, ctx: object, seq_id: int) -> BatchCosts:
         self.done = True

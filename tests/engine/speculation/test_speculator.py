@@ -228,11 +228,19 @@ _CTX = SimpleNamespace(n_threads=2)
 class _Meter:
     """Done after two decodes; records the sequences it decoded on."""
 
-    def __init__(self, costs: BatchCosts | None = None, *, one_thread: bool = False, measurable: bool = True) -> None:
+    def __init__(
+        self,
+        costs: BatchCosts | None = None,
+        *,
+        one_thread: bool = False,
+        measurable: bool = True,
+        unit_seconds: float | None = None,
+    ) -> None:
         self.seq_ids: list[int] = []
         self.done = False
         self.one_thread = one_thread
         self.measurable = measurable
+        self.unit_seconds = unit_seconds
         self._costs = costs or BatchCosts({1: 1.0, 2: 1.5})
 
     def step(self, ctx: object, seq_id: int) -> BatchCosts | None:
@@ -352,7 +360,7 @@ def test_costs_measured_in_a_busy_moment_on_every_thread_are_measured_again_once
         made.append(_Meter())
         return made[-1]
 
-    busy = _Meter(BatchCosts({1: 0.030, 2: 0.033, 4: 0.040}))
+    busy = _Meter(BatchCosts({1: 0.030, 2: 0.033, 4: 0.040}), unit_seconds=0.030)
     speculator = Speculator(config, n_ctx_slot=1024, meter=busy, measure_again=measure_again)  # type: ignore[arg-type]
     ctx = _decoded(1, logits=1)
     while speculator.measure_idle(ctx, [_IdleSlot(0)], single_decodes_on=2):  # type: ignore[arg-type]
