@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..results import ContentDelta, FinalMessage, ReasoningDelta, Stats, StreamEvent, Timings, ToolCallDelta, Usage
-from .payloads import assembled, timings, tool_call, usage
+from .payloads import assembled, timings, tool_calls, usage
 from .server_errors import error_from_body
 
 
@@ -90,9 +90,9 @@ class ChatStreamReader:
 
     def finish(self) -> list[StreamEvent]:
         """The :class:`FinalMessage`: the content, reasoning and tool calls joined, with the last counts."""
-        calls = tuple(
-            tool_call(partial.id, partial.name, "".join(partial.arguments))
-            for _, partial in sorted(self._calls.items())
+        calls = tool_calls(
+            [(partial.id, partial.name, "".join(partial.arguments)) for _, partial in sorted(self._calls.items())],
+            self._finish_reason,
         )
         content = "".join(self._content)
         result = assembled(

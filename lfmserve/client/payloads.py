@@ -81,13 +81,16 @@ def chat_result(answer: Mapping[str, Any], parse_as: Any = None) -> ChatResult:
         raise LfmError(f"the chat answer has no choices: {json.dumps(answer)[:300]}")
     choice = choices[0]
     message = choice.get("message") or {}
-    calls = tuple(
-        tool_call(
-            call.get("id") or "",
-            (call.get("function") or {}).get("name") or "",
-            (call.get("function") or {}).get("arguments"),
-        )
-        for call in message.get("tool_calls") or []
+    calls = tool_calls(
+        [
+            (
+                call.get("id") or "",
+                (call.get("function") or {}).get("name") or "",
+                (call.get("function") or {}).get("arguments"),
+            )
+            for call in message.get("tool_calls") or []
+        ],
+        choice.get("finish_reason"),
     )
     return assembled(
         content=message.get("content"),
@@ -121,6 +124,19 @@ def assembled(
         timings=timings,
         parsed=parse_content(parse_as, content, finish_reason),
     )
+
+
+def tool_calls(raw: list[tuple[str, str, Any]], finish_reason: str | None) -> tuple[ToolCall, ...]:
+    """The calls, each with its arguments parsed. An answer cut off at ``max_tokens`` (``length``) can end inside
+    its last call's arguments: that call is incomplete and left out (the finish reason says why), as a cut-off
+    answer's ``parsed`` is None, rather than raised as not JSON."""
+    calls = [tool_call(*call) for call in raw[:-1]]
+    try:
+        calls.extend(tool_call(*call) for call in raw[-1:])
+    except LfmError:
+        if finish_reason != "length":
+            raise
+    return tuple(calls)
 
 
 def tool_call(call_id: str, name: str, arguments: Any) -> ToolCall:

@@ -25,6 +25,7 @@ from lfmserve.errors import (
     PayloadTooLarge,
     Unavailable,
 )
+from lfmserve.results import ToolCall
 from lfmserve.testing import image_bytes, wav_bytes
 
 
@@ -161,6 +162,40 @@ def test_a_tool_call_whose_arguments_are_not_json_is_an_error() -> None:
     with Client("http://x", transport=transport) as client:
         with pytest.raises(LfmError, match=r"tool call 'f': the arguments are not JSON: '\{oops'"):
             client.chat("hi")
+
+
+def test_a_call_cut_off_at_max_tokens_is_left_out_of_the_reply_whole_or_streamed() -> None:
+    # What llama-server streamed in CI for tool_choice required and max_tokens 6: the call ends mid-string.
+    first, cut = (
+        {"name": "f", "arguments": '{"a":1}'},
+        {"name": "get_weather", "arguments": '{"days":57.7E+1,"city":" A'},
+    )
+    whole = {
+        "choices": [
+            {
+                "finish_reason": "length",
+                "message": {"tool_calls": [{"id": "c", "function": first}, {"id": "d", "function": cut}]},
+            }
+        ]
+    }
+    pieces = [{"index": 0, "id": "c", "function": first}, {"index": 1, "id": "d", "function": cut}]
+    lines = [
+        "data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": pieces}}]}),
+        "data: " + json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+        "data: [DONE]",
+    ]
+    streamed = "\n\n".join(lines) + "\n\n"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content).get("stream"):
+            return httpx.Response(200, text=streamed, headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, json=whole)
+
+    with Client("http://x", transport=httpx.MockTransport(answer)) as client:
+        result = client.chat("hi")
+        final = list(client.stream("hi"))[-1].result  # type: ignore[union-attr]
+    for reply in (result, final):
+        assert (reply.finish_reason, reply.tool_calls) == ("length", (ToolCall("c", "f", {"a": 1}),))
 
 
 def test_an_error_inside_a_stream_is_raised() -> None:
