@@ -47,7 +47,15 @@ def _replay(http: httpx.Client, conv_id: str) -> httpx.Response:
 @contextmanager
 def held_loads(router: Running) -> Iterator[None]:
     """Models that start loading meanwhile stay ``loading``: the router's fork server, which forks each child, is
-    stopped (SIGSTOP) until the block ends."""
+    stopped (SIGSTOP) until the block ends.
+
+    The router launches one model at a time. A load an earlier test left running (its request cancelled, its child
+    still being forked) would hold every later launch while the fork server is stopped, so the block begins only
+    once no model is loading."""
+    deadline = time.monotonic() + 60
+    while loading := [name for name, entry in entries(router).items() if entry["status"]["value"] == "loading"]:
+        assert time.monotonic() < deadline, f"{loading} never stopped loading"
+        time.sleep(0.01)
     [fork_server] = [
         pid for pid in _children(router.process.pid) if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
     ]
