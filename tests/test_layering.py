@@ -4,6 +4,7 @@ or function past the size the project keeps to (docs/architecture.md states the 
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -75,7 +76,11 @@ def _imports(name: str, path: Path) -> Iterator[str]:
                 yield submodule if submodule in MODULES else target
 
 
-IMPORTS = {name: sorted(set(_imports(name, path))) for name, path in MODULES.items()}
+@functools.cache
+def imports() -> dict[str, list[str]]:
+    """Each module's imports, parsed when a test first asks: not while every xdist worker collects (a second of
+    CPU each)."""
+    return {name: sorted(set(_imports(name, path))) for name, path in MODULES.items()}
 
 
 def _layer(module: str) -> str:
@@ -90,7 +95,7 @@ def test_every_layer_has_a_rule() -> None:
 def test_each_layer_imports_only_the_layers_below_it() -> None:
     upward = [
         f"{module} imports {target}"
-        for module, targets in IMPORTS.items()
+        for module, targets in imports().items()
         for target in targets
         if _layer(target) != _layer(module) and _layer(target) not in ALLOWED[_layer(module)]
     ]
@@ -118,7 +123,7 @@ def test_no_import_cycle_among_a_packages_members(package: str) -> None:
         return parts[depth]
 
     graph: dict[str, set[str]] = defaultdict(set)
-    for module, targets in IMPORTS.items():
+    for module, targets in imports().items():
         source = member(module)
         if source is None:
             continue
@@ -154,6 +159,7 @@ def test_no_function_is_longer_than_60_lines() -> None:
 
 def test_the_scan_sees_imports_of_every_kind() -> None:
     """The scan itself: relative, absolute, nested and submodule imports are all found."""
-    assert "lfmserve.engine.core" in IMPORTS["lfmserve.loading.loader"]  # from ..engine.core import Engine
-    assert "lfmserve.api.openai_responses.responses" in IMPORTS["lfmserve.api.openai_responses.router"]  # from . import
-    assert "lfmserve.local" in IMPORTS["lfmserve.tui.main"]  # inside a function
+    found = imports()
+    assert "lfmserve.engine.core" in found["lfmserve.loading.loader"]  # from ..engine.core import Engine
+    assert "lfmserve.api.openai_responses.responses" in found["lfmserve.api.openai_responses.router"]  # from . import
+    assert "lfmserve.local" in found["lfmserve.tui.main"]  # inside a function
