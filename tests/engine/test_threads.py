@@ -97,3 +97,47 @@ def test_a_count_is_chosen_once_another_was_timed_against_it() -> None:
     drive(busy, 9, BUSY)
     assert busy.chosen(1) == 1 and busy.chosen(8) is None
     assert ThreadTuner(2, 2, adaptive=False).chosen(1) == 2  # nothing else is ever tried: -t is the choice
+
+
+def drive_mixed(tuner: ThreadTuner, rounds: int, seconds: Callable[[int], float], sizes: tuple[int, ...]) -> list[int]:
+    """The counts picked for the decodes of ``sizes[-1]`` tokens, over ``rounds`` rounds of one decode of each size."""
+    picked = []
+    for _ in range(rounds):
+        for n_tokens in sizes:
+            count = tuner.pick(n_tokens)
+            tuner.observe(n_tokens, count, seconds(count) * n_tokens)
+        picked.append(count)
+    return picked
+
+
+def test_while_single_tokens_keep_every_thread_larger_batches_are_not_tried_on_fewer() -> None:
+    tuner = ThreadTuner(2, 2)
+    assert set(drive_mixed(tuner, 1000, QUIET, (1, 24))) == {2}
+    assert tuner.chosen(1) == 2 and tuner.chosen(24) is None  # single tokens tried one thread; 24 tokens never did
+
+
+def test_once_single_tokens_keep_one_thread_larger_batches_try_it_and_keep_it() -> None:
+    tuner = ThreadTuner(2, 2)
+    drive_mixed(tuner, 100, QUIET, (1, 24))
+    picked = drive_mixed(tuner, 100, BUSY, (1, 24))
+    assert tuner.kept(1) == 1
+    assert picked.index(1) <= 2  # the single tokens' first slow decode brings their try forward, then the batch's
+    assert tuner.kept(24) == 1 and picked[-1] == 1
+
+
+def test_larger_batches_try_fewer_threads_themselves_without_recent_single_tokens() -> None:
+    alone = ThreadTuner(2, 2)
+    tries = [i for i, count in enumerate(drive(alone, 600, QUIET, n_tokens=4)) if count == 1]
+    assert tries == [8, 25, 58, 123, 252, 509]  # no smaller batch speaks for the machine: as single tokens do
+    stale = ThreadTuner(2, 2)
+    drive_mixed(stale, 20, QUIET, (1, 4))
+    assert stale.chosen(1) == 2
+    later = drive(stale, 600, QUIET, n_tokens=4)
+    assert later[:64] == [2] * 64  # the single tokens' verdict holds for 64 decodes
+    assert 1 in later[64:]
+
+
+def test_a_batch_thread_count_of_its_own_is_tried_whatever_single_tokens_keep() -> None:
+    tuner = ThreadTuner(2, 4)
+    picked = drive_mixed(tuner, 20, lambda count: {4: 0.010, 3: 0.004, 2: 0.011, 1: 0.02}[count], (1, 64))
+    assert tuner.kept(1) == 2 and tuner.kept(64) == 3 and 3 in picked
