@@ -210,10 +210,13 @@ class Generation:
     def sample_drafted(self, ctx: NativeContext, draft: tuple[int, ...], synth_rates: Sequence[float] = ()) -> int:
         """Sample at the pending token's position and each drafted one while the samples are the draft: the
         tokens decoding one at a time would give. Returns how many drafted tokens were kept (in the slot's
-        tokens now; the memory past them is the caller's to drop). The timings count them as they go: the
-        last sample may finish the generation, with them. ``synth_rates``: ``--spec-synth-rates``' chance of
-        keeping each position's drafted token whatever the model says."""
+        tokens now; the memory past them is the caller's to drop). The timings and the engine's counters count
+        them as they go: the last sample may finish the generation, and whoever has its last output reads both.
+        ``synth_rates``: ``--spec-synth-rates``' chance of keeping each position's drafted token whatever the
+        model says."""
         self.timings.draft_n += len(draft)
+        self._stats.n_drafts += 1
+        self._stats.n_draft_tokens += len(draft)
         accepted = 0
         for i, drafted in enumerate(draft):
             kept_by_chance = self._synthetic_keep(synth_rates, i, drafted)
@@ -225,6 +228,7 @@ class Generation:
             self.batch_index += 1
             accepted += 1
             self.timings.draft_n_accepted += 1
+            self._stats.n_draft_tokens_accepted += 1
         else:
             self.sample(ctx)  # every drafted token kept: the last position's logits give one more
         return accepted

@@ -166,9 +166,6 @@ class BatchStep:
         decoded_end = pending_at + 1 + len(draft)
         assert self.speculator is not None
         accepted = gen.sample_drafted(self._ctx, draft, self.speculator.synth_rates)
-        self._stats.n_drafts += 1
-        self._stats.n_draft_tokens += len(draft)
-        self._stats.n_draft_tokens_accepted += accepted
         self.speculator.verified(gen, accepted)
         kept = len(gen.slot.tokens)
         if kept == decoded_end:

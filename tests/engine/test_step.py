@@ -334,6 +334,31 @@ def test_a_draft_is_decoded_after_the_pending_token_and_its_rejected_tail_is_rem
     assert (gen.timings.draft_n, gen.timings.draft_n_accepted) == (3, 2)
 
 
+def test_a_draft_is_counted_before_the_last_output_it_finishes(
+    harness: Callable[..., Harness], llama_model: NativeModel
+) -> None:
+    """Whoever has a request's last output reads counters that include its drafts (/metrics beside timings)."""
+    prompt = random_tokens(llama_model, 8, seed=9)
+    r = _greedy_tokens(harness, llama_model, prompt, 3)
+    h = harness(llama_model, drafts=True)
+    gen = h.start(prompt, max_tokens=3)
+    sink, counted = h.outputs[gen.id], list[tuple[int, int, int]]()
+    put = sink.put
+
+    def counting_put(item: EngineOutput | BaseException) -> None:
+        counted.append((h.stats.n_drafts, h.stats.n_draft_tokens, h.stats.n_draft_tokens_accepted))
+        put(item)
+
+    sink.put = counting_put  # type: ignore[method-assign]
+    h.run()
+    assert h.drafts is not None and gen.pending_token == r[0]
+    h.drafts.then = (r[1], r[2])
+    h.run()  # r[1] kept; sampling r[2], the third token, finishes the generation
+    assert gen.done and sink.tokens == r[:3]
+    assert (gen.timings.draft_n, gen.timings.draft_n_accepted) == (2, 1)
+    assert counted[-1] == (1, 2, 1)
+
+
 def test_a_recurrent_model_restores_its_state_and_replays_the_kept_tokens(
     harness: Callable[..., Harness], model: NativeModel
 ) -> None:
