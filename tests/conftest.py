@@ -253,6 +253,19 @@ def vl_settings(vl_gguf: Path, mmproj_gguf: Path, **options: Any) -> Settings:
     )
 
 
+#: How long a test waits for a state a working server reaches: long enough that only a server that never reaches
+#: it fails, however busy the machine is.
+STATE_TIMEOUT_S = 120
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = STATE_TIMEOUT_S) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` once ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2) as client:

@@ -11,20 +11,15 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from lfmserve.testing import TinyProjector, free_port, write_mmproj_gguf
-from tests.conftest import Running, wait_healthy
+from tests.conftest import STATE_TIMEOUT_S, Running, wait_healthy, wait_until
 
 LFMSERVE = shutil.which("lfmserve")
-#: How long a server may take to reach a state a test waits for: a deadline only a broken server reaches, however
-#: busy the machine is (each wait ends as soon as the state is seen).
-STATE_TIMEOUT_S = 120
 
 
 def test_serves_a_local_model_with_llama_server_flags(running: list[Running], tiny_gguf: Path) -> None:
@@ -239,14 +234,6 @@ def test_sigterm_lets_running_requests_finish_then_ends_the_rest_and_exits_0(tin
 
 def n_processing(url: str) -> int:
     return sum(slot["is_processing"] for slot in httpx.get(url + "/slots").json())
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` once :data:`STATE_TIMEOUT_S` has passed."""
-    deadline = time.monotonic() + STATE_TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)
 
 
 def test_a_projector_for_another_text_width_fails_with_one_line(tmp_path: Path, vl_gguf: Path) -> None:

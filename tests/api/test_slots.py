@@ -6,7 +6,6 @@ import contextlib
 import http.client
 import json
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,13 +13,9 @@ import httpx
 import pytest
 
 from lfmserve.settings import Settings
-from tests.conftest import ServerThread
+from tests.conftest import STATE_TIMEOUT_S, ServerThread, wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "Hello there"}], "temperature": 0, "max_tokens": 4}
-
-#: How long the server may take to reach a state a test waits for: a deadline only a broken server reaches,
-#: however busy the machine is (each wait ends as soon as the state is seen).
-STATE_TIMEOUT_S = 120
 
 #: A reply that never ends by itself on an :func:`endless` or :func:`endless_four` server (no max_tokens): only its
 #: client ends it.
@@ -264,14 +259,6 @@ def test_disabled_endpoints_answer_501(server_factory: Callable[..., ServerThrea
     for method, path in (("GET", "/slots"), ("GET", "/metrics"), ("POST", "/slots/0?action=erase")):
         response = httpx.request(method, bare.url + path)
         assert response.status_code == 501 and response.json()["error"]["type"] == "not_supported_error"
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = STATE_TIMEOUT_S) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` once ``timeout_s`` has passed."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
 
 
 def test_a_full_queue_answers_503(endless: ServerThread) -> None:

@@ -30,7 +30,7 @@ from lfmserve.errors import (
 )
 from lfmserve.testing import free_port, image_bytes, tiny_reranker, wav_bytes, write_lfm2_gguf
 from tests.client.conftest import ALIAS, API_KEY, Target, launch, make_client
-from tests.conftest import WEATHER, Running
+from tests.conftest import WEATHER, Running, wait_until
 
 #: Why the tool-call tests do not run against llama-server: it answers free text, so there is no call to read.
 NO_FORCED_CALLS = "llama-server does not constrain the tiny LFM2's answer to a call for a named or required tool_choice"
@@ -95,12 +95,10 @@ def test_a_stream_closed_early_frees_the_slot(client: Any, target: Target) -> No
     events = client.stream("Tell me everything", temperature=0, max_tokens=2000)
     next(events)
     events.close()
-    slots = httpx.get(target.url + "/slots", headers=HEADERS).json()
-    deadline = 50
-    while any(slot["is_processing"] for slot in slots) and deadline:
-        deadline -= 1
-        slots = httpx.get(target.url + "/slots", headers=HEADERS).json()
-    assert not any(slot["is_processing"] for slot in slots)
+    wait_until(
+        lambda: not any(slot["is_processing"] for slot in httpx.get(target.url + "/slots", headers=HEADERS).json()),
+        "the server stops the reply its client left",
+    )
 
 
 def test_forced_tool_call_comes_back_with_dict_arguments(client: Any, target: Target) -> None:
