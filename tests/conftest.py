@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import gc
 import ipaddress
@@ -264,6 +265,14 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = STAT
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         time.sleep(0.01)
+
+
+async def wait_until_async(condition: Callable[[], bool], what: str, timeout_s: float = STATE_TIMEOUT_S) -> None:
+    """:func:`wait_until` for a test's event loop: it polls with ``asyncio.sleep``, so the loop keeps serving."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.01)
 
 
 def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:

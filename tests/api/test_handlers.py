@@ -17,7 +17,7 @@ import pytest
 from lfmserve.api.app import create_app
 from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
-from tests.conftest import SEED_CHAT, ServerThread, post
+from tests.conftest import SEED_CHAT, ServerThread, post, wait_until_async
 
 CHAT = "/v1/chat/completions"
 #: (case, route, body, error type, the field named in ``param``)
@@ -373,10 +373,9 @@ def test_a_request_whose_client_has_gone_writes_nothing(tiny_gguf: Path) -> None
         }
         await app(scope, receive, send)
         engine = state["app_state"].serving.engine
-        for _ in range(100):  # the request reached the engine, and then its cancel did
-            if engine.stats.n_requests == 1 and not engine.busy:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until_async(
+            lambda: engine.stats.n_requests == 1 and not engine.busy, "the request reaches the engine, then its cancel"
+        )
         busy = sum(slot.busy for slot in engine.slots)
         await lifespan_inbox.put({"type": "lifespan.shutdown"})
         await lifespan

@@ -13,6 +13,7 @@ from lfmserve.errors import LfmError, Unavailable
 from lfmserve.scaleout.serve_asgi import HttpRequest, ResponseStart
 from lfmserve.scaleout.serve_replica import REPLICA_HEADER, EngineReplica
 from lfmserve.settings import Settings
+from tests.conftest import wait_until_async
 
 
 def chat(**fields: object) -> HttpRequest:
@@ -55,11 +56,7 @@ def test_a_stream_comes_as_its_start_then_each_event_and_leaving_early_frees_the
             assert isinstance(chunk, bytes) and chunk.startswith(b"data: ")
             assert replica.load().n_busy_slots == 1
             await parts.aclose()  # the client left
-            for _ in range(100):
-                if replica.load().n_busy_slots == 0:
-                    break
-                await asyncio.sleep(0.02)
-            assert replica.load().n_busy_slots == 0
+            await wait_until_async(lambda: replica.load().n_busy_slots == 0, "the slot its client left is free")
         finally:
             await replica.stop()
 
