@@ -30,7 +30,7 @@ from lfmserve.errors import (
 )
 from lfmserve.testing import free_port, image_bytes, tiny_reranker, wav_bytes, write_lfm2_gguf
 from tests.client.conftest import ALIAS, API_KEY, Target, launch, make_client
-from tests.conftest import WEATHER, Running, wait_until
+from tests.conftest import STATE_TIMEOUT_S, WEATHER, Running, wait_until
 
 #: Why the tool-call tests do not run against llama-server: it answers free text, so there is no call to read.
 NO_FORCED_CALLS = "llama-server does not constrain the tiny LFM2's answer to a call for a named or required tool_choice"
@@ -245,7 +245,7 @@ def test_tokenize_and_detokenize(client: Any, target: Target) -> None:
 
 def test_health_and_wait_until_ready(client: Any) -> None:
     assert client.health() is True
-    client.wait_until_ready(timeout=5)
+    client.wait_until_ready(timeout=STATE_TIMEOUT_S)
 
 
 def test_a_bad_field_is_an_invalid_request_naming_it(client: Any, target: Target) -> None:

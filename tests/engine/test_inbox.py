@@ -8,6 +8,7 @@ import pytest
 
 from lfmserve.engine.inbox import Inbox
 from lfmserve.errors import InvalidRequest, Unavailable
+from tests.conftest import STATE_TIMEOUT_S
 
 
 def _engine_thread(inbox: Inbox, stop: threading.Event) -> threading.Thread:
@@ -81,4 +82,4 @@ def test_wake_ends_a_blocking_run_without_work_even_once_closed() -> None:
         returned.set()
 
     threading.Thread(target=wait, daemon=True).start()
-    assert returned.wait(5)
+    assert returned.wait(STATE_TIMEOUT_S)
