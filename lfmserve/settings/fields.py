@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -92,8 +93,11 @@ def switch(*names: str, help: str, default: bool | None, action: Any = argparse.
     return field(default=default, metadata=flag(*names, help=help, action=action))
 
 
+@functools.cache
 def physical_cores() -> int:
-    """Physical cores (llama-server's default thread count), counted from sysfs; logical as fallback."""
+    """Physical cores (llama-server's default thread count), counted from sysfs; logical as fallback. Counted once
+    per process: it is the default of ``--threads``, so every settings object built (a router builds one for each
+    child's command line) would otherwise read two sysfs files per CPU."""
     cores: set[tuple[str, str]] = set()
     base = "/sys/devices/system/cpu"
     try:
