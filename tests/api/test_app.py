@@ -14,11 +14,7 @@ from lfmserve.chat.serving import Serving
 from lfmserve.errors import EngineError
 from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
-from tests.conftest import ServerThread, serve
-
-#: How long the app may take to reach a state a test waits for: a deadline only a broken app reaches, however busy
-#: the machine is (each wait ends as soon as the state is seen).
-STATE_TIMEOUT_S = 120
+from tests.conftest import STATE_TIMEOUT_S, ServerThread, serve
 
 
 def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:

@@ -20,14 +20,11 @@ from lfmserve.api.handlers import install_error_handlers
 from lfmserve.api.stream_sessions import StreamSessions
 from lfmserve.api.streams import router
 from lfmserve.settings import Settings
-from tests.conftest import ServerThread
+from tests.conftest import STATE_TIMEOUT_S, ServerThread
 
 ASK = [{"role": "user", "content": "hello"}]
 #: A streamed reply that never ends by itself on the :func:`endless` server (no max_tokens): only a stop ends it.
 ENDLESS = {"messages": ASK, "stream": True, "ignore_eos": True}
-#: How long the server may take to reach a state a test waits for: a deadline only a broken server reaches,
-#: however busy the machine is (each wait ends as soon as the state is seen).
-STATE_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")

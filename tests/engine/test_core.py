@@ -21,6 +21,7 @@ from lfmserve.errors import EngineError, InvalidRequest, RequestCancelled, Unava
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.mtmd import Projector
 from lfmserve.testing import TinyGemma3, TinyGemma3Projector, write_gemma3_gguf, write_gemma3_mmproj_gguf
+from tests.conftest import STATE_TIMEOUT_S
 from tests.engine.conftest import GREEDY, prompt, random_tokens, run, tokens_of
 from tests.llama.test_control_vectors import write_control_vector
 
@@ -82,8 +83,6 @@ def test_invalid_requests_are_refused_at_submit(engine: Engine) -> None:
 #: ends by itself, so however late a test cancels it, it is still running.
 SHIFTING = EngineConfig(n_ctx=512, n_slots=1, n_batch=64, n_ubatch=64, n_threads=1, context_shift=True)
 ENDLESS = GREEDY.updated({"ignore_eos": True})
-#: How long the engine may take to reach a state a test waits for: a deadline only a broken engine reaches.
-STATE_TIMEOUT_S = 120
 
 
 def test_cancel_frees_the_slot_and_the_engine_keeps_serving(llama_model: NativeModel) -> None:

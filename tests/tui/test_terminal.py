@@ -22,16 +22,11 @@ import pytest
 
 from lfmserve.settings import Settings
 from lfmserve.tui.view import printable
-from tests.conftest import ServerThread
+from tests.conftest import STATE_TIMEOUT_S, ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
 GREEDY = ["--temp", "0", "--top-k", "1"]
 STATS = re.compile(r"(\d+) tokens, [\d.]+ tok/s, (\d+) cached")
-
-
-#: How long the chat may take to reach a state it is waiting for: a deadline only a broken chat reaches, however
-#: busy the machine is (each wait ends as soon as its text appears).
-STATE_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")

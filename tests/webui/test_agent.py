@@ -30,7 +30,7 @@ from lfmserve.settings import Settings
 from lfmserve.testing.lfm2 import TinyLfm2
 from lfmserve.testing.scripted import ScriptedLlama, write_scripted_gguf
 from tests.api.test_reasoning_budget import TEMPLATE
-from tests.conftest import ServerThread, serve
+from tests.conftest import STATE_TIMEOUT_S, ServerThread, serve
 from tests.webui.pages import PREFIX, UnderPrefix, open_chat, set_settings, stop_by, stored, wait_idle
 
 #: The reader's call's argument and end: one token of its vocabulary.
@@ -46,8 +46,6 @@ GREEDY = {"temperature": "0", "top_k": "1"}
 CYCLE = ("little", "bright")
 #: app.js's cap: replies in a row that call tools before the page stops running them.
 MAX_TOOL_STEPS = 10
-#: How long the page may take to reach a state a test waits for (each wait ends as soon as the state is seen).
-STATE_TIMEOUT_S = 120
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "webui-agent.png"
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Request, expect
 
-from tests.conftest import ServerThread
+from tests.conftest import STATE_TIMEOUT_S, ServerThread
 from tests.webui.pages import PREFIX, open_chat, rendered, send, set_settings, stat, stop_by, stored, wait_idle
 
 #: A greedy, fixed-length request: the page and the server must agree on every token.
@@ -66,11 +66,6 @@ def test_a_streamed_reply_is_the_servers_answer_and_regenerate_and_edit_resend(
     assert_reply_is_the_servers(page, server, edited.value.post_data_json)
     # every URL the page used is relative to it: none escaped the reverse proxy's prefix
     assert [r.url for r in asked if not r.url.startswith(url)] == []
-
-
-#: How long the server may take to reach a state a test waits for: a deadline only a broken server reaches,
-#: however busy the machine is (each wait ends as soon as the state is seen).
-STATE_TIMEOUT_S = 120
 
 
 @pytest.mark.parametrize("how", ["Stop", "Escape"])
