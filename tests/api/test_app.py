@@ -4,7 +4,6 @@ reports a failed load."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -14,7 +13,7 @@ from lfmserve.chat.serving import Serving
 from lfmserve.errors import EngineError
 from lfmserve.loading.loader import load_serving
 from lfmserve.settings import Settings
-from tests.conftest import STATE_TIMEOUT_S, ServerThread, serve
+from tests.conftest import STATE_TIMEOUT_S, ServerThread, serve, wait_until
 
 
 def test_health_is_503_until_the_model_has_loaded(tiny_gguf: Path) -> None:
@@ -50,10 +49,7 @@ def test_a_failed_load_is_reported_by_every_route_and_to_the_caller(tiny_gguf: P
 
     server = ServerThread(create_app(settings, broken_load, on_load_error=failures.append)).start()
     try:
-        deadline = time.monotonic() + STATE_TIMEOUT_S
-        while not failures:
-            assert time.monotonic() < deadline, "the failed load was never reported to the caller"
-            time.sleep(0.01)
+        wait_until(lambda: bool(failures), "the failed load is reported to the caller")
         for path in ("/health", "/v1/chat/completions"):
             response = httpx.get(server.url + path)
             assert response.status_code == 503

@@ -20,7 +20,7 @@ from lfmserve.api.handlers import install_error_handlers
 from lfmserve.api.stream_sessions import StreamSessions
 from lfmserve.api.streams import router
 from lfmserve.settings import Settings
-from tests.conftest import STATE_TIMEOUT_S, ServerThread
+from tests.conftest import STATE_TIMEOUT_S, ServerThread, wait_until
 
 ASK = [{"role": "user", "content": "hello"}]
 #: A streamed reply that never ends by itself on the :func:`endless` server (no max_tokens): only a stop ends it.
@@ -76,10 +76,10 @@ def lookup(client: httpx.Client, *ids: Any) -> list[dict[str, Any]]:
 def wait_stopped(client: httpx.Client) -> None:
     """Until no slot of the :func:`endless_server` generates: only a stop ends an :data:`ENDLESS` reply (a stopped
     generation is dropped at the engine's next step)."""
-    deadline = time.monotonic() + STATE_TIMEOUT_S
-    while any(slot["is_processing"] for slot in client.get("/slots").json()):
-        assert time.monotonic() < deadline, "the generation went on after its stop"
-        time.sleep(0.02)
+    wait_until(
+        lambda: not any(slot["is_processing"] for slot in client.get("/slots").json()),
+        "the generation ends after its stop",
+    )
 
 
 def events(raw: bytes) -> list[Any]:
@@ -140,10 +140,7 @@ def test_a_client_that_leaves_mid_stream_leaves_the_generation_running_into_the_
     with client.stream("POST", "/v1/chat/completions", json=body, headers={"X-Conversation-Id": "gone"}) as response:
         next(response.iter_lines())  # one event, then the connection is closed
     assert lookup(client, "gone")[0]["is_done"] is False
-    deadline = time.monotonic() + STATE_TIMEOUT_S
-    while not lookup(client, "gone")[0]["is_done"]:
-        assert time.monotonic() < deadline, "the generation nobody reads never finished"
-        time.sleep(0.02)
+    wait_until(lambda: lookup(client, "gone")[0]["is_done"], "the generation nobody reads finishes")
     whole = replay(client, "gone", "0").content
     assert whole.endswith(b"data: [DONE]\n\n")
     chunks = events(whole)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from lfmserve.errors import EngineError, InvalidRequest, RequestCancelled, Unava
 from lfmserve.llama.model import NativeModel
 from lfmserve.llama.mtmd import Projector
 from lfmserve.testing import TinyGemma3, TinyGemma3Projector, write_gemma3_gguf, write_gemma3_mmproj_gguf
-from tests.conftest import STATE_TIMEOUT_S
+from tests.conftest import wait_until
 from tests.engine.conftest import GREEDY, prompt, random_tokens, run, tokens_of
 from tests.llama.test_control_vectors import write_control_vector
 
@@ -129,10 +128,7 @@ def test_cancelling_a_request_still_waiting_for_a_slot_ends_it_before_it_starts(
             EngineRequest(prompt_tokens=prompt(llama_model, "two"), sampling=GREEDY, max_tokens=4), waiting
         )
         next(iter(busy))  # the first one is generating (until cancelled), so the second waits for its slot
-        deadline = time.monotonic() + STATE_TIMEOUT_S
-        while engine.stats.n_requests_deferred != 1:
-            assert time.monotonic() < deadline, "the second request never waited"
-            time.sleep(0.01)
+        wait_until(lambda: engine.stats.n_requests_deferred == 1, "the second request waits")
         engine.cancel(second)
         received = []
         with pytest.raises(RequestCancelled, match=f"request {second} was cancelled"):

@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import termios
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 
 from lfmserve.settings import Settings
 from lfmserve.tui.view import printable
-from tests.conftest import STATE_TIMEOUT_S, ServerThread
+from tests.conftest import STATE_TIMEOUT_S, ServerThread, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 GREEDY = ["--temp", "0", "--top-k", "1"]
@@ -81,22 +80,22 @@ def saved(child: pexpect.spawn, path: Path) -> list[dict[str, object]]:
 def wait_generating(server: ServerThread) -> None:
     """Until a slot has generated a token: the chat then streams a reply, out of its prompt's raw mode. (A slot
     just taken is processing before its request's progress is listed.)"""
-    deadline = time.monotonic() + STATE_TIMEOUT_S
-    while not any(
-        slot["is_processing"] and slot.get("next_token", [{"n_decoded": 0}])[0]["n_decoded"] > 0
-        for slot in httpx.get(server.url + "/slots").json()
-    ):
-        assert time.monotonic() < deadline, "the server never started the reply"
-        time.sleep(0.02)
+    wait_until(
+        lambda: any(
+            slot["is_processing"] and slot.get("next_token", [{"n_decoded": 0}])[0]["n_decoded"] > 0
+            for slot in httpx.get(server.url + "/slots").json()
+        ),
+        "the server starts the reply",
+    )
 
 
 def wait_idle(server: ServerThread) -> None:
     """Until no slot is processing: the server cancels a generation when its stream closes (an endless one
     otherwise runs past any deadline)."""
-    deadline = time.monotonic() + STATE_TIMEOUT_S
-    while any(slot["is_processing"] for slot in httpx.get(server.url + "/slots").json()):
-        assert time.monotonic() < deadline, "the server still generates after the stream was closed"
-        time.sleep(0.05)
+    wait_until(
+        lambda: not any(slot["is_processing"] for slot in httpx.get(server.url + "/slots").json()),
+        "the server stops generating after the stream was closed",
+    )
 
 
 def without_whitespace(text: str) -> str:
@@ -174,10 +173,9 @@ def stop_a_reply(child: pexpect.spawn, server: ServerThread, line: str) -> None:
 
 def wait_cooked(child: pexpect.spawn) -> None:
     """Until the terminal is out of the prompt's raw mode (ISIG on): a Ctrl-C is then a SIGINT, not a key."""
-    deadline = time.monotonic() + STATE_TIMEOUT_S
-    while not termios.tcgetattr(child.child_fd)[3] & termios.ISIG:
-        assert time.monotonic() < deadline, "the chat never left its prompt's raw mode"
-        time.sleep(0.02)
+    wait_until(
+        lambda: bool(termios.tcgetattr(child.child_fd)[3] & termios.ISIG), "the chat leaves its prompt's raw mode"
+    )
 
 
 def test_in_process_chat(tiny_gguf: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Request, expect
 
-from tests.conftest import STATE_TIMEOUT_S, ServerThread
+from tests.conftest import ServerThread, wait_until
 from tests.webui.pages import PREFIX, open_chat, rendered, send, set_settings, stat, stop_by, stored, wait_idle
 
 #: A greedy, fixed-length request: the page and the server must agree on every token.
@@ -84,10 +83,10 @@ def test_stop_aborts_the_stream_and_the_server_frees_the_slot(page: Page, endles
     expect(page.locator(".message.assistant .stat.stopped")).to_have_text("stopped")
     assert stat(page, "completionTokens") >= 1
     # The reply never ends by itself: the slot goes idle only because the server cancelled it.
-    deadline = time.monotonic() + STATE_TIMEOUT_S
-    while any(slot["is_processing"] for slot in httpx.get(f"{endless.url}/slots").json()):
-        assert time.monotonic() < deadline, "the generation went on after the page stopped it"
-        time.sleep(0.05)
+    wait_until(
+        lambda: not any(slot["is_processing"] for slot in httpx.get(f"{endless.url}/slots").json()),
+        "the generation ends after the page stopped it",
+    )
     assert stored(page)[0]["messages"][-1]["stopped"] is True
 
 
