@@ -41,6 +41,7 @@ from lfmserve.testing import (
     write_lfm2_gguf,
     write_mmproj_gguf,
 )
+from tests import warm_start
 
 #: The LFM chat templates are the models' data, kept out of the repository: in ``../shared/fixtures`` beside
 #: the checkout, or where ``LFMSERVE_TEMPLATE_FIXTURES`` points.
@@ -275,7 +276,7 @@ async def wait_until_async(condition: Callable[[], bool], what: str, timeout_s: 
         await asyncio.sleep(0.01)
 
 
-def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+def wait_healthy(url: str, process: subprocess.Popen[bytes] | warm_start.WarmProcess, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2) as client:
         while time.monotonic() < deadline:
@@ -291,23 +292,32 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float = 
     raise TimeoutError(url)
 
 
+#: The ``lfmserve`` command, as pip installed it.
+LFMSERVE_COMMAND = shutil.which("lfmserve")
+
+
 class Running:
     """An `lfmserve`-style command serving on a free loopback port, as a real process; ``port``: the one it listens
-    on by its own means (``OLLAMA_HOST``), given no ``--port``."""
+    on by its own means (``OLLAMA_HOST``), given no ``--port``. The ``lfmserve`` command starts warm (forked from a
+    process that has imported lfmserve, :mod:`tests.warm_start`) unless ``cold``: a test whose point is the process
+    image (``/proc``'s view of it, its memory, its threads) asks for an exec'd one."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str] | None = None, port: int | None = None, *, cold: bool = False
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A file, not a pipe: a server that logs more than a pipe holds (a router and its children, one line per
         # request) would block on a pipe nobody reads.
         self.output = tempfile.TemporaryFile()
         self._printed = ""
-        self.process = subprocess.Popen(
-            [*argv, *([] if port else ["--port", str(self.port)])],
-            stdout=self.output,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
+        command = [*argv, *([] if port else ["--port", str(self.port)])]
+        environment = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | warm_start.WarmProcess
+        if argv[0] == LFMSERVE_COMMAND and not cold:
+            self.process = warm_start.start(command, environment, self.output)
+        else:
+            self.process = subprocess.Popen(command, stdout=self.output, stderr=subprocess.STDOUT, env=environment)
 
     def log(self) -> str:
         """What the process has printed so far (llama-server logs raw token bytes of random models)."""

@@ -44,7 +44,8 @@ def test_each_load_mode_serves_with_its_weights_held_as_it_says(
     model = tmp_path / "model.gguf"  # a file of this test's own, so its mapping is told apart from others'
     shutil.copy(tiny_gguf, model)
     assert LFMSERVE is not None
-    server = Running([LFMSERVE, "-m", str(model), "-t", "1", "-np", "1", "--no-ui", *flags])
+    # cold: the process's own mappings are read (a warm start's also hold its helper's imports)
+    server = Running([LFMSERVE, "-m", str(model), "-t", "1", "-np", "1", "--no-ui", *flags], cold=True)
     running.append(server)
     wait_healthy(server.url, server.process)
     answer = httpx.post(server.url + "/completion", json={"prompt": "hi", "n_predict": 2}, timeout=60)

@@ -48,10 +48,12 @@ def start_router(
     preset: Path | None = None,
     env: dict[str, str] | None = None,
     child_flags: list[str] = CHILD_FLAGS,
+    cold: bool = False,
 ) -> Running:
     """``lfmserve --models-dir MODELS --models-preset PRESET`` with ``child_flags`` and ``flags`` (the preset of
     ``router_models`` unless another is given) and ``env`` added to the environment, healthy. The router's flags
-    outweigh a preset's: a test of a preset's ``parallel`` passes ``child_flags`` without ``--parallel``."""
+    outweigh a preset's: a test of a preset's ``parallel`` passes ``child_flags`` without ``--parallel``. ``cold``:
+    an exec'd process (:class:`~tests.conftest.Running`)."""
     command = shutil.which("lfmserve")
     assert command is not None
     router = Running(
@@ -71,6 +73,7 @@ def start_router(
             "LFMSERVE_MODELS_LMSTUDIO_ENABLED": "0",
             **(env or {}),
         },
+        cold=cold,
     )
     running.append(router)
     wait_healthy(router.url, router.process)

@@ -46,7 +46,8 @@ def test_the_key_and_the_hub_token_stay_in_the_router(
     key_file.write_text(ROUTER_KEY + "\n")
     flags, env = KEY_SOURCES[source]
     flags = [flag.replace("{file}", str(key_file)) for flag in flags]
-    router = start_router(running, router_models, *flags, env={**env, "HF_TOKEN": HF_SECRET})
+    # cold: the router's own /proc/PID/environ and cmdline are read (a warm start's show its helper's)
+    router = start_router(running, router_models, *flags, env={**env, "HF_TOKEN": HF_SECRET}, cold=True)
 
     refused = [("GET", "/models"), ("GET", "/v1/models"), ("GET", "/models?reload=1"), ("GET", "/running")]
     refused += [("POST", "/models/load"), ("POST", "/models/unload"), ("DELETE", "/models"), ("GET", "/unload")]

@@ -45,7 +45,7 @@ class Task:
 
 def _serve(running: list[Running], model: Path, *flags: str) -> Running:
     assert LFMSERVE is not None
-    server = Running([LFMSERVE, "-m", str(model), *TINY, *flags])
+    server = Running([LFMSERVE, "-m", str(model), *TINY, *flags], cold=True)  # its threads are read
     running.append(server)
     wait_healthy(server.url, server.process)
     reply = httpx.post(server.url + "/completion", json={"prompt": "hello there", "n_predict": 4}, timeout=60)
@@ -131,7 +131,7 @@ def test_numa_starts_and_serves(
     running: list[Running], tiny_gguf: Path, flags: list[str], environ: dict[str, str]
 ) -> None:
     assert LFMSERVE is not None
-    server = Running([LFMSERVE, "-m", str(tiny_gguf), *TINY, "-t", "1", *flags], env=environ)
+    server = Running([LFMSERVE, "-m", str(tiny_gguf), *TINY, "-t", "1", *flags], env=environ, cold=True)
     running.append(server)
     wait_healthy(server.url, server.process)
     reply = httpx.post(server.url + "/completion", json={"prompt": "hello", "n_predict": 4}, timeout=60)
