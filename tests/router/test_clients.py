@@ -266,7 +266,8 @@ def test_a_thinking_streamed_through_the_router_is_ended_through_it(
     router = start_router(running, router_models, "--models-dir", str(models), preset=preset)
     body = {"model": "thinker", "messages": ASK, "stream": True, "temperature": 0, "top_k": 1}
     reasoning, content, answer = "", "", None
-    with httpx.stream("POST", router.url + "/v1/chat/completions", json={**body, "reasoning_control": True}) as reply:
+    request = {**body, "reasoning_control": True}
+    with httpx.stream("POST", router.url + "/v1/chat/completions", json=request, timeout=120) as reply:  # a load first
         for line in reply.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue

@@ -308,7 +308,7 @@ def test_broken_manifests_are_listed_failed_with_the_reason_and_never_started(
             "exit_code": 1,
             "error": reason,
         }
-    refused = httpx.post(router.url + "/v1/chat/completions", json={"model": "missing", "messages": HELLO})
+    refused = httpx.post(router.url + "/v1/chat/completions", json={"model": "missing", "messages": HELLO}, timeout=120)
     assert (refused.status_code, refused.json()["error"]["message"]) == (
         500,
         f"model name=missing:latest failed to load: {reasons['missing:latest']}",
@@ -316,7 +316,7 @@ def test_broken_manifests_are_listed_failed_with_the_reason_and_never_started(
     with pytest.raises(ollama.ResponseError) as tensors:
         client.chat(model="tensors", messages=HELLO)
     assert tensors.value.error == f"model name=tensors:latest failed to load: {reasons['tensors:latest']}"
-    loaded = httpx.post(router.url + "/models/load", json={"model": "tensors:latest"})
+    loaded = httpx.post(router.url + "/models/load", json={"model": "tensors:latest"}, timeout=120)
     assert (loaded.status_code, loaded.json()["error"]["message"]) == (500, tensors.value.error)
     assert client.chat(model="lfm2", messages=HELLO, options={"num_predict": 1}).done  # the others serve on
     assert router.process.poll() is None
