@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import termios
@@ -41,14 +42,33 @@ def endless(server_factory: Callable[..., ServerThread], tiny_llama_gguf: Path) 
     return server_factory(settings)
 
 
+def as_a_shell_runs_it() -> None:
+    """In the chat's process, before it starts: Ctrl-C's SIGINT as an interactive shell leaves it to a program it
+    runs. pytest started in the background by a script (``pytest &``, ``nohup``) ignores SIGINT, a child inherits
+    what its parent ignores, and Python then installs no KeyboardInterrupt: every Ctrl-C test failed so."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def spawn_chat(argv: list[str]) -> pexpect.spawn:
+    """``python ARGV`` in a pseudo-terminal, without colours or cursor queries, as from an interactive shell."""
+    env = {**os.environ, "TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
+    return pexpect.spawn(
+        sys.executable,
+        argv,
+        cwd=ROOT,
+        env=env,
+        encoding="utf-8",
+        timeout=STATE_TIMEOUT_S,
+        preexec_fn=as_a_shell_runs_it,
+    )
+
+
 @pytest.fixture
 def chat() -> Iterator[Callable[..., pexpect.spawn]]:
     children: list[pexpect.spawn] = []
 
     def spawn(server: ServerThread, *flags: str) -> pexpect.spawn:
-        env = {**os.environ, "TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
-        argv = ["-m", "lfmserve", "chat", "--url", server.url, *flags]
-        child = pexpect.spawn(sys.executable, argv, cwd=ROOT, env=env, encoding="utf-8", timeout=STATE_TIMEOUT_S)
+        child = spawn_chat(["-m", "lfmserve", "chat", "--url", server.url, *flags])
         children.append(child)
         child.expect_exact(f".gguf at {server.url}")
         wait_for_prompt(child)
@@ -181,9 +201,7 @@ def wait_cooked(child: pexpect.spawn) -> None:
 def test_in_process_chat(tiny_gguf: Path) -> None:
     """``-m FILE`` and the other llama-server flags load the model in the chat's own process."""
     flags = ["-m", str(tiny_gguf), "-c", "1024", "-t", "1", *GREEDY, "-n", "8"]
-    env = {**os.environ, "TERM": "dumb", "PROMPT_TOOLKIT_NO_CPR": "1", "NO_COLOR": "1"}
-    argv = ["-m", "lfmserve", "chat", *flags]
-    child = pexpect.spawn(sys.executable, argv, cwd=ROOT, env=env, encoding="utf-8", timeout=STATE_TIMEOUT_S)
+    child = spawn_chat(["-m", "lfmserve", "chat", *flags])
     try:
         child.expect("tiny-lfm2.gguf. ")
         wait_for_prompt(child)
