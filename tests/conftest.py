@@ -293,7 +293,7 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes] | warm_start.WarmPro
 
 
 #: The ``lfmserve`` command, as pip installed it.
-LFMSERVE_COMMAND = shutil.which("lfmserve")
+LFMSERVE = shutil.which("lfmserve")
 
 
 class Running:
@@ -314,7 +314,7 @@ class Running:
         command = [*argv, *([] if port else ["--port", str(self.port)])]
         environment = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | warm_start.WarmProcess
-        if argv[0] == LFMSERVE_COMMAND and not cold:
+        if argv[0] == LFMSERVE and not cold:
             self.process = warm_start.start(command, environment, self.output)
         else:
             self.process = subprocess.Popen(command, stdout=self.output, stderr=subprocess.STDOUT, env=environment)

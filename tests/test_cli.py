@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,9 +16,7 @@ import httpx
 import pytest
 
 from lfmserve.testing import TinyProjector, free_port, write_mmproj_gguf
-from tests.conftest import STATE_TIMEOUT_S, Running, wait_healthy, wait_until
-
-LFMSERVE = shutil.which("lfmserve")
+from tests.conftest import LFMSERVE, STATE_TIMEOUT_S, Running, wait_healthy, wait_until
 
 
 def test_serves_a_local_model_with_llama_server_flags(running: list[Running], tiny_gguf: Path) -> None:

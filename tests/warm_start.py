@@ -161,6 +161,7 @@ def _serve() -> None:
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 1)  # nothing printed by accident can reach the replies
+    os.close(null)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)
     os.set_blocking(wake_write, False)
@@ -183,7 +184,8 @@ def _serve() -> None:
             pending += chunk
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
-                pid = _fork(json.loads(line), closing=(replies.fileno(), wake_read, wake_write))
+                own = (replies.fileno(), wake_read, wake_write, selector.fileno())  # none of them a fork's
+                pid = _fork(json.loads(line), closing=own)
                 replies.write(json.dumps({"started": pid}) + "\n")
 
 

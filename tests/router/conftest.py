@@ -3,7 +3,6 @@ and a preset that adds an embedding model, served by ``lfmserve`` started with n
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from lfmserve.router.link import process_name
 from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
-from tests.conftest import Running, wait_healthy
+from tests.conftest import LFMSERVE, Running, wait_healthy
 
 #: Every child on one thread and one slot: several run at once on the test machine's two cores.
 CHILD_FLAGS = ["--threads", "1", "--parallel", "1", "--no-ui"]
@@ -54,11 +53,10 @@ def start_router(
     ``router_models`` unless another is given) and ``env`` added to the environment, healthy. The router's flags
     outweigh a preset's: a test of a preset's ``parallel`` passes ``child_flags`` without ``--parallel``. ``cold``:
     an exec'd process (:class:`~tests.conftest.Running`)."""
-    command = shutil.which("lfmserve")
-    assert command is not None
+    assert LFMSERVE is not None
     router = Running(
         [
-            command,
+            LFMSERVE,
             "--models-dir",
             str(router_models / "models"),
             "--models-preset",
