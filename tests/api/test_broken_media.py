@@ -9,7 +9,6 @@ import functools
 import io
 import json
 import re
-import shutil
 import struct
 import subprocess
 import zlib
@@ -25,9 +24,8 @@ import soundfile
 from PIL import Image
 
 from lfmserve.testing import TinyProjector, write_mmproj_gguf
-from tests.conftest import Running, wait_healthy
+from tests.conftest import LFMSERVE, Running, wait_healthy
 
-LFMSERVE = shutil.which("lfmserve")
 CHAT = "/v1/chat/completions"
 PART = "messages.0.content.1"
 FAILED = "Failed to load image or audio file"

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import base64
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import httpx
 import numpy as np
 
 from lfmserve.testing import image_bytes, wav_bytes
-from tests.conftest import Running, wait_healthy
+from tests.conftest import LFMSERVE, Running, wait_healthy
 
 EMBEDDING_DIM = 768
 
@@ -66,7 +65,7 @@ class FrigateLikeProvider:
 
 
 def test_embed_and_transcribe_against_one_process(running: list[Running], vl_gguf: Path, mmproj_gguf: Path) -> None:
-    command = shutil.which("lfmserve")
+    command = LFMSERVE
     assert command is not None
     server = Running(
         [

@@ -8,7 +8,6 @@ projector, embeddings on (mean pooling), an API key, two slots. ``client`` is a 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import threading
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 from lfmserve.client import AsyncClient, Client
-from tests.conftest import LLAMA_SERVER, Running, wait_healthy
+from tests.conftest import LFMSERVE, LLAMA_SERVER, Running, wait_healthy
 
 API_KEY = "secret-key"
 ALIAS = "tiny"
@@ -33,7 +32,7 @@ class Target:
 
 
 def launch(kind: str, flags: list[str], started: list[Running]) -> Target:
-    program = shutil.which("lfmserve") if kind == "lfmserve" else str(LLAMA_SERVER)
+    program = LFMSERVE if kind == "lfmserve" else str(LLAMA_SERVER)
     if kind == "llama-server" and not LLAMA_SERVER.exists():
         pytest.skip(f"no llama-server at {LLAMA_SERVER} (set LLAMA_SERVER)")
     assert program is not None

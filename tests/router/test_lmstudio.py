@@ -7,7 +7,6 @@ kept by that source, and ``--no-models-lmstudio`` listing none."""
 from __future__ import annotations
 
 import base64
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from lfmserve.settings import Settings
 from lfmserve.testing import TinyLfm2, TinyProjector, write_lfm2_gguf, write_mmproj_gguf
 from lfmserve.testing.media import image_bytes
 from lfmserve.testing.ollama import MODEL, OllamaStore
-from tests.conftest import Running, wait_healthy
+from tests.conftest import LFMSERVE, Running, wait_healthy
 from tests.router.conftest import CHILD_FLAGS, entries
 
 TEXT = "LiquidAI/LFM2-350M-GGUF"
@@ -63,7 +62,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _router(layout: Path, *flags: str) -> Running:
     """``lfmserve FLAGS`` with the layout's ``home`` as ``HOME``, an empty Hugging Face cache and no Ollama store."""
-    command = shutil.which("lfmserve")
+    command = LFMSERVE
     assert command is not None
     env = {
         "HOME": str(layout / "home"),

@@ -6,7 +6,6 @@ keeps ``OLLAMA_MAX_LOADED_MODELS`` loaded, unloads an idle one after ``OLLAMA_KE
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 
 from lfmserve.settings.ollama_env import OLLAMA_LOCAL_ORIGINS
 from lfmserve.testing import TinyLfm2, free_port, write_lfm2_gguf
-from tests.conftest import Running, wait_healthy
+from tests.conftest import LFMSERVE, Running, wait_healthy
 from tests.router.conftest import chat, entries, wait_status
 
 PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "Content-Type"}
@@ -52,7 +51,7 @@ def test_a_router_serves_as_ollamas_variables_say(running: list[Running], two_mo
         "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
         "LFMSERVE_MODELS_LMSTUDIO_ENABLED": "0",
     }
-    command = shutil.which("lfmserve")
+    command = LFMSERVE
     assert command is not None
     router = Running([command, "--models-dir", str(two_models), "--threads", "1", "--no-ui"], env=environ, port=port)
     running.append(router)

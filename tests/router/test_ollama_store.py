@@ -38,7 +38,7 @@ from lfmserve.testing.ollama import (
     OllamaStore,
 )
 from lfmserve.testing.scripted import STORY_MOE, write_scripted_gguf, write_scripted_lora
-from tests.conftest import Running, wait_healthy
+from tests.conftest import LFMSERVE, Running, wait_healthy
 from tests.router.conftest import CHILD_FLAGS, entries
 
 CONFIG = {
@@ -112,7 +112,7 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
 @pytest.fixture(scope="module")
 def router(layout: Path) -> Iterator[Running]:
     """``lfmserve --models-dir models --models-preset preset.ini`` with ``OLLAMA_MODELS`` naming the store."""
-    command = shutil.which("lfmserve")
+    command = LFMSERVE
     assert command is not None
     argv = [command, "--models-dir", str(layout / "models"), "--models-preset", str(layout / "preset.ini")]
     server = Running([*argv, *CHILD_FLAGS], env={"OLLAMA_MODELS": str(layout / "store"), "HOME": str(layout)})

@@ -4,7 +4,6 @@ lifecycle (load, unload, events, eviction at --models-max), against real childre
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Running
+from tests.conftest import LFMSERVE, Running
 from tests.router.conftest import chat, entries, start_router, wait_status
 
 
@@ -32,7 +31,7 @@ def test_lists_every_model_with_its_settings_before_any_loads(router: Running, r
     assert listed["vision"]["source"] == "models_dir"
     assert text["status"]["value"] == "unloaded"
     assert text["meta"] == {"n_ctx": 2048, "n_ctx_train": 4096}  # read from its file: what its child will report
-    assert text["status"]["args"][0] == shutil.which("lfmserve")
+    assert text["status"]["args"][0] == LFMSERVE
     assert text["status"]["args"][1:] == [
         "--host", "127.0.0.1", "--port", "0",
         "--model", str(models / "text.gguf"), "--alias", "text",

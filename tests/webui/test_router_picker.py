@@ -3,12 +3,11 @@ request."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.conftest import Running, wait_healthy
+from tests.conftest import LFMSERVE, Running, wait_healthy
 from tests.router.conftest import entries, router_models  # noqa: F401 - the fixture
 from tests.webui.pages import send, wait_idle
 
@@ -18,7 +17,7 @@ def test_the_picker_lists_the_routers_models_and_loads_the_one_chosen(
     running: list[Running],
     router_models: Path,  # noqa: F811 - the fixture
 ) -> None:
-    command = shutil.which("lfmserve")
+    command = LFMSERVE
     assert command is not None
     router = Running(
         [command, "--models-dir", str(router_models / "models"), "--models-preset", str(router_models / "preset.ini")]
