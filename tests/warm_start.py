@@ -170,6 +170,7 @@ def _serve() -> None:
     selector = selectors.DefaultSelector()
     selector.register(0, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
+    own = (replies.fileno(), wake_read, wake_write, selector.fileno())  # none of them a fork's
     pending = b""
     while True:
         for key, _ in selector.select():
@@ -184,7 +185,6 @@ def _serve() -> None:
             pending += chunk
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
-                own = (replies.fileno(), wake_read, wake_write, selector.fileno())  # none of them a fork's
                 pid = _fork(json.loads(line), closing=own)
                 replies.write(json.dumps({"started": pid}) + "\n")
 

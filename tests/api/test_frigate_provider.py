@@ -65,11 +65,10 @@ class FrigateLikeProvider:
 
 
 def test_embed_and_transcribe_against_one_process(running: list[Running], vl_gguf: Path, mmproj_gguf: Path) -> None:
-    command = LFMSERVE
-    assert command is not None
+    assert LFMSERVE is not None
     server = Running(
         [
-            command,
+            LFMSERVE,
             "-m",
             str(vl_gguf),
             "--mmproj",

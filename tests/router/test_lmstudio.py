@@ -62,14 +62,13 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _router(layout: Path, *flags: str) -> Running:
     """``lfmserve FLAGS`` with the layout's ``home`` as ``HOME``, an empty Hugging Face cache and no Ollama store."""
-    command = LFMSERVE
-    assert command is not None
+    assert LFMSERVE is not None
     env = {
         "HOME": str(layout / "home"),
         "HF_HUB_CACHE": str(layout / "hf-cache"),
         "LFMSERVE_MODELS_OLLAMA_ENABLED": "0",
     }
-    server = Running([command, *flags, *CHILD_FLAGS], env=env)
+    server = Running([LFMSERVE, *flags, *CHILD_FLAGS], env=env)
     wait_healthy(server.url, server.process)
     return server
 

@@ -51,9 +51,8 @@ def test_a_router_serves_as_ollamas_variables_say(running: list[Running], two_mo
         "HF_HUB_CACHE": str(tmp_path / "hf-cache"),
         "LFMSERVE_MODELS_LMSTUDIO_ENABLED": "0",
     }
-    command = LFMSERVE
-    assert command is not None
-    router = Running([command, "--models-dir", str(two_models), "--threads", "1", "--no-ui"], env=environ, port=port)
+    assert LFMSERVE is not None
+    router = Running([LFMSERVE, "--models-dir", str(two_models), "--threads", "1", "--no-ui"], env=environ, port=port)
     running.append(router)
     wait_healthy(router.url, router.process)  # at OLLAMA_HOST's port: no --port was given
 

@@ -112,9 +112,8 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
 @pytest.fixture(scope="module")
 def router(layout: Path) -> Iterator[Running]:
     """``lfmserve --models-dir models --models-preset preset.ini`` with ``OLLAMA_MODELS`` naming the store."""
-    command = LFMSERVE
-    assert command is not None
-    argv = [command, "--models-dir", str(layout / "models"), "--models-preset", str(layout / "preset.ini")]
+    assert LFMSERVE is not None
+    argv = [LFMSERVE, "--models-dir", str(layout / "models"), "--models-preset", str(layout / "preset.ini")]
     server = Running([*argv, *CHILD_FLAGS], env={"OLLAMA_MODELS": str(layout / "store"), "HOME": str(layout)})
     try:
         wait_healthy(server.url, server.process)

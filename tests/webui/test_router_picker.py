@@ -17,10 +17,9 @@ def test_the_picker_lists_the_routers_models_and_loads_the_one_chosen(
     running: list[Running],
     router_models: Path,  # noqa: F811 - the fixture
 ) -> None:
-    command = LFMSERVE
-    assert command is not None
+    assert LFMSERVE is not None
     router = Running(
-        [command, "--models-dir", str(router_models / "models"), "--models-preset", str(router_models / "preset.ini")]
+        [LFMSERVE, "--models-dir", str(router_models / "models"), "--models-preset", str(router_models / "preset.ini")]
         + ["--threads", "1", "--parallel", "1"]
     )
     running.append(router)
